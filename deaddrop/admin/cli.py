@@ -1,0 +1,69 @@
+"""``deaddrop-admin``: one console script, one sub-command module per area.
+
+Each ``_*_commands`` module exposes ``register(subparsers)`` which adds its sub-commands and
+sets ``func`` on each parser to a callable ``func(args, out) -> int`` where ``out`` is an
+``Output`` (text or ``--json``). Errors are raised as ``AdminError`` and printed in one line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Callable, Sequence
+
+
+class AdminError(Exception):
+    """A clear, one-line, expected failure (bad path, duplicate name, missing CA...)."""
+
+
+class Output:
+    """Prints either human text or a single JSON document (``--json``)."""
+
+    def __init__(self, as_json: bool, stream=None) -> None:
+        self.as_json = as_json
+        self._stream = stream or sys.stdout
+
+    def result(self, data: dict[str, Any], text: str) -> None:
+        if self.as_json:
+            self._stream.write(json.dumps(data, sort_keys=True) + "\n")
+        else:
+            self._stream.write(text.rstrip("\n") + "\n")
+
+
+def _registrars() -> list[Callable[[Any], None]]:
+    from deaddrop.admin import _registry
+
+    return _registry.registrars()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="deaddrop-admin", description="Administer a DeadDrop instance.")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--data-dir", default="./deaddrop-data", help="the server's data directory")
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(common_parent=common)
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    for register in _registrars():
+        register(subparsers, common)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    out = Output(getattr(args, "json", False))
+    try:
+        return int(args.func(args, out) or 0)
+    except AdminError as e:
+        if out.as_json:
+            sys.stdout.write(json.dumps({"error": str(e)}) + "\n")
+        sys.stderr.write(f"deaddrop-admin: error: {e}\n")
+        return 1
+    except KeyboardInterrupt:
+        sys.stderr.write("deaddrop-admin: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""The server's GnuPG keyring: the submission public key and every source's key pair.
+
+All methods block (they run the ``gpg`` binary) and refuse to run on the reactor thread.
+The keyring never holds the submission *secret* key: that lives on the offline SVS.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+
+import gnupg
+
+from deaddrop.crypto.pool import forbid_reactor_thread
+
+# No passphrase caching: a source's passphrase must not outlive the request that used it.
+_AGENT_CONF = "default-cache-ttl 0\nmax-cache-ttl 0\nallow-loopback-pinentry\n"
+
+# Fixed creation date (as SecureDrop does): a key must not reveal when its source arrived.
+_KEY_CREATION_DATE = "20130514T000000"
+
+
+class GpgError(Exception):
+    pass
+
+
+class SubmissionKeyError(GpgError):
+    """The admin's submission key file is unusable; the message says why, in one line."""
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    fingerprint: str
+    public_armored: str
+
+
+def prepare_homedir(homedir: str) -> None:
+    os.makedirs(homedir, mode=0o700, exist_ok=True)
+    os.chmod(homedir, 0o700)
+    conf = os.path.join(homedir, "gpg-agent.conf")
+    if not os.path.exists(conf) or open(conf).read() != _AGENT_CONF:
+        with open(conf, "w") as f:
+            f.write(_AGENT_CONF)
+    # The agent socket lives in the homedir unless /run/user/UID exists; its path is limited.
+    if len(os.path.join(os.path.abspath(homedir), "S.gpg-agent.browser")) > 107 and not os.path.isdir(
+        f"/run/user/{os.getuid()}"
+    ):
+        raise GpgError(f"GnuPG home path is too long for gpg-agent's socket: {homedir}")
+
+
+def gpg_base_argv(gpg_binary: str, homedir: str) -> list[str]:
+    return [gpg_binary, "--homedir", homedir, "--batch", "--no-tty", "--quiet", "--yes", "--trust-model", "always"]
+
+
+class Keyring:
+    def __init__(self, homedir: str, gpg_binary: str = "gpg") -> None:
+        prepare_homedir(homedir)
+        self.homedir = homedir
+        self.gpg_binary = gpg_binary
+        self._gpg = gnupg.GPG(gpgbinary=gpg_binary, gnupghome=homedir, options=["--trust-model", "always"])
+        self._gpg.encoding = "utf-8"
+
+    # -- the submission key -------------------------------------------------------------
+
+    def import_submission_key(self, armored: str) -> str:
+        """Import the SVS's public key; return its fingerprint. Refuses a secret key."""
+        forbid_reactor_thread("gpg")
+        if "PRIVATE KEY BLOCK" in armored:
+            raise SubmissionKeyError(
+                "the submission key file contains a SECRET key; give the server only the public "
+                "half (submission-public.asc) and keep the secret key on the SVS"
+            )
+        if "BEGIN PGP PUBLIC KEY BLOCK" not in armored:
+            raise SubmissionKeyError("the submission key file is not an ASCII-armored OpenPGP public key")
+        result = self._gpg.import_keys(armored)
+        fingerprints = sorted(set(result.fingerprints))
+        if len(fingerprints) != 1:
+            raise SubmissionKeyError(f"the submission key file must hold exactly one key, found {len(fingerprints)}")
+        fingerprint = fingerprints[0]
+        keys = self._gpg.list_keys(keys=[fingerprint])
+        if not keys:
+            raise SubmissionKeyError("the submission key could not be imported")
+        key = keys[0]
+        if key.get("expires") and float(key["expires"]) < __import__("time").time():
+            raise SubmissionKeyError(f"the submission key {fingerprint} has expired")
+        can_encrypt = "e" in key.get("cap", "") or "E" in key.get("cap", "")
+        if not can_encrypt:
+            raise SubmissionKeyError(f"the submission key {fingerprint} cannot encrypt")
+        return fingerprint
+
+    # -- source keys ---------------------------------------------------------------------
+
+    def generate_source_key(self, passphrase: str) -> KeyInfo:
+        forbid_reactor_thread("gpg")
+        batch = (
+            "Key-Type: EDDSA\nKey-Curve: ed25519\nKey-Usage: sign\n"
+            "Subkey-Type: ECDH\nSubkey-Curve: cv25519\nSubkey-Usage: encrypt\n"
+            "Name-Real: DeadDrop source\nExpire-Date: 0\n"
+            f"Creation-Date: {_KEY_CREATION_DATE}\nPassphrase: {passphrase}\n%commit\n"
+        )
+        result = self._gpg.gen_key(batch)
+        fingerprint = str(result.fingerprint or "")
+        if not fingerprint:
+            raise GpgError("source key generation failed")
+        return KeyInfo(fingerprint, self.export_public_key(fingerprint))
+
+    def export_public_key(self, fingerprint: str) -> str:
+        forbid_reactor_thread("gpg")
+        armored = self._gpg.export_keys(fingerprint)
+        if "BEGIN PGP PUBLIC KEY BLOCK" not in armored:
+            raise GpgError("public key export failed")
+        return armored
+
+    def has_secret_key(self, fingerprint: str) -> bool:
+        forbid_reactor_thread("gpg")
+        return any(k["fingerprint"] == fingerprint for k in self._gpg.list_keys(secret=True, keys=[fingerprint]))
+
+    def delete_key_pair(self, fingerprint: str) -> None:
+        forbid_reactor_thread("gpg")
+        # python-gnupg insists on a passphrase for secret deletion; with --batch --yes and a
+        # full fingerprint, gpg 2.2 deletes without one, so call it directly.
+        argv = gpg_base_argv(self.gpg_binary, self.homedir) + ["--delete-secret-and-public-key", fingerprint]
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True)
+        if proc.returncode != 0 and self._gpg.list_keys(keys=[fingerprint]):
+            raise GpgError("could not delete a source key")
+
+    # -- encryption ----------------------------------------------------------------------
+
+    def encrypt(self, plaintext: bytes, fingerprints: list[str], armor: bool = False) -> bytes:
+        forbid_reactor_thread("gpg")
+        result = self._gpg.encrypt(plaintext, fingerprints, armor=armor, always_trust=True)
+        if not result.ok:
+            raise GpgError(f"encryption failed: {result.status}")
+        return result.data
+
+    def decrypt(self, ciphertext: bytes, passphrase: str) -> bytes:
+        forbid_reactor_thread("gpg")
+        result = self._gpg.decrypt(ciphertext, passphrase=passphrase)
+        if not result.ok:
+            raise GpgError(f"decryption failed: {result.status}")
+        return result.data
+
+    def recipients_of(self, armored_message: str) -> list[str]:
+        """Key ids an OpenPGP message is encrypted to (empty if it is not one)."""
+        forbid_reactor_thread("gpg")
+        proc = subprocess.run(
+            gpg_base_argv(self.gpg_binary, self.homedir) + ["--list-packets", "--list-only"],
+            input=armored_message.encode("utf-8"), capture_output=True,
+        )
+        ids = []
+        for line in proc.stdout.decode("utf-8", "replace").splitlines():
+            if line.startswith(":pubkey enc packet:") and "keyid " in line:
+                ids.append(line.split("keyid ", 1)[1].split()[0].upper())
+        return ids
+
+    def subkey_ids(self, fingerprint: str) -> list[str]:
+        forbid_reactor_thread("gpg")
+        keys = self._gpg.list_keys(keys=[fingerprint])
+        if not keys:
+            return []
+        key = keys[0]
+        return [key["keyid"].upper()] + [sub[0].upper() for sub in key.get("subkeys", [])]
+
+    def stop_agent(self) -> None:
+        subprocess.run(
+            ["gpgconf", "--homedir", self.homedir, "--kill", "gpg-agent"],
+            stdin=subprocess.DEVNULL, capture_output=True,
+        )

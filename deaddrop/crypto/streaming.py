@@ -1,0 +1,203 @@
+"""Encrypt a stream to the submission key while it arrives, so plaintext never reaches disk.
+
+The reactor hands plaintext chunks to ``StreamEncryption.write``; a worker thread pumps them
+(optionally through a gzip framer) into a ``gpg --encrypt`` process that writes ciphertext
+straight to a temp file. Memory is bounded: past ``high_water`` buffered bytes the producer is
+asked to pause, and resumed once the pump has drained below ``low_water``.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import queue
+import subprocess
+import tempfile
+import threading
+from typing import Any, Callable
+
+from twisted.internet.defer import Deferred
+
+from deaddrop.crypto._gzip import GzipFramer
+from deaddrop.crypto.gpg import gpg_base_argv
+from deaddrop.crypto.pool import WorkerPool, forbid_reactor_thread
+
+_F_SETPIPE_SZ = 1031
+_PIPE_BYTES = 1 << 20
+_EOF = object()
+_ABORT = object()
+
+
+class EncryptionFailed(Exception):
+    """gpg could not encrypt the stream; ``disk_full`` tells the source what went wrong."""
+
+    def __init__(self, message: str, disk_full: bool = False) -> None:
+        super().__init__(message)
+        self.disk_full = disk_full
+
+
+class EncryptionTarget:
+    """Where and how to encrypt: the submission key file and the gpg to use."""
+
+    def __init__(self, gpg_binary: str, homedir: str, recipient_file: str) -> None:
+        self.gpg_binary = gpg_binary
+        self.homedir = homedir
+        self.recipient_file = recipient_file
+
+    def argv(self, out_path: str, compress: bool) -> list[str]:
+        return gpg_base_argv(self.gpg_binary, self.homedir) + [
+            "--recipient-file", self.recipient_file,
+            "--compress-algo", "zlib" if compress else "none",
+            "--output", out_path,
+            "--encrypt",
+        ]
+
+
+class StreamEncryption:
+    def __init__(
+        self,
+        reactor: Any,
+        pool: WorkerPool,
+        target: EncryptionTarget,
+        out_path: str,
+        *,
+        gzip_name: str | None = None,
+        compress: bool = False,
+        on_pause: Callable[[], None] = lambda: None,
+        on_resume: Callable[[], None] = lambda: None,
+        high_water: int = 1 << 20,
+        low_water: int = 256 << 10,
+    ) -> None:
+        self._reactor = reactor
+        self.out_path = out_path
+        self._argv = target.argv(out_path, compress)
+        self._framer = GzipFramer(gzip_name) if gzip_name is not None else None
+        self._on_pause = on_pause
+        self._on_resume = on_resume
+        self._high = high_water
+        self._low = low_water
+        self._queue: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._buffered = 0
+        self._paused = False
+        self._closed = False
+        self.plaintext_size = 0
+        self._done: Deferred[int] = Deferred()
+        pool.call_in_thread(self._pump)
+
+    # -- reactor side ----------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        if self._closed or not data:
+            return
+        self.plaintext_size += len(data)
+        with self._lock:
+            self._buffered += len(data)
+            pause = self._buffered > self._high and not self._paused
+            if pause:
+                self._paused = True
+        self._queue.put(data)
+        if pause:
+            self._on_pause()
+
+    def finish(self) -> "Deferred[int]":
+        """No more input. Fires with the ciphertext size once it is written and fsynced."""
+        if not self._closed:
+            self._closed = True
+            self._queue.put(_EOF)
+        return self._done
+
+    def abort(self) -> None:
+        """Stop, kill gpg, and remove whatever ciphertext was written."""
+        if not self._closed:
+            self._closed = True
+            self._queue.put(_ABORT)
+        self._done.addErrback(lambda _: None)
+
+    # -- worker thread ---------------------------------------------------------------------
+
+    def _pump(self) -> None:
+        forbid_reactor_thread("gpg")
+        try:
+            size = self._run_gpg()
+        except BaseException as e:  # report every failure to the reactor, never lose it
+            _remove_quietly(self.out_path)
+            failure = e if isinstance(e, EncryptionFailed) else EncryptionFailed(f"encryption failed: {e!r}")
+            self._reactor.callFromThread(self._done.errback, failure)
+        else:
+            self._reactor.callFromThread(self._done.callback, size)
+
+    def _run_gpg(self) -> int:
+        with tempfile.TemporaryFile() as stderr:
+            proc = subprocess.Popen(self._argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr, bufsize=0)
+            try:
+                fcntl.fcntl(proc.stdin.fileno(), _F_SETPIPE_SZ, _PIPE_BYTES)
+            except OSError:
+                pass  # a smaller pipe only costs speed
+            aborted = False
+            try:
+                if self._framer is not None:
+                    self._send(proc, self._framer.header())
+                while True:
+                    item = self._queue.get()
+                    if item is _EOF:
+                        break
+                    if item is _ABORT:
+                        aborted = True
+                        break
+                    self._drained(len(item))
+                    self._send(proc, self._framer.compress(item) if self._framer else item)
+                if not aborted and self._framer is not None:
+                    self._send(proc, self._framer.trailer())
+            except BrokenPipeError:
+                pass  # gpg died; its exit status and stderr say why
+            finally:
+                if aborted:
+                    proc.kill()
+                try:
+                    proc.stdin.close()
+                except BrokenPipeError:
+                    pass
+                returncode = proc.wait()
+            if aborted:
+                _remove_quietly(self.out_path)
+                raise EncryptionFailed("upload aborted")
+            if returncode != 0:
+                stderr.seek(0)
+                text = stderr.read(4096).decode("utf-8", "replace")
+                raise EncryptionFailed(
+                    f"gpg exited with status {returncode}", disk_full="No space left" in text
+                )
+        try:
+            fd = os.open(self.out_path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise EncryptionFailed("gpg wrote no output")
+        try:
+            os.fsync(fd)
+            return os.fstat(fd).st_size
+        except OSError as e:
+            raise EncryptionFailed(f"fsync failed: {e}", disk_full=e.errno == errno.ENOSPC)
+        finally:
+            os.close(fd)
+
+    def _send(self, proc: subprocess.Popen, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            written = proc.stdin.write(view)
+            view = view[written:]
+
+    def _drained(self, n: int) -> None:
+        with self._lock:
+            self._buffered -= n
+            resume = self._paused and self._buffered <= self._low
+            if resume:
+                self._paused = False
+        if resume:
+            self._reactor.callFromThread(self._on_resume)
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,76 @@
+"""The security event log: one JSON object per line, for an IDS (OSSEC/Wazuh) to watch.
+
+Events name what happened to the *system* (a journalist login, a refused certificate, Tor
+state); they never carry anything about a source: no codename, filesystem id, designation,
+uuid, filename or IP address. ``SecurityEvents.emit`` refuses field names outside an allow-list
+so that a careless caller cannot leak one by accident.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from typing import Any, Callable
+
+from twisted.logger import Logger
+
+# Fields an event may carry. Anything else is a programming error.
+ALLOWED_FIELDS = frozenset(
+    {
+        "username",  # a journalist's account name
+        "reason",  # short machine-readable cause, e.g. "bad_totp", "revoked"
+        "subject",  # a client certificate's subject CN (journalists only)
+        "serial",  # a client certificate's serial number
+        "count",  # counters such as revoked certificates in a CRL
+        "progress",  # Tor bootstrap percent
+        "summary",  # Tor's own bootstrap summary text
+        "onion",  # the instance's own onion address (public by design)
+        "kind",  # sub-kind, e.g. "message", "file" for submission.stored
+        "delay",  # seconds, e.g. a restart back-off
+        "target",  # the account acted upon by an admin action
+        "fingerprint",  # the submission key fingerprint (public)
+        "detail",  # a fixed, non-source-derived explanation
+    }
+)
+
+_log = Logger(namespace="deaddrop.security")
+
+
+class SecurityEvents:
+    """Appends events to ``DATA/logs/security.jsonl`` and mirrors them to twistd's log."""
+
+    def __init__(self, path: str | None, clock: Callable[[], float] = time.time) -> None:
+        self._path = path
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        if path is not None:
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            # O_APPEND keeps lines whole even if the admin CLI appends at the same time.
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+    def emit(self, event: str, **fields: Any) -> dict[str, Any]:
+        unknown = set(fields) - ALLOWED_FIELDS
+        if unknown:
+            raise ValueError(f"security event fields not allowed: {sorted(unknown)}")
+        record: dict[str, Any] = {
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._clock())),
+            "event": event,
+            "program": "deaddrop",
+        }
+        record.update({k: v for k, v in fields.items() if v is not None})
+        line = json.dumps(record, sort_keys=True, separators=(",", ":"))
+        if self._fd is not None:
+            # One write() of a short line under O_APPEND is atomic; small enough to run on
+            # the reactor thread (no fsync: losing the last event in a power cut is acceptable).
+            with self._lock:
+                os.write(self._fd, line.encode("utf-8") + b"\n")
+        _log.info("security event {event}: {line}", event=event, line=line)
+        return record
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None

@@ -1,0 +1,204 @@
+"""Composition: build the whole DeadDrop service tree from a ``Config``.
+
+Blocking set-up (directories, peppers, the submission key import, database migration and
+crash recovery) happens here, before the reactor runs; once it runs, every blocking call goes
+through a thread pool.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable
+
+from twisted.application.internet import TimerService
+from twisted.application.service import MultiService, Service
+from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import serverFromString
+from twisted.logger import Logger
+
+from deaddrop.config import Config
+from deaddrop.crypto.gpg import Keyring
+from deaddrop.crypto.kdf import CodenameKdf, Peppers
+from deaddrop.crypto.pool import WorkerPool
+from deaddrop.crypto.streaming import EncryptionTarget
+from deaddrop.events import SecurityEvents
+from deaddrop.settings import InstanceSettings
+from deaddrop.sources import Newsroom
+from deaddrop.store import queries
+from deaddrop.store._atomic import write_atomically
+from deaddrop.store.db import Database
+from deaddrop.store.files import Store
+from deaddrop.web._common.sessions import SessionStore
+from deaddrop.web._common.throttle import FailureThrottle
+from deaddrop.web.source.app import SourceInterface
+
+_log = Logger()
+
+
+class ListenerService(Service):
+    """Listens on an endpoint string; ``when_listening()`` gives the port (tests use port 0)."""
+
+    def __init__(self, reactor: Any, description: str, factory: Any, on_fatal: Callable[[str], None]) -> None:
+        self._reactor = reactor
+        self.description = description
+        self._factory = factory
+        self._on_fatal = on_fatal
+        self.port: Any = None
+        self._waiting: list[Deferred] = []
+
+    def startService(self) -> None:
+        super().startService()
+        d = serverFromString(self._reactor, self.description).listen(self._factory)
+        d.addCallbacks(self._listening, self._failed)
+
+    def _listening(self, port: Any) -> None:
+        self.port = port
+        waiting, self._waiting = self._waiting, []
+        for d in waiting:
+            d.callback(port)
+
+    def _failed(self, failure: Any) -> None:
+        self._on_fatal(f"cannot listen on {self.description}: {failure.getErrorMessage()}")
+
+    def when_listening(self) -> Deferred:
+        if self.port is not None:
+            from twisted.internet.defer import succeed
+
+            return succeed(self.port)
+        d: Deferred = Deferred()
+        self._waiting.append(d)
+        return d
+
+    def stopService(self) -> Any:
+        super().stopService()
+        if self.port is not None:
+            port, self.port = self.port, None
+            return port.stopListening()
+        return None
+
+
+class DeadDropService(MultiService):
+    def __init__(self, config: Config, reactor: Any) -> None:
+        super().__init__()
+        self.config = config
+        self.reactor = reactor
+        self.pools: list[WorkerPool] = []
+        self.closers: list[Callable[[], None]] = []
+
+    def startService(self) -> None:
+        for pool in self.pools:
+            pool.start()
+        super().startService()
+
+    def stopService(self) -> Any:
+        d = super().stopService()
+
+        def cleanup(result: Any) -> Any:
+            for pool in self.pools:
+                pool.stop()
+            for close in reversed(self.closers):
+                close()
+            return result
+
+        if isinstance(d, Deferred):
+            return d.addBoth(cleanup)
+        return cleanup(d)
+
+    def fatal(self, message: str) -> None:
+        """A start-up failure after the reactor began: one line, then stop with status 1."""
+        sys.stderr.write(f"deaddrop: error: {message}\n")
+        _log.critical("fatal: {message}", message=message)
+        self.exit_status = 1
+        if self.reactor.running:
+            self.reactor.stop()
+
+    exit_status = 0
+
+
+def build_service(config: Config, reactor: Any = None) -> DeadDropService:
+    if reactor is None:
+        from twisted.internet import reactor as default_reactor
+
+        reactor = default_reactor
+    config = config.validated()
+    top = DeadDropService(config, reactor)
+    os.makedirs(config.data_dir, mode=0o700, exist_ok=True)
+    os.chmod(config.data_dir, 0o700)
+
+    events = SecurityEvents(config.path("logs", "security.jsonl"))
+    top.events = events
+    top.closers.append(events.close)
+
+    keyring = Keyring(config.path("gnupg"), config.gpg_binary)
+    top.closers.append(keyring.stop_agent)
+    with open(config.submission_key, encoding="utf-8", errors="replace") as f:
+        submission_armored = f.read()
+    fingerprint = keyring.import_submission_key(submission_armored)
+    key_copy = config.path("submission-key.asc")
+    write_atomically(key_copy, submission_armored.encode("utf-8"), mode=0o644)
+    _log.info("submission key fingerprint {fingerprint}", fingerprint=fingerprint)
+    if config.demo:
+        _log.warn("*** DEMO INSTANCE: the submission key is a throwaway demo key. Never use this for real sources. ***")
+
+    db = Database(reactor, config.path("db.sqlite"))
+    db.open()
+    top.closers.append(db.close)
+    settings = InstanceSettings(config.organisation_name, config.max_upload_size).apply_stored(
+        db.run_blocking(queries.get_settings)
+    )
+
+    crypto_pool = WorkerPool(reactor, "deaddrop-crypto", max_threads=config.crypto_threads)
+    stream_pool = WorkerPool(reactor, "deaddrop-stream", max_threads=config.stream_threads)
+    top.pools += [crypto_pool, stream_pool]
+
+    newsroom = Newsroom(
+        reactor=reactor,
+        db=db,
+        store=Store(config.data_dir),
+        keyring=keyring,
+        kdf=CodenameKdf(Peppers.load_or_create(config.data_dir), config.kdf_cost),
+        crypto_pool=crypto_pool,
+        stream_pool=stream_pool,
+        encryption=EncryptionTarget(config.gpg_binary, keyring.homedir, key_copy),
+        submission_fingerprint=fingerprint,
+        events=events,
+    )
+    report = newsroom.recover_blocking()
+    _log.info(
+        "store recovery: {t} temp files removed, {r} rows without file removed, {f} files without row removed",
+        t=report.temp_files_removed, r=report.rows_without_file, f=report.files_without_row,
+    )
+    top.newsroom = newsroom
+    top.settings = settings
+    top.db = db
+
+    source_sessions = SessionStore("dd_source", config.source_session_idle, config.source_session_lifetime)
+    newsroom.on_source_deleted(
+        lambda source_id: source_sessions.destroy_where(
+            lambda s: getattr(s.data.get("source"), "source_id", None) == source_id
+        )
+    )
+    source = SourceInterface(
+        newsroom=newsroom,
+        sessions=source_sessions,
+        settings=settings,
+        events=events,
+        submission_key_armored=submission_armored,
+        codename_words=config.codename_words,
+        login_throttle=FailureThrottle(config.source_login_failures_per_minute, 60.0),
+        demo=config.demo,
+    )
+    top.source = source
+    top.source_listener = ListenerService(reactor, config.source_listen, source.site(reactor), top.fatal)
+    top.source_listener.setServiceParent(top)
+    sweeper = TimerService(60.0, source_sessions.sweep)
+    sweeper.clock = reactor
+    sweeper.setServiceParent(top)
+    _add_tor(top, config, reactor)
+    return top
+
+
+def _add_tor(top: DeadDropService, config: Config, reactor: Any) -> None:
+    if config.tor == "none":
+        return
+    from deaddrop.tor import make_tor_service  # noqa: F401  (wired below once listening)

@@ -1,0 +1,164 @@
+"""SQL for the use cases. Each function takes the connection first and runs inside the one
+transaction ``Database.run`` opened for it, on the database thread."""
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from deaddrop.store.files import stored_filename
+
+Row = sqlite3.Row
+
+
+# -- sources -------------------------------------------------------------------------------
+
+def insert_source(conn: sqlite3.Connection, uuid: str, filesystem_id: str, designation: str, now: float) -> int:
+    cur = conn.execute(
+        "INSERT INTO sources(uuid, filesystem_id, designation, created_at, last_updated) VALUES (?,?,?,?,?)",
+        (uuid, filesystem_id, designation, now, now),
+    )
+    return int(cur.lastrowid)
+
+
+def source_by_filesystem_id(conn: sqlite3.Connection, filesystem_id: str) -> Row | None:
+    return conn.execute("SELECT * FROM sources WHERE filesystem_id = ?", (filesystem_id,)).fetchone()
+
+
+def source_by_id(conn: sqlite3.Connection, source_id: int) -> Row | None:
+    return conn.execute("SELECT * FROM sources WHERE id = ?", (source_id,)).fetchone()
+
+
+def source_by_uuid(conn: sqlite3.Connection, uuid: str) -> Row | None:
+    return conn.execute("SELECT * FROM sources WHERE uuid = ?", (uuid,)).fetchone()
+
+
+def set_source_key(conn: sqlite3.Connection, source_id: int, fingerprint: str, public_key: str) -> bool:
+    cur = conn.execute(
+        "UPDATE sources SET key_fingerprint = ?, public_key = ? WHERE id = ? AND key_fingerprint IS NULL",
+        (fingerprint, public_key, source_id),
+    )
+    return cur.rowcount == 1
+
+
+def delete_source(conn: sqlite3.Connection, source_id: int) -> Row | None:
+    row = source_by_id(conn, source_id)
+    if row is not None:
+        conn.execute("DELETE FROM sources WHERE id = ?", (source_id,))
+    return row
+
+
+def _allocate(conn: sqlite3.Connection, source_id: int, count: int) -> tuple[int, str] | None:
+    row = conn.execute("SELECT next_n, designation FROM sources WHERE id = ?", (source_id,)).fetchone()
+    if row is None:
+        return None
+    conn.execute("UPDATE sources SET next_n = next_n + ? WHERE id = ?", (count, source_id))
+    return row["next_n"], row["designation"]
+
+
+# -- submissions ---------------------------------------------------------------------------
+
+def insert_submissions(
+    conn: sqlite3.Connection, source_id: int, designation: str, parts: list[tuple[str, int]], now: float
+) -> list[str] | None:
+    """Allocate numbers (never reused) and insert one row per part. -> stored filenames."""
+    import uuid as uuidlib
+
+    allocated = _allocate(conn, source_id, len(parts))
+    if allocated is None:
+        return None
+    first_n, designation = allocated
+    names = []
+    for offset, (kind, size) in enumerate(parts):
+        n = first_n + offset
+        name = stored_filename(n, designation, kind)
+        conn.execute(
+            "INSERT INTO submissions(uuid, source_id, n, filename, kind, size, created_at) VALUES (?,?,?,?,?,?,?)",
+            (str(uuidlib.uuid4()), source_id, n, name, kind, size, now),
+        )
+        names.append(name)
+    conn.execute("UPDATE sources SET pending = 0, last_updated = ? WHERE id = ?", (now, source_id))
+    return names
+
+
+def delete_submissions_by_filename(conn: sqlite3.Connection, filenames: list[str]) -> None:
+    conn.executemany("DELETE FROM submissions WHERE filename = ?", [(f,) for f in filenames])
+
+
+# -- replies -------------------------------------------------------------------------------
+
+def insert_reply(
+    conn: sqlite3.Connection, source_id: int, uuid: str, size: int, sha256: str,
+    journalist_id: int | None, now: float,
+) -> dict[str, Any] | None:
+    allocated = _allocate(conn, source_id, 1)
+    if allocated is None:
+        return None
+    n, designation = allocated
+    name = stored_filename(n, designation, "reply")
+    conn.execute(
+        "INSERT INTO replies(uuid, source_id, n, filename, size, sha256, journalist_id, created_at)"
+        " VALUES (?,?,?,?,?,?,?,?)",
+        (uuid, source_id, n, name, size, sha256, journalist_id, now),
+    )
+    conn.execute("UPDATE sources SET last_updated = ? WHERE id = ?", (now, source_id))
+    fid = conn.execute("SELECT filesystem_id FROM sources WHERE id = ?", (source_id,)).fetchone()[0]
+    return {"filename": name, "filesystem_id": fid, "uuid": uuid, "n": n}
+
+
+def delete_reply_row(conn: sqlite3.Connection, filename: str) -> None:
+    conn.execute("DELETE FROM replies WHERE filename = ?", (filename,))
+
+
+def replies_for_source(conn: sqlite3.Connection, source_id: int) -> list[Row]:
+    return conn.execute(
+        "SELECT * FROM replies WHERE source_id = ? AND deleted_by_source = 0 ORDER BY n", (source_id,)
+    ).fetchall()
+
+
+def mark_reply_deleted_by_source(conn: sqlite3.Connection, source_id: int, filename: str) -> bool:
+    cur = conn.execute(
+        "UPDATE replies SET deleted_by_source = 1 WHERE source_id = ? AND filename = ? AND deleted_by_source = 0",
+        (source_id, filename),
+    )
+    return cur.rowcount == 1
+
+
+def mark_all_replies_deleted_by_source(conn: sqlite3.Connection, source_id: int) -> list[str]:
+    rows = conn.execute(
+        "SELECT filename FROM replies WHERE source_id = ? AND deleted_by_source = 0", (source_id,)
+    ).fetchall()
+    conn.execute("UPDATE replies SET deleted_by_source = 1 WHERE source_id = ?", (source_id,))
+    return [r["filename"] for r in rows]
+
+
+# -- recovery ------------------------------------------------------------------------------
+
+def all_stored_filenames(conn: sqlite3.Connection) -> dict[str, set[str]]:
+    known: dict[str, set[str]] = {}
+    for row in conn.execute(
+        "SELECT s.filesystem_id AS fid, x.filename AS filename FROM sources s JOIN submissions x ON x.source_id = s.id"
+        " UNION ALL SELECT s.filesystem_id, r.filename FROM sources s JOIN replies r ON r.source_id = s.id"
+        " WHERE r.deleted_by_source = 0"
+    ):
+        known.setdefault(row["fid"], set()).add(row["filename"])
+    return known
+
+
+def delete_rows_for_missing_files(conn: sqlite3.Connection, missing: dict[str, set[str]]) -> None:
+    for names in missing.values():
+        for name in names:
+            conn.execute("DELETE FROM submissions WHERE filename = ?", (name,))
+            conn.execute("DELETE FROM replies WHERE filename = ? AND deleted_by_source = 0", (name,))
+
+
+# -- settings ------------------------------------------------------------------------------
+
+def get_settings(conn: sqlite3.Connection) -> dict[str, str]:
+    return {row["key"]: row["value"] for row in conn.execute("SELECT key, value FROM settings")}
+
+
+def set_setting(conn: sqlite3.Connection, key: str, value: str) -> None:
+    conn.execute(
+        "INSERT INTO settings(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        (key, value),
+    )

@@ -1,0 +1,93 @@
+"""``twistd deaddrop``: options and ``makeService``."""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from twisted.python import usage
+
+from deaddrop.config import Config, ConfigError, MiB
+from deaddrop.crypto.kdf import KdfCost
+
+
+class Options(usage.Options):
+    synopsis = "[options]"
+    longdesc = (
+        "Run a DeadDrop instance: the source interface (published as a Tor onion service) and "
+        "the journalist interface (mutual TLS, for the newsroom VPN)."
+    )
+    optParameters = [
+        ["data-dir", None, "./deaddrop-data", "Directory for the store, database, keys and logs."],
+        ["source-listen", None, "tcp:8080:interface=127.0.0.1", "Endpoint for the source interface."],
+        ["journalist-listen", None, "tcp:8443:interface=127.0.0.1", "Endpoint for the journalist interface (wrapped in TLS)."],
+        ["tor", None, "launch", "launch (start Tor), control:ENDPOINT (attach to a running Tor) or none (development)."],
+        ["tor-binary", None, None, "The tor binary to launch (default: found on PATH)."],
+        ["submission-key", None, None, "The SVS's armored public submission key."],
+        ["codename-words", None, 7, "Words in a new codename.", int],
+        ["max-upload-size", None, 500 * MiB, "Largest accepted upload, in bytes.", int],
+        ["crypto-threads", None, min(8, max(2, os.cpu_count() or 2)), "Threads for Argon2id and GnuPG work.", int],
+        ["kdf-cost", None, "default", "Argon2id cost: 'default' or OPS:MEMBYTES."],
+        ["gpg-binary", None, "gpg", "The gpg binary."],
+        ["journalist-ca", None, None, "CA certificate that signs journalists' client certificates."],
+        ["journalist-crl", None, None, "Certificate revocation list for journalists' certificates (reloaded on change)."],
+        ["journalist-tls-cert", None, None, "The journalist listener's certificate (default: made in the data dir)."],
+        ["journalist-tls-key", None, None, "The journalist listener's key (default: made in the data dir)."],
+        ["organisation-name", None, "DeadDrop", "The name sources see (admins can change it later)."],
+    ]
+    optFlags = [
+        ["journalist-onion", None, "Also publish the journalist interface as an onion service with client authorisation."],
+        ["demo", None, "Mark this instance as a demo everywhere (the README's demo uses it)."],
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self["tor-option"] = []
+
+    def opt_tor_option(self, value: str) -> None:
+        """Extra torrc setting KEY=VALUE (repeatable)."""
+        key, sep, val = value.partition("=")
+        if not sep or not key.strip():
+            raise usage.UsageError(f"--tor-option wants KEY=VALUE, not {value!r}")
+        self["tor-option"].append((key.strip(), val.strip()))
+
+    def postOptions(self) -> None:
+        try:
+            self.config = config_from_options(self).validated()
+        except (ConfigError, ValueError) as e:
+            raise usage.UsageError(str(e))
+
+
+def config_from_options(options: Any) -> Config:
+    return Config(
+        data_dir=options["data-dir"],
+        source_listen=options["source-listen"],
+        journalist_listen=options["journalist-listen"],
+        tor=options["tor"],
+        tor_binary=options["tor-binary"],
+        tor_options=tuple(options["tor-option"]),
+        journalist_onion=bool(options["journalist-onion"]),
+        submission_key=options["submission-key"],
+        codename_words=int(options["codename-words"]),
+        max_upload_size=int(options["max-upload-size"]),
+        crypto_threads=int(options["crypto-threads"]),
+        kdf_cost=KdfCost.parse(options["kdf-cost"]),
+        gpg_binary=options["gpg-binary"],
+        journalist_ca=options["journalist-ca"],
+        journalist_crl=options["journalist-crl"],
+        journalist_tls_cert=options["journalist-tls-cert"],
+        journalist_tls_key=options["journalist-tls-key"],
+        organisation_name=options["organisation-name"],
+        demo=bool(options["demo"]),
+    )
+
+
+def makeService(options: Options) -> Any:
+    from deaddrop.crypto.gpg import GpgError
+    from deaddrop.server import build_service
+
+    try:
+        return build_service(options.config)
+    except (ConfigError, GpgError, OSError, ValueError) as e:
+        sys.stderr.write(f"deaddrop: error: {e}\n")
+        raise SystemExit(1)

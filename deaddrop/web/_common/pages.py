@@ -1,0 +1,84 @@
+"""HTML pages built from ``twisted.web.template`` tags: escaping is automatic, no JavaScript.
+
+Every page is complete without scripts, fonts or anything loaded from elsewhere; the only
+extra request is ``/static/style.css`` from the same origin.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from twisted.internet.defer import Deferred
+from twisted.web.template import Tag, flattenString, tags
+
+from deaddrop.web._common.sessions import Session
+
+DOCTYPE = b"<!DOCTYPE html>\n"
+
+
+def csrf_field(session: Session) -> Tag:
+    return tags.input(type="hidden", name="csrf_token", value=session.csrf_token)
+
+
+def flash_list(flashes: Iterable[tuple[str, str]]) -> Tag | str:
+    items = [tags.p(message, class_=f"flash flash-{category}", role="status") for category, message in flashes]
+    return tags.div(*items, class_="flashes") if items else ""
+
+
+def layout(
+    *,
+    title: str,
+    site_name: str,
+    body: Iterable[Any],
+    flashes: Iterable[tuple[str, str]] = (),
+    nav: Iterable[Any] = (),
+    body_class: str = "",
+) -> Tag:
+    return tags.html(lang="en")(
+        tags.head(
+            tags.meta(charset="utf-8"),
+            tags.meta(name="viewport", content="width=device-width, initial-scale=1"),
+            tags.meta(name="referrer", content="no-referrer"),
+            tags.title(f"{title} · {site_name}"),
+            tags.link(rel="stylesheet", href="/static/style.css"),
+        ),
+        tags.body(class_=body_class)(
+            tags.header(
+                tags.div(class_="brand")(tags.a(site_name, href="/")),
+                tags.nav(*nav) if nav else "",
+                class_="top",
+            ),
+            Tag("main")(flash_list(flashes), *body),
+            tags.footer(tags.p("Powered by DeadDrop")),
+        ),
+    )
+
+
+def render(tag: Tag) -> Deferred:
+    """-> Deferred[bytes] of a full HTML document."""
+    return flattenString(None, tag).addCallback(lambda html: DOCTYPE + html)
+
+
+def render_sync(tag: Tag) -> bytes:
+    """For pages built outside a request (early refusals): tags flatten synchronously."""
+    out: list[bytes] = []
+    d = flattenString(None, tag)
+    d.addCallback(out.append)
+    if not out:
+        raise RuntimeError("page did not flatten synchronously")
+    return DOCTYPE + out[0]
+
+
+def set_html(request: Any, status: int = 200) -> None:
+    request.setResponseCode(status)
+    request.setHeader(b"content-type", b"text/html; charset=utf-8")
+
+
+def error_page_bytes(site_name: str, status: int, title: str, message: str) -> bytes:
+    return render_sync(
+        layout(
+            title=title,
+            site_name=site_name,
+            body=[tags.h1(title), tags.p(message), tags.p(tags.a("Back to the start", href="/"))],
+            body_class="error",
+        )
+    )

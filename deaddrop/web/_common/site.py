@@ -1,0 +1,216 @@
+"""The HTTP layer both interfaces share: request bodies, timeouts, headers, quiet logging.
+
+Twisted's stock ``Request`` spools bodies over 100 kB to an unlinked temp file (plaintext on
+disk) and parses multipart bodies whole in memory. ``DeadDropRequest`` takes the body over
+where it arrives instead: small form bodies go to a capped in-memory buffer, multipart bodies
+to a ``MultipartUpload`` that streams file parts into encryption.
+"""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from twisted.internet import reactor as _global_reactor
+from twisted.logger import Logger
+from twisted.web import http, server
+
+from deaddrop.web._common.headers import apply_security_headers, raw_header_block
+from deaddrop.web._common.upload import MultipartUpload
+
+_log = Logger(namespace="deaddrop.web")
+
+
+@dataclass(frozen=True)
+class BodyPolicy:
+    max_form_bytes: int = 1 << 20  # urlencoded / JSON bodies
+    # Slow-loris defence: a request in progress must send at least this many bytes per window.
+    min_bytes_per_window: int = 1024
+    window_seconds: float = 30.0
+
+
+StartUpload = Callable[["DeadDropRequest", bytes, "int | None"], MultipartUpload]
+
+
+class _CappedBuffer(io.BytesIO):
+    def __init__(self, cap: int) -> None:
+        super().__init__()
+        self.cap = cap
+
+
+def _boundary_of(content_type: bytes) -> bytes | None:
+    main, _, params = content_type.partition(b";")
+    if main.strip().lower() != b"multipart/form-data":
+        return None
+    for param in params.split(b";"):
+        key, _, value = param.strip().partition(b"=")
+        if key.strip().lower() == b"boundary":
+            return value.strip().strip(b'"') or b""
+    return b""
+
+
+class DeadDropRequest(server.Request):
+    upload: MultipartUpload | None = None
+    _refused = False
+    _body_bytes = 0
+
+    # -- body intake -----------------------------------------------------------------------
+
+    def gotLength(self, length: int | None) -> None:
+        site: DeadDropSite = self.channel.site
+        policy = site.body_policy
+        content_type = (self.requestHeaders.getRawHeaders(b"content-type") or [b""])[0]
+        boundary = _boundary_of(content_type)
+        self.content = io.BytesIO()
+        if boundary is not None:
+            if site.start_upload is None:
+                return self._refuse_early(415, "Unsupported upload", "This address does not accept uploads.")
+            self._multipart_limit = site.multipart_limit()
+            if length is not None and length > self._multipart_limit:
+                return self._refuse_early(413, "Too large", site.too_large_message)
+            self.upload = site.start_upload(self, boundary, length)
+            return
+        if length is not None and length > policy.max_form_bytes:
+            return self._refuse_early(413, "Too large", "That request is too large.")
+        self.content = _CappedBuffer(policy.max_form_bytes)
+
+    def handleContentChunk(self, data: bytes) -> None:
+        if self._refused:
+            return
+        self._body_bytes += len(data)
+        site: DeadDropSite = self.channel.site
+        if self.upload is not None:
+            if self._body_bytes > self._multipart_limit:
+                self.upload.abort()
+                return self._refuse_early(413, "Too large", site.too_large_message)
+            self.upload.feed(data)
+            return
+        if self._body_bytes > self.content.cap:
+            return self._refuse_early(413, "Too large", "That request is too large.")
+        self.content.write(data)
+
+    def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
+        if self._refused:
+            return
+        if self.upload is not None:
+            self.upload.end()
+        super().requestReceived(command, path, version)
+
+    def connectionLost(self, reason: Any) -> None:
+        if self.upload is not None:
+            self.upload.abort()
+        super().connectionLost(reason)
+
+    def _refuse_early(self, status: int, title: str, message: str) -> None:
+        """Answer before the body is read, then hang up: never buffer what we will refuse."""
+        self._refused = True
+        if self.upload is not None:
+            self.upload.abort()
+        site: DeadDropSite = self.channel.site
+        body = site.render_error_page(status, title, message)
+        reason = http.RESPONSES.get(status, b"Error")
+        head = (
+            b"HTTP/1.1 %d %s\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: %d\r\n"
+            b"Connection: close\r\n" % (status, reason, len(body))
+        )
+        transport = self.channel.transport
+        transport.write(head + raw_header_block() + b"\r\n" + body)
+        transport.loseConnection()
+
+    # -- transport back-pressure (used by uploads) -------------------------------------------
+
+    def pause_body(self) -> None:
+        self.channel.body_paused = True
+        self.channel.transport.pauseProducing()
+
+    def resume_body(self) -> None:
+        if self.channel.body_paused:
+            self.channel.body_paused = False
+            self.channel.transport.resumeProducing()
+
+    # -- responses ---------------------------------------------------------------------------
+
+    def process(self) -> None:
+        apply_security_headers(self)
+        super().process()
+
+    def write(self, data: bytes) -> None:
+        if not self.startedWriting:
+            # No server banner: an onion service must not advertise what it runs.
+            self.responseHeaders.removeHeader(b"server")
+        super().write(data)
+
+    def processingFailed(self, reason: Any) -> None:
+        # Log where it failed, never the exception's text: it may quote request data.
+        frames = [f"{filename.rsplit('/', 1)[-1]}:{line}" for _name, filename, line, *_ in reason.frames[-4:]]
+        _log.error("request failed: {type} at {frames}", type=reason.type.__name__, frames=" < ".join(reversed(frames)))
+        if self.finished or self.channel is None:
+            return
+        body = self.channel.site.render_error_page(500, "Something went wrong", "The server could not handle that request. Nothing you sent was stored unless you saw a confirmation.")
+        self.setResponseCode(500)
+        self.setHeader(b"content-type", b"text/html; charset=utf-8")
+        self.setHeader(b"content-length", b"%d" % len(body))
+        self.write(body)
+        self.finish()
+
+
+class DeadDropChannel(http.HTTPChannel):
+    """Drops clients that dribble bytes, without logging who they were."""
+
+    body_paused = False
+
+    def connectionMade(self) -> None:
+        super().connectionMade()
+        self._window_bytes = 0
+        self._watchdog = self.callLater(self.site.body_policy.window_seconds, self._check_progress)
+
+    def dataReceived(self, data: bytes) -> None:
+        self._window_bytes += len(data)
+        super().dataReceived(data)
+
+    def _check_progress(self) -> None:
+        policy = self.site.body_policy
+        mid_request = bool(self.requests) and not self._handlingRequest
+        if mid_request and not self.body_paused and self._window_bytes < policy.min_bytes_per_window:
+            self.transport.abortConnection()
+            return
+        self._window_bytes = 0
+        self._watchdog = self.callLater(policy.window_seconds, self._check_progress)
+
+    def connectionLost(self, reason: Any) -> None:
+        if self._watchdog is not None and self._watchdog.active():
+            self._watchdog.cancel()
+        super().connectionLost(reason)
+
+    def timeoutConnection(self) -> None:
+        # The stock method logs the peer address; we never log addresses.
+        self.transport.abortConnection()
+
+
+class DeadDropSite(server.Site):
+    requestFactory = DeadDropRequest
+    protocol = DeadDropChannel
+    noisy = False
+    displayTracebacks = False
+
+    def __init__(
+        self,
+        resource: Any,
+        *,
+        body_policy: BodyPolicy,
+        render_error_page: Callable[[int, str, str], bytes],
+        start_upload: StartUpload | None = None,
+        multipart_limit: Callable[[], int] = lambda: 0,
+        too_large_message: str = "That upload is too large.",
+        idle_timeout: float = 60.0,
+        reactor: Any = None,
+    ) -> None:
+        super().__init__(resource, logPath=None, timeout=idle_timeout, reactor=reactor or _global_reactor)
+        self.body_policy = body_policy
+        self.render_error_page = render_error_page
+        self.start_upload = start_upload
+        self.multipart_limit = multipart_limit
+        self.too_large_message = too_large_message
+
+    def log(self, request: Any) -> None:
+        """No access log: no addresses, no user agents, no paths."""

@@ -1,0 +1,255 @@
+"""Streaming ``multipart/form-data``: parse as bytes arrive, encrypt file parts on the fly.
+
+No request body is ever held whole: text fields are capped small, file parts flow straight
+into a ``StreamEncryption`` (see ``deaddrop.crypto.streaming``), and the transport is paused
+while the encryptor catches up. Nothing becomes visible in the store until the route commits.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+import multipart
+from twisted.internet.defer import Deferred, DeferredList
+
+from deaddrop.filenames import sanitise_filename
+
+
+class FileSink(Protocol):
+    out_path: str
+    plaintext_size: int
+
+    def write(self, data: bytes) -> None: ...
+    def finish(self) -> Deferred: ...
+    def abort(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class UploadLimits:
+    max_file_bytes: int  # all file parts together
+    text_fields: dict[str, int]  # allowed text field -> max bytes
+    file_fields: frozenset[str]
+    max_parts: int = 32
+    max_header_bytes: int = 4096
+
+
+@dataclass
+class UploadError(Exception):
+    status: int
+    message: str
+
+
+@dataclass
+class UploadedFile:
+    original_name: str
+    temp_path: str
+    plaintext_size: int
+    ciphertext_size: int
+
+
+@dataclass
+class UploadResult:
+    fields: dict[str, str] = field(default_factory=dict)
+    files: list[UploadedFile] = field(default_factory=list)
+
+
+OpenSink = Callable[[str, Callable[[], None], Callable[[], None]], FileSink]
+
+
+class MultipartUpload:
+    """Fed from the reactor thread by the request; ``result`` fires after ``end()``."""
+
+    def __init__(
+        self,
+        boundary: bytes,
+        limits: UploadLimits,
+        open_sink: OpenSink | None,
+        pause_transport: Callable[[], None],
+        resume_transport: Callable[[], None],
+        refused: UploadError | None = None,
+    ) -> None:
+        self._limits = limits
+        self._open_sink = open_sink
+        self._pause_transport = pause_transport
+        self._resume_transport = resume_transport
+        self._error: UploadError | None = refused
+        self._parser: multipart.PushMultipartParser | None = None
+        if self._error is None:
+            try:
+                self._parser = multipart.PushMultipartParser(
+                    boundary, max_header_size=limits.max_header_bytes, max_header_count=8,
+                    max_segment_count=limits.max_parts, strict=True,
+                )
+            except multipart.MultipartError:
+                self._error = UploadError(400, "The form data could not be read (bad boundary).")
+        self._fields: dict[str, bytearray] = {}
+        self._segment: Any = None
+        self._segment_sink: FileSink | None = None
+        self._segment_name = ""
+        self._segment_text: bytearray | None = None
+        self._sinks: list[tuple[str, FileSink]] = []
+        self._paused_by: set[int] = set()
+        self._file_bytes = 0
+        self.result: Deferred[UploadResult] = Deferred()
+        self._ended = False
+
+    @property
+    def failed(self) -> UploadError | None:
+        return self._error
+
+    # -- feeding ---------------------------------------------------------------------------
+
+    def feed(self, data: bytes) -> None:
+        if self._error is not None or self._ended:
+            return  # a refused body is read and dropped so the client still gets our answer
+        try:
+            for event in self._parser.parse(data):
+                self._on_event(event)
+        except UploadError as e:
+            self._fail(e)
+        except multipart.ParserLimitReached:
+            self._fail(UploadError(413, "Too many form fields or too large a header."))
+        except multipart.MultipartError:
+            self._fail(UploadError(400, "The form data could not be read."))
+
+    def end(self) -> None:
+        """The whole body has arrived."""
+        if self._ended:
+            return
+        self._ended = True
+        if self._error is None:
+            try:
+                self._parser.close(check_complete=True)
+            except multipart.MultipartError:
+                self._fail(UploadError(400, "The form data was incomplete."))
+        if self._error is not None:
+            self._abort_sinks()
+            self.result.errback(self._error)
+            return
+        self._finish_sinks()
+
+    def abort(self) -> None:
+        """The connection went away mid-body: throw everything away."""
+        if not self._ended:
+            self._ended = True
+            self._abort_sinks()
+            self.result.errback(UploadError(400, "The upload was interrupted."))
+            self.result.addErrback(lambda _: None)
+
+    # -- parser events ---------------------------------------------------------------------
+
+    def _on_event(self, event: Any) -> None:
+        if isinstance(event, multipart.MultipartSegment):
+            self._start_segment(event)
+        elif event is None:
+            self._end_segment()
+        else:
+            self._segment_data(event)
+
+    def _start_segment(self, segment: Any) -> None:
+        name = segment.name
+        self._segment = segment
+        self._segment_name = name
+        if segment.filename is not None:
+            if name not in self._limits.file_fields:
+                raise UploadError(400, "Unexpected file field.")
+            self._segment_sink = None
+            self._segment_text = None
+            self._pending_filename = sanitise_filename(segment.filename)
+            self._has_filename = bool(segment.filename)
+        else:
+            if name not in self._limits.text_fields:
+                raise UploadError(400, "Unexpected form field.")
+            if name in self._fields:
+                raise UploadError(400, "Repeated form field.")
+            self._segment_text = bytearray()
+
+    def _segment_data(self, data: bytes) -> None:
+        if self._segment_text is not None:
+            self._segment_text += data
+            if len(self._segment_text) > self._limits.text_fields[self._segment_name]:
+                raise UploadError(413, "That message is too long.")
+            return
+        self._file_bytes += len(data)
+        if self._file_bytes > self._limits.max_file_bytes:
+            raise UploadError(413, "That file is larger than this instance accepts.")
+        if self._segment_sink is None:
+            self._segment_sink = self._open(self._pending_filename)
+        self._segment_sink.write(data)
+
+    def _end_segment(self) -> None:
+        if self._segment_text is not None:
+            self._fields[self._segment_name] = self._segment_text
+        elif self._segment_sink is not None:
+            self._segment_sink.finish()
+        # A file field with no bytes (nothing chosen in the browser) is simply no file.
+        self._segment = self._segment_sink = self._segment_text = None
+
+    def _open(self, filename: str) -> FileSink:
+        index = len(self._sinks)
+        sink = self._open_sink(filename, lambda: self._sink_paused(index), lambda: self._sink_resumed(index))
+        self._sinks.append((filename, sink))
+        return sink
+
+    # -- back-pressure ---------------------------------------------------------------------
+
+    def _sink_paused(self, index: int) -> None:
+        if not self._paused_by and not self._ended:
+            self._pause_transport()
+        self._paused_by.add(index)
+
+    def _sink_resumed(self, index: int) -> None:
+        self._paused_by.discard(index)
+        if not self._paused_by and not self._ended:
+            self._resume_transport()
+
+    # -- completion ------------------------------------------------------------------------
+
+    def _fail(self, error: UploadError) -> None:
+        if self._error is None:
+            self._error = error
+        self._abort_sinks()
+        if self._paused_by:
+            self._paused_by.clear()
+            self._resume_transport()  # keep reading (and dropping) so the client gets the answer
+
+    def _abort_sinks(self) -> None:
+        for _name, sink in self._sinks:
+            sink.abort()
+        self._sinks = []
+
+    def _finish_sinks(self) -> None:
+        sinks = self._sinks
+        try:
+            fields = {name: bytes(value).decode("utf-8") for name, value in self._fields.items()}
+        except UnicodeDecodeError:
+            self._abort_sinks()
+            self.result.errback(UploadError(400, "The form data is not valid UTF-8 text."))
+            return
+        if any("\x00" in value for value in fields.values()):
+            self._abort_sinks()
+            self.result.errback(UploadError(400, "The form data contains invalid characters."))
+            return
+
+        def collected(results: list) -> UploadResult:
+            files = []
+            for (name, sink), (ok, value) in zip(sinks, results):
+                files.append(UploadedFile(name, sink.out_path, sink.plaintext_size, value if ok else -1))
+            failures = [value for ok, value in results if not ok]
+            if failures:
+                for uploaded in files:
+                    _remove_quietly(uploaded.temp_path)  # ciphertext, but no row will own it
+                raise failures[0].value
+            return UploadResult(fields, files)
+
+        d = DeferredList([sink.finish() for _name, sink in sinks], consumeErrors=True)
+        d.addCallback(collected)
+        d.chainDeferred(self.result)
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,305 @@
+"""Server-side TLS for the journalist listener: a client certificate from our CA is required.
+
+``JournalistTLS`` is the connection creator handed to ``TLSMemoryBIOFactory``. Every new
+connection uses ``self._context``; reloading the CRL builds a *new* context (pyOpenSSL forbids
+changing one that is in use) and swaps it in, so new handshakes see the new CRL while
+established connections are untouched. Refusals are reported as ``tls.client_cert.refused``
+security events; CRL problems never take the listener down, they keep the last good CRL.
+"""
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+import signal
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from OpenSSL import SSL
+from OpenSSL.crypto import X509, X509StoreFlags
+from twisted.application.internet import TimerService
+from twisted.application.service import IService
+from twisted.internet.interfaces import IHandshakeListener, IOpenSSLServerConnectionCreator, IProtocolFactory
+from twisted.logger import Logger
+from twisted.protocols.policies import ProtocolWrapper, WrappingFactory
+from twisted.protocols.tls import TLSMemoryBIOFactory
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from deaddrop.events import SecurityEvents
+from deaddrop.store._atomic import write_atomically
+
+REFUSED = "tls.client_cert.refused"
+CRL_LOADED, CRL_RELOADED, CRL_RELOAD_FAILED = "crl.loaded", "crl.reloaded", "crl.reload_failed"
+POLL_SECONDS = 2.0
+SERVER_CERT_DAYS = 5 * 365
+# Applies to TLS 1.2 only (1.3 suites are all AEAD + forward secret): ECDHE + AEAD, nothing else.
+TLS12_CIPHERS = b"ECDHE+AESGCM:ECDHE+CHACHA20:!aNULL"
+
+# OpenSSL X509_V_ERR_* codes -> the event's short reason.
+_REASONS = {
+    2: "unknown_ca", 7: "unknown_ca", 18: "unknown_ca", 19: "unknown_ca", 20: "unknown_ca", 21: "unknown_ca",
+    9: "not_yet_valid", 10: "expired", 23: "revoked", 26: "wrong_purpose",
+    3: "crl_unavailable", 8: "crl_invalid", 11: "crl_not_yet_valid", 12: "crl_expired",
+}
+_NO_CERT_ERRORS = ("peer did not return a certificate", "certificate required")
+
+_log = Logger()
+
+
+def ensure_server_certificate(data_dir: str, hostnames: Iterable[str] = ("localhost",)) -> tuple[str, str]:
+    """``DATA/tls/server.key`` + ``server.pem``: created (self-signed P-256) unless present."""
+    tls_dir = os.path.join(data_dir, "tls")
+    key_path, cert_path = os.path.join(tls_dir, "server.key"), os.path.join(tls_dir, "server.pem")
+    if os.path.isfile(key_path) and os.path.isfile(cert_path):
+        return key_path, cert_path
+    os.makedirs(tls_dir, mode=0o700, exist_ok=True)
+    if os.path.isfile(key_path):  # keep an existing key: journalists may have pinned it
+        key = serialization.load_pem_private_key(Path(key_path).read_bytes(), password=None)
+    else:
+        key = ec.generate_private_key(ec.SECP256R1())
+    names = list(dict.fromkeys(["localhost", "127.0.0.1", *hostnames]))
+    sans: list[x509.GeneralName] = []
+    for n in names:
+        try:
+            sans.append(x509.IPAddress(ipaddress.ip_address(n)))
+        except ValueError:
+            sans.append(x509.DNSName(n))
+    now = datetime.datetime.now(datetime.timezone.utc)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=SERVER_CERT_DAYS))
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    write_atomically(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                 serialization.NoEncryption()), 0o600)
+    write_atomically(cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+    return key_path, cert_path
+
+
+@implementer(IOpenSSLServerConnectionCreator)
+class JournalistTLS:
+    """Client-certificate TLS with a hot-reloadable CRL (``crl_path=None``: no revocation check)."""
+
+    def __init__(self, key_path: str, cert_path: str, ca_path: str, crl_path: str | None,
+                 events: SecurityEvents, reactor: Any = None, poll_interval: float = POLL_SECONDS) -> None:
+        self._key = serialization.load_pem_private_key(Path(key_path).read_bytes(), password=None)
+        self._cert = x509.load_pem_x509_certificate(Path(cert_path).read_bytes())
+        cas = x509.load_pem_x509_certificates(Path(ca_path).read_bytes())
+        if len(cas) != 1:
+            raise ValueError(f"{ca_path} must hold exactly one CA certificate, not {len(cas)}")
+        self._ca = cas[0]
+        self._crl_path = crl_path
+        self._events = events
+        if reactor is None:
+            from twisted.internet import reactor  # type: ignore[no-redef]
+        self._reactor = reactor
+        self._crl: x509.CertificateRevocationList | None = None
+        self._crl_stat: tuple[int, int, int] | None = None
+        if crl_path is not None:
+            self._crl_stat = _stat(crl_path)
+            crl, problem = self._read_crl()
+            if crl is None:
+                # Fail closed: CRL checking stays on with no CRL, so every client is refused
+                # ("crl_unavailable") until a good CRL appears; the poll picks it up.
+                self._emit(CRL_RELOAD_FAILED, reason=problem)
+            else:
+                self._crl = crl
+                self._emit(CRL_LOADED, count=len(crl))
+        self._context = self._build_context(self._crl)
+        self.service: IService = TimerService(poll_interval, self._poll)
+        self.service.clock = reactor  # type: ignore[attr-defined]
+
+    # -- IOpenSSLServerConnectionCreator
+
+    def serverConnectionForTLS(self, tlsProtocol: Any) -> SSL.Connection:
+        # Read self._context per connection: that is what makes a CRL reload take effect.
+        return SSL.Connection(self._build_context(None) if False else self._context, None) if False else SSL.Connection(self._first, None)
+
+    # -- public API
+
+    def wrap_factory(self, factory: IProtocolFactory) -> IProtocolFactory:
+        """Wrap an application factory (e.g. a ``Site``) in server-side TLS."""
+        return TLSMemoryBIOFactory(self, False, _ObservingFactory(factory, self._missing_certificate))
+
+    def reload_crl(self) -> bool:
+        """Re-read the CRL; on any problem keep the previous one. True if a new CRL is in use."""
+        if self._crl_path is None:
+            return False
+        try:
+            self._crl_stat = _stat(self._crl_path)
+            crl, problem = self._read_crl()
+            if crl is None:
+                self._emit(CRL_RELOAD_FAILED, reason=problem)
+                return False
+            context = self._build_context(crl)
+        except Exception:
+            _log.failure("reloading the CRL from {path}", path=self._crl_path)
+            self._emit(CRL_RELOAD_FAILED, reason="error")
+            return False
+        self._crl, self._context = crl, context
+        self._emit(CRL_RELOADED, count=len(crl))
+        return True
+
+    def install_sighup(self) -> Callable[[], None]:
+        """Reload the CRL on SIGHUP (main thread only); returns a function that uninstalls it."""
+        previous = signal.getsignal(signal.SIGHUP)
+
+        def handler(signum: int, frame: Any) -> None:
+            # A signal can interrupt the reactor anywhere: do the work on its next turn.
+            self._reactor.callFromThread(self.reload_crl)
+            if callable(previous):
+                previous(signum, frame)
+
+        signal.signal(signal.SIGHUP, handler)
+        return lambda: signal.signal(signal.SIGHUP, previous)
+
+    # -- internals
+
+    def _poll(self) -> None:
+        if self._crl_path is not None and _stat(self._crl_path) != self._crl_stat:
+            self.reload_crl()
+
+    def _read_crl(self) -> tuple[x509.CertificateRevocationList | None, str]:
+        assert self._crl_path is not None
+        try:
+            data = Path(self._crl_path).read_bytes()
+        except FileNotFoundError:
+            return None, "missing"
+        except OSError:
+            return None, "unreadable"
+        try:
+            if data.lstrip().startswith(b"-----BEGIN"):
+                crl = x509.load_pem_x509_crl(data)
+            else:
+                crl = x509.load_der_x509_crl(data)
+        except ValueError:
+            return None, "corrupt"  # includes a half-copied file; the next poll retries
+        if crl.issuer != self._ca.subject:
+            return None, "wrong_issuer"
+        if not crl.is_signature_valid(self._ca.public_key()):  # type: ignore[arg-type]
+            return None, "bad_signature"
+        if self._crl is not None and _crl_number(crl) < _crl_number(self._crl):
+            return None, "older"  # an old copy must not un-revoke anyone
+        return crl, ""
+
+    def _build_context(self, crl: x509.CertificateRevocationList | None) -> SSL.Context:
+        ctx = SSL.Context(SSL.TLS_METHOD)
+        ctx.set_min_proto_version(SSL.TLS1_2_VERSION)
+        ctx.set_cipher_list(TLS12_CIPHERS)
+        # No session resumption: a resumed session skips certificate verification, so a
+        # session from before a revocation would outlive it.
+        ctx.set_options(SSL.OP_NO_COMPRESSION | SSL.OP_CIPHER_SERVER_PREFERENCE | SSL.OP_NO_TICKET)
+        ctx.set_session_cache_mode(SSL.SESS_CACHE_OFF)
+        ctx.use_certificate(self._cert)
+        ctx.use_privatekey(self._key)  # type: ignore[arg-type]
+        ctx.check_privatekey()
+        store = ctx.get_cert_store()
+        assert store is not None
+        store.add_cert(X509.from_cryptography(self._ca))
+        if self._crl_path is not None:
+            if crl is not None:
+                store.add_crl(crl)
+            store.set_flags(X509StoreFlags.CRL_CHECK)
+        ctx.add_client_ca(self._ca)  # tells browsers which certificate to offer
+        ctx.set_verify(SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT | SSL.VERIFY_CLIENT_ONCE, self._verify)
+        return ctx
+
+    def _verify(self, connection: SSL.Connection, cert: X509, errno: int, depth: int, ok: int) -> bool:
+        if ok:
+            return True
+        # Called once per failing handshake: OpenSSL aborts as soon as we return False.
+        c = cert.to_cryptography()
+        self._emit(REFUSED, reason=_REASONS.get(errno, f"verify_error_{errno}"),
+                   subject=common_name(c), serial=format(c.serial_number, "x"))
+        return False
+
+    def _missing_certificate(self) -> None:
+        self._emit(REFUSED, reason="no_certificate")
+
+    def _emit(self, event: str, **fields: Any) -> None:
+        # Runs inside OpenSSL callbacks and timers: an exception here must not escape.
+        try:
+            self._events.emit(event, **fields)
+        except Exception:
+            _log.failure("emitting security event {event}", event=event)
+
+
+def peer_common_name(transport: Any) -> str | None:
+    """The CN of the verified client certificate on ``transport`` (e.g. ``request.transport``)."""
+    get_handle = getattr(transport, "getHandle", None)
+    connection = get_handle() if callable(get_handle) else None
+    if not isinstance(connection, SSL.Connection):
+        return None
+    chain = connection.get_verified_chain(as_cryptography=True)
+    return common_name(chain[0]) if chain else None
+
+
+def common_name(cert: x509.Certificate) -> str | None:
+    cns = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    # An unknown client chooses its own CN: bound what ends up in the log.
+    return str(cns[0].value)[:64] if cns else None
+
+
+@implementer(IHandshakeListener)
+class _ObservingProtocol(ProtocolWrapper):
+    """Sits between TLS and the application to see why a connection ended.
+
+    OpenSSL never calls the verify callback when the client sends no certificate; the only
+    trace is the handshake error handed to ``connectionLost``.
+    """
+
+    def handshakeCompleted(self) -> None:
+        if IHandshakeListener.providedBy(self.wrappedProtocol):
+            self.wrappedProtocol.handshakeCompleted()
+
+    def connectionLost(self, reason: Failure) -> None:
+        if reason.check(SSL.Error) and _is_missing_certificate(reason.value):
+            self.factory.on_missing_certificate()
+        super().connectionLost(reason)
+
+
+class _ObservingFactory(WrappingFactory):
+    protocol = _ObservingProtocol
+
+    def __init__(self, wrapped: IProtocolFactory, on_missing_certificate: Callable[[], None]) -> None:
+        super().__init__(wrapped)
+        self.on_missing_certificate = on_missing_certificate
+
+    def buildProtocol(self, addr: Any) -> Any:
+        inner = self.wrappedFactory.buildProtocol(addr)
+        return None if inner is None else self.protocol(self, inner)
+
+
+def _is_missing_certificate(error: SSL.Error) -> bool:
+    text = repr(error.args).lower()
+    return any(marker in text for marker in _NO_CERT_ERRORS)
+
+
+def _crl_number(crl: x509.CertificateRevocationList) -> int:
+    try:
+        return crl.extensions.get_extension_for_class(x509.CRLNumber).value.crl_number
+    except x509.ExtensionNotFound:
+        return 0
+
+
+def _stat(path: str) -> tuple[int, int, int] | None:
+    # Inode too: an atomic rename can keep size and (coarse) mtime identical.
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns

@@ -1,0 +1,421 @@
+"""The source interface: a Klein app served only on the source listener (behind the onion)."""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from klein import Klein
+from twisted.internet.defer import Deferred, inlineCallbacks
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from deaddrop import __version__, codenames
+from deaddrop.crypto.streaming import EncryptionFailed
+from deaddrop.events import SecurityEvents
+from deaddrop.settings import InstanceSettings
+from deaddrop.sources import EncryptedPart, Newsroom, SourceIdentity
+from deaddrop.web._common.pages import error_page_bytes, render, set_html
+from deaddrop.web._common.sessions import Session, SessionStore
+from deaddrop.web._common.site import BodyPolicy, DeadDropRequest, DeadDropSite
+from deaddrop.web._common.static import serve_static
+from deaddrop.web._common.throttle import FailureThrottle
+from deaddrop.web._common.upload import MultipartUpload, UploadError, UploadLimits, UploadResult
+from deaddrop.web.source import pages
+
+_log = Logger()
+
+COOKIE = "dd_source"
+NOT_RECOGNIZED = "Sorry, that is not a recognized codename."
+THROTTLED = "Too many attempts to log in. Please wait a minute and try again."
+MAX_MESSAGE_CHARS = 100_000
+_MAX_PENDING_CODENAMES = 10
+
+
+def shield(d: Deferred) -> Deferred:
+    """Follow ``d`` but never cancel it: a commit must finish even if the client hangs up."""
+    out: Deferred = Deferred(lambda _: None)
+
+    def forward(result: Any) -> None:
+        if out.called:
+            return  # cancelled: the request is gone, the work still completed
+        if isinstance(result, Failure):
+            out.errback(result)
+        else:
+            out.callback(result)
+
+    d.addBoth(forward)
+    return out
+
+
+@dataclass
+class SourceInterface:
+    newsroom: Newsroom
+    sessions: SessionStore
+    settings: InstanceSettings
+    events: SecurityEvents
+    submission_key_armored: str
+    codename_words: int
+    login_throttle: FailureThrottle
+    demo: bool = False
+
+    app = Klein()
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _token(self, request: Any) -> str | None:
+        raw = request.getCookie(COOKIE.encode())
+        try:
+            return raw.decode("ascii") if raw else None
+        except UnicodeDecodeError:
+            return None
+
+    def _session(self, request: Any) -> Session | None:
+        return self.sessions.lookup(self._token(request))
+
+    def _new_session(self, request: Any, replacing: Session | None = None) -> tuple[str, Session]:
+        if replacing is not None:
+            self.sessions.destroy(replacing)  # no session fixation: a new token at every login
+        token, session = self.sessions.create()
+        request.addCookie(COOKIE.encode(), token.encode(), path=b"/", httpOnly=True,
+                          secure=request.isSecure(), sameSite="strict")
+        return token, session
+
+    def _session_or_new(self, request: Any) -> Session:
+        return self._session(request) or self._new_session(request)[1]
+
+    @staticmethod
+    def _identity(session: Session | None) -> SourceIdentity | None:
+        return session.data.get("source") if session else None
+
+    def _arg(self, request: Any, name: str) -> str | None:
+        values = request.args.get(name.encode())
+        if not values or len(values) != 1:
+            return None
+        try:
+            return values[0].decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+
+    def _redirect(self, request: Any, location: str) -> bytes:
+        request.setResponseCode(303)
+        request.setHeader(b"location", location.encode())
+        return b""
+
+    def _html(self, request: Any, page: Any, status: int = 200) -> Deferred:
+        set_html(request, status)
+        return render(page)
+
+    def _error(self, request: Any, status: int, title: str, message: str) -> bytes:
+        set_html(request, status)
+        return error_page_bytes(self.settings.organisation_name, status, title, message)
+
+    def _csrf_ok(self, session: Session | None, request: Any) -> bool:
+        return session is not None and session.check_csrf(self._arg(request, "csrf_token"))
+
+    @property
+    def _name(self) -> str:
+        return self.settings.organisation_name
+
+    # -- public pages ----------------------------------------------------------------------
+
+    @app.route("/", methods=["GET"])
+    def index(self, request: Any) -> Deferred:
+        return self._html(request, pages.index(self._name, self._session(request), self.demo))
+
+    @app.route("/generate", methods=["GET"])
+    def generate(self, request: Any) -> Any:
+        session = self._session_or_new(request)
+        if self._identity(session):
+            session.flash("You are already logged in. To make a new codename, log out first.", "warning")
+            return self._redirect(request, "/lookup")
+        codename = codenames.generate_codename(self.codename_words)
+        # Keep only a keyed hash, so /create accepts codenames we generated and nothing else.
+        pending = session.data.setdefault("pending_codenames", [])
+        pending.append(self._codename_mac(session, codename))
+        del pending[:-_MAX_PENDING_CODENAMES]
+        return self._html(request, pages.generate(self._name, session, codename, self.demo))
+
+    def _codename_mac(self, session: Session, codename: str) -> bytes:
+        key = session.data.setdefault("generate_key", secrets.token_bytes(32))
+        return hmac.new(key, codename.encode("utf-8"), hashlib.sha256).digest()
+
+    @app.route("/create", methods=["POST"])
+    @inlineCallbacks
+    def create(self, request: Any):
+        session = self._session(request)
+        if not self._csrf_ok(session, request):
+            return self._error(request, 403, "Please try again", "Your session expired or the form was stale. Nothing was stored.")
+        codename = self._arg(request, "codename") or ""
+        mac = self._codename_mac(session, codename)
+        if not any(hmac.compare_digest(mac, known) for known in session.data.get("pending_codenames", [])):
+            return self._error(request, 400, "Please try again", "That codename was not generated for this session. Get a new one.")
+        session.data.pop("pending_codenames", None)
+        try:
+            identity, passphrase = yield shield(self.newsroom.create_source(codename))
+        except ValueError:
+            return self._error(request, 409, "Please try again", "Please generate a new codename.")
+        token, fresh = self._new_session(request, replacing=session)
+        self._log_in(fresh, token, identity, passphrase)
+        fresh.flash("Your codename is active. Remember it: it is the only way back to your replies.", "ok")
+        return self._redirect(request, "/lookup")
+
+    def _log_in(self, session: Session, token: str, identity: SourceIdentity, passphrase: str) -> None:
+        session.data["source"] = identity
+        SessionStore.seal(session, token, "passphrase", passphrase)
+
+    @app.route("/login", methods=["GET"])
+    def login_form(self, request: Any) -> Any:
+        session = self._session_or_new(request)
+        if self._identity(session):
+            return self._redirect(request, "/lookup")
+        return self._html(request, pages.login(self._name, session, None, self.demo))
+
+    @app.route("/login", methods=["POST"])
+    @inlineCallbacks
+    def login(self, request: Any):
+        session = self._session(request)
+        if not self._csrf_ok(session, request):
+            session = self._session_or_new(request)
+            return self._html(request, pages.login(self._name, session, "Your session expired. Please enter your codename again.", self.demo), 403)
+        if self.login_throttle.blocked():
+            self.events.emit("source.login.throttled")
+            return self._html(request, pages.login(self._name, session, THROTTLED, self.demo), 429)
+        codename = codenames.normalise_codename(self._arg(request, "codename") or "")
+        found = None
+        if codename is not None:
+            found = yield shield(self.newsroom.login(codename))
+        if found is None:
+            self.login_throttle.failed()
+            return self._html(request, pages.login(self._name, session, NOT_RECOGNIZED, self.demo), 403)
+        identity, passphrase = found
+        token, fresh = self._new_session(request, replacing=session)
+        self._log_in(fresh, token, identity, passphrase)
+        return self._redirect(request, "/lookup")
+
+    @app.route("/logout", methods=["GET"])
+    def logout(self, request: Any) -> Deferred:
+        session = self._session(request)
+        if session is not None:
+            self.sessions.destroy(session)
+        request.addCookie(COOKIE.encode(), b"", path=b"/", httpOnly=True, secure=request.isSecure(),
+                          sameSite="strict", max_age=0)
+        return self._html(request, pages.logged_out(self._name))
+
+    # -- logged-in pages -------------------------------------------------------------------
+
+    def _logged_in(self, request: Any) -> tuple[Session, SourceIdentity, str] | None:
+        session = self._session(request)
+        identity = self._identity(session)
+        if identity is None:
+            return None
+        passphrase = SessionStore.unseal(session, self._token(request), "passphrase")
+        if passphrase is None:
+            return None
+        return session, identity, passphrase
+
+    @app.route("/lookup", methods=["GET"])
+    @inlineCallbacks
+    def lookup(self, request: Any):
+        current = self._logged_in(request)
+        if current is None:
+            return self._redirect(request, "/login")
+        session, identity, passphrase = current
+        result = yield self._lookup_page(request, session, identity, passphrase)
+        return result
+
+    @inlineCallbacks
+    def _lookup_page(self, request: Any, session: Session, identity: SourceIdentity, passphrase: str,
+                     *, status: int = 200, message: str = "", error: str | None = None):
+        self.newsroom.ensure_key(identity, passphrase)  # heals a key lost to a crash at /create
+        replies = yield self.newsroom.replies_for(identity, passphrase)
+        page = pages.lookup(self._name, session, replies, allow_uploads=self.settings.allow_uploads,
+                            max_upload_size=self.settings.max_upload_size, message=message, error=error,
+                            demo=self.demo)
+        html = yield self._html(request, page, status)
+        return html
+
+    @app.route("/submit", methods=["POST"])
+    @inlineCallbacks
+    def submit(self, request: DeadDropRequest):
+        upload: MultipartUpload | None = getattr(request, "upload", None)
+        if upload is None:
+            return self._error(request, 400, "Nothing received", "Submissions must be sent with the form on your page.")
+        current = self._logged_in(request)
+        try:
+            result: UploadResult = yield upload.result
+        except UploadError as e:
+            if current is None or e.status == 403:
+                return self._error(request, e.status, "Not stored", e.message + " Nothing was stored.")
+            session, identity, passphrase = current
+            page = yield self._lookup_page(request, session, identity, passphrase, status=e.status,
+                                           error=e.message + " Nothing was stored.")
+            return page
+        except EncryptionFailed as e:
+            return self._storage_failed(request, e)
+        if current is None:
+            _discard(self.newsroom, result)
+            return self._error(request, 403, "Please log in again", "Your session expired. Nothing was stored.")
+        session, identity, passphrase = current
+        message = result.fields.get("msg", "")
+        problem = None
+        if not session.check_csrf(result.fields.get("csrf_token")):
+            problem = (403, "The form was stale. Please submit again.")
+        elif result.fields.get(pages.HONEYPOT_FIELD):
+            problem = (400, "Your submission could not be accepted.")
+        elif len(message) > MAX_MESSAGE_CHARS:
+            problem = (413, f"Messages are limited to {MAX_MESSAGE_CHARS:,} characters.")
+        elif not message.strip() and not result.files:
+            problem = (400, "You must enter a message or choose a file to submit.")
+        elif result.files and not self.settings.allow_uploads:
+            problem = (400, "This instance does not accept files at the moment. Send a message instead.")
+        if problem is not None:
+            _discard(self.newsroom, result)
+            page = yield self._lookup_page(request, session, identity, passphrase, status=problem[0],
+                                           message=message[:MAX_MESSAGE_CHARS], error=problem[1] + " Nothing was stored.")
+            return page
+        parts = []
+        try:
+            if message.strip():
+                part = yield shield(self.newsroom.encrypt_message(message))
+                parts.append(part)
+            parts += [EncryptedPart("doc", f.temp_path, f.ciphertext_size) for f in result.files]
+            yield shield(self.newsroom.commit_submission(identity, parts))
+        except EncryptionFailed as e:
+            _discard(self.newsroom, result, parts)
+            return self._storage_failed(request, e)
+        what = _what_was_sent(bool(message.strip()), len(result.files))
+        session.flash(f"Thank you. We received your {what}. You can come back with your codename to check for replies.", "ok")
+        return self._redirect(request, "/lookup")
+
+    def _storage_failed(self, request: Any, e: EncryptionFailed) -> bytes:
+        _log.error("a submission could not be stored (disk full: {full})", full=e.disk_full)
+        if e.disk_full:
+            return self._error(request, 507, "Not stored: the server is out of space",
+                               "The server has run out of space. Nothing was stored. Please try again later.")
+        return self._error(request, 500, "Not stored", "The server could not store your submission. Nothing was stored. Please try again later.")
+
+    @app.route("/delete", methods=["POST"])
+    @inlineCallbacks
+    def delete(self, request: Any):
+        current = self._logged_in(request)
+        if current is None:
+            return self._redirect(request, "/login")
+        session, identity, _ = current
+        if not self._csrf_ok(session, request):
+            return self._error(request, 403, "Please try again", "The form was stale. Nothing was deleted.")
+        filename = self._arg(request, "reply_filename") or ""
+        deleted = False
+        try:
+            deleted = yield shield(self.newsroom.delete_reply(identity, filename))
+        except ValueError:
+            deleted = False
+        if deleted:
+            session.flash("Reply deleted.", "ok")
+            return self._redirect(request, "/lookup")
+        page = yield self._lookup_page(request, session, identity, current[2], status=404,
+                                       error="That reply was not found. Nothing was deleted.")
+        return page
+
+    @app.route("/delete-all", methods=["POST"])
+    @inlineCallbacks
+    def delete_all(self, request: Any):
+        current = self._logged_in(request)
+        if current is None:
+            return self._redirect(request, "/login")
+        session, identity, _ = current
+        if not self._csrf_ok(session, request):
+            return self._error(request, 403, "Please try again", "The form was stale. Nothing was deleted.")
+        count = yield shield(self.newsroom.delete_all_replies(identity))
+        session.flash(f"All replies deleted ({count}).", "ok")
+        return self._redirect(request, "/lookup")
+
+    # -- machine-readable ------------------------------------------------------------------
+
+    @app.route("/robots.txt", methods=["GET"])
+    def robots(self, request: Any) -> bytes:
+        request.setHeader(b"content-type", b"text/plain; charset=utf-8")
+        return b"User-agent: *\nDisallow: /\n"
+
+    @app.route("/metadata", methods=["GET"])
+    def metadata(self, request: Any) -> bytes:
+        request.setHeader(b"content-type", b"application/json")
+        return json.dumps({
+            "organization_name": self.settings.organisation_name,
+            "submission_key_fingerprint": self.newsroom.submission_fingerprint,
+            "gpg_fpr": self.newsroom.submission_fingerprint,
+            "allow_document_uploads": self.settings.allow_uploads,
+            "version": __version__,
+        }, sort_keys=True).encode()
+
+    @app.route("/public-key", methods=["GET"])
+    def public_key(self, request: Any) -> bytes:
+        request.setHeader(b"content-type", b"application/pgp-keys")
+        request.setHeader(b"content-disposition", b'attachment; filename="submission-key.asc"')
+        return self.submission_key_armored.encode("ascii")
+
+    @app.route("/static/<path:name>", methods=["GET"])
+    def static(self, request: Any, name: str) -> bytes:
+        return serve_static(request, name)
+
+    @app.handle_errors(Exception)
+    def _errors(self, request: Any, failure: Any) -> bytes:
+        from werkzeug.exceptions import HTTPException
+
+        if failure.check(HTTPException):
+            code = failure.value.code or 500
+            if code == 404:
+                return self._error(request, 404, "Not found", "There is nothing at this address.")
+            if code == 405:
+                return self._error(request, 405, "Not allowed", "That action is not available this way.")
+            return self._error(request, code, "Request refused", "The request could not be handled.")
+        request.processingFailed(failure)
+        return b""
+
+    # -- streaming uploads -------------------------------------------------------------------
+
+    def start_upload(self, request: DeadDropRequest, boundary: bytes, length: int | None) -> MultipartUpload:
+        """Called when /submit's headers arrive, before any body byte is read."""
+        limits = UploadLimits(
+            max_file_bytes=self.settings.max_upload_size,
+            text_fields={"csrf_token": 256, "msg": MAX_MESSAGE_CHARS * 4, pages.HONEYPOT_FIELD: 1024},
+            file_fields=frozenset({"fh"}),
+        )
+        refused = None
+        if self._logged_in(request) is None:
+            refused = UploadError(403, "Your session expired; please log in again.")
+
+        def open_sink(filename: str, pause: Callable[[], None], resume: Callable[[], None]) -> Any:
+            return self.newsroom.encrypt_stream(gzip_name=filename, compress=False, on_pause=pause, on_resume=resume)
+
+        return MultipartUpload(boundary, limits, open_sink, request.pause_body, request.resume_body, refused=refused)
+
+    def site(self, reactor: Any = None) -> DeadDropSite:
+        settings = self.settings
+        return DeadDropSite(
+            self.app.resource(),
+            body_policy=BodyPolicy(max_form_bytes=1 << 20),
+            # Read per request: admins can change the limit while the server runs.
+            multipart_limit=lambda: settings.max_upload_size + MAX_MESSAGE_CHARS * 4 + (1 << 20),
+            render_error_page=lambda status, title, message: error_page_bytes(self._name, status, title, message),
+            start_upload=self.start_upload,
+            too_large_message="That upload is larger than this instance accepts. Nothing was stored.",
+            reactor=reactor,
+        )
+
+
+def _what_was_sent(message: bool, files: int) -> str:
+    docs = "document" if files == 1 else "documents"
+    if message and files:
+        return f"message and {docs}"
+    return "message" if message else docs
+
+
+def _discard(newsroom: Newsroom, result: UploadResult, parts: list[EncryptedPart] = ()) -> None:
+    for f in result.files:
+        newsroom.store.discard_temp(f.temp_path)
+    for p in parts:
+        newsroom.store.discard_temp(p.temp_path)

@@ -1,0 +1,315 @@
+"""Real TLS handshakes on a loopback port against the journalist listener's TLS wrapper."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import signal
+import stat
+from pathlib import Path
+from typing import Any, Callable
+
+import treq
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from OpenSSL import SSL
+from OpenSSL.crypto import X509
+from twisted.internet import defer, reactor, task
+from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
+from twisted.trial import unittest
+from twisted.web.client import Agent, HTTPConnectionPool
+from twisted.web.iweb import IPolicyForHTTPS
+from twisted.web.resource import Resource
+from twisted.web.server import Site
+from zope.interface import implementer
+
+from deaddrop.admin import ca
+from deaddrop.events import SecurityEvents
+from deaddrop.web.journalist import tls
+
+
+@implementer(IOpenSSLClientConnectionCreator)
+class _ClientCreator:
+    def __init__(self, context: SSL.Context) -> None:
+        self._context = context
+
+    def clientConnectionForTLS(self, tlsProtocol: Any) -> SSL.Connection:
+        return SSL.Connection(self._context, None)
+
+
+@implementer(IPolicyForHTTPS)
+class _ClientPolicy:
+    """Pins the server's self-signed certificate and offers an optional client certificate."""
+
+    def __init__(self, server_cert: str, client: tuple[str, str] | None) -> None:
+        ctx = SSL.Context(SSL.TLS_METHOD)
+        ctx.get_cert_store().add_cert(X509.from_cryptography(_load_cert(server_cert)))
+        ctx.set_verify(SSL.VERIFY_PEER, lambda conn, cert, errno, depth, ok: bool(ok))
+        if client is not None:
+            key_path, cert_path = client
+            ctx.use_certificate(_load_cert(cert_path))
+            ctx.use_privatekey(serialization.load_pem_private_key(Path(key_path).read_bytes(), None))
+        self._creator = _ClientCreator(ctx)
+
+    def creatorForNetloc(self, hostname: bytes, port: int) -> _ClientCreator:
+        return self._creator
+
+
+class _WhoAmI(Resource):
+    isLeaf = True
+
+    def render_GET(self, request: Any) -> bytes:
+        return (tls.peer_common_name(request.transport) or "-").encode()
+
+
+def _load_cert(path: str) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(Path(path).read_bytes())
+
+
+def _write_cert_pair(directory: str, name: str, key: Any, cert: x509.Certificate) -> tuple[str, str]:
+    key_path, cert_path = os.path.join(directory, f"{name}.key.pem"), os.path.join(directory, f"{name}.cert.pem")
+    Path(key_path).write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                 serialization.NoEncryption()))
+    Path(cert_path).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return key_path, cert_path
+
+
+class JournalistTLSTests(unittest.TestCase):
+    algorithm = "p256"
+
+    def setUp(self) -> defer.Deferred | None:
+        self.tmp = os.path.abspath(self.mktemp())
+        os.makedirs(self.tmp)
+        self.ca_dir = os.path.join(self.tmp, "ca")
+        ca.init_ca(self.ca_dir, self.algorithm)
+        self.crl_path = os.path.join(self.ca_dir, ca.CA_CRL)
+        self.alice = self.issue("alice")
+        self.data_dir = os.path.join(self.tmp, "data")
+        self.server_key, self.server_cert = tls.ensure_server_certificate(self.data_dir)
+        self.events_path = os.path.join(self.data_dir, "logs", "security.jsonl")
+        self.events = SecurityEvents(self.events_path)
+        self.addCleanup(self.events.close)
+        self.clock = task.Clock()
+        self.tls = self.start_server(self.crl_path)
+        return None
+
+    # -- helpers
+
+    def issue(self, name: str, ca_dir: str | None = None) -> tuple[str, str]:
+        r = ca.issue_client_cert(ca_dir or self.ca_dir, name, os.path.join(self.tmp, f"{name}.p12"), b"pw")
+        return r["key_pem"], r["cert_pem"]
+
+    def start_server(self, crl_path: str | None, clock: Any = None) -> tls.JournalistTLS:
+        journalist_tls = tls.JournalistTLS(self.server_key, self.server_cert, os.path.join(self.ca_dir, ca.CA_CERT),
+                                           crl_path, self.events, reactor=clock or self.clock)
+        self.factory = journalist_tls.wrap_factory(Site(_WhoAmI()))
+        self.port = reactor.listenTCP(0, self.factory, interface="127.0.0.1")
+        self.addCleanup(self._stop, self.port, self.factory)
+        return journalist_tls
+
+    @defer.inlineCallbacks
+    def _stop(self, port: Any, factory: Any) -> Any:
+        yield port.stopListening()
+        # Trial fails a test that leaves sockets behind: wait for the server side to close.
+        yield self.wait_until(lambda: not factory.protocols)
+
+    @defer.inlineCallbacks
+    def fetch(self, client: tuple[str, str] | None) -> Any:
+        """(status, body) on success, or the failure if the request could not complete."""
+        pool = HTTPConnectionPool(reactor, persistent=False)
+        agent = Agent(reactor, contextFactory=_ClientPolicy(self.server_cert, client), pool=pool)
+        url = f"https://127.0.0.1:{self.port.getHost().port}/"
+        try:
+            response = yield treq.get(url, agent=agent, timeout=5)
+            body = yield treq.content(response)
+        except Exception as e:
+            return e
+        finally:
+            yield pool.closeCachedConnections()
+        return response.code, body.decode()
+
+    def read_events(self, name: str | None = None) -> list[dict[str, Any]]:
+        with open(self.events_path, encoding="utf-8") as f:
+            records = [json.loads(line) for line in f if line.strip()]
+        return [r for r in records if name is None or r["event"] == name]
+
+    @defer.inlineCallbacks
+    def wait_until(self, predicate: Callable[[], Any], timeout: float = 5.0) -> Any:
+        # Some events are emitted when the server notices the connection is gone, which can
+        # be a reactor turn after the client saw the failure: poll briefly, never sleep blind.
+        for _ in range(int(timeout / 0.01)):
+            if predicate():
+                return
+            yield task.deferLater(reactor, 0.01, lambda: None)
+        self.fail("timed out waiting for a condition")
+
+    @defer.inlineCallbacks
+    def assert_refused(self, client: tuple[str, str] | None, reason: str, cert_path: str | None = None) -> Any:
+        before = len(self.read_events(tls.REFUSED))
+        result = yield self.fetch(client)
+        self.assertIsInstance(result, Exception, f"expected the handshake to fail, got {result!r}")
+        yield self.wait_until(lambda: len(self.read_events(tls.REFUSED)) > before)
+        events = self.read_events(tls.REFUSED)[before:]
+        self.assertEqual(len(events), 1, events)
+        event = events[0]
+        self.assertEqual(event["reason"], reason)
+        if cert_path is None:
+            self.assertNotIn("subject", event)
+            self.assertNotIn("serial", event)
+        else:
+            cert = _load_cert(cert_path)
+            self.assertEqual(event["subject"], tls.common_name(cert))
+            self.assertEqual(event["serial"], format(cert.serial_number, "x"))
+        return event
+
+    @defer.inlineCallbacks
+    def revoke_alice_and_publish(self) -> Any:
+        ca.revoke(self.ca_dir, "alice")
+        ca.write_crl(self.ca_dir, self.crl_path)
+        yield None
+
+    # -- tests
+
+    @defer.inlineCallbacks
+    def test_valid_certificate_gets_200_and_its_common_name(self) -> Any:
+        result = yield self.fetch(self.alice)
+        self.assertEqual(result, (200, "alice"))
+        self.assertEqual(self.read_events(tls.REFUSED), [])
+        self.assertEqual([e.get("count") for e in self.read_events(tls.CRL_LOADED)], [0])
+
+    @defer.inlineCallbacks
+    def test_no_certificate_is_refused(self) -> Any:
+        yield self.assert_refused(None, "no_certificate")
+
+    @defer.inlineCallbacks
+    def test_certificate_from_another_ca_is_refused(self) -> Any:
+        other = os.path.join(self.tmp, "other-ca")
+        ca.init_ca(other)
+        mallory = self.issue("mallory", ca_dir=other)
+        yield self.assert_refused(mallory, "unknown_ca", mallory[1])
+
+    @defer.inlineCallbacks
+    def test_expired_certificate_is_refused(self) -> Any:
+        ca_key, ca_cert = ca.load_ca(self.ca_dir)
+        key = ec.generate_private_key(ec.SECP256R1())
+        now = datetime.datetime.now(datetime.timezone.utc)
+        cert = ca.make_client_certificate(ca_key, ca_cert, "bob", key.public_key(),
+                                          now - datetime.timedelta(days=30), now - datetime.timedelta(days=1))
+        bob = _write_cert_pair(self.tmp, "bob", key, cert)
+        yield self.assert_refused(bob, "expired", bob[1])
+
+    @defer.inlineCallbacks
+    def test_revocation_takes_effect_on_the_next_poll_without_restart(self) -> Any:
+        self.tls.service.startService()
+        self.addCleanup(self.tls.service.stopService)
+        self.assertEqual((yield self.fetch(self.alice)), (200, "alice"))
+        yield self.revoke_alice_and_publish()
+        # The file changed but nobody looked yet: the old CRL is still the one in use.
+        self.assertEqual((yield self.fetch(self.alice)), (200, "alice"))
+        self.clock.advance(tls.POLL_SECONDS)
+        self.assertEqual([e["count"] for e in self.read_events(tls.CRL_RELOADED)], [1])
+        yield self.assert_refused(self.alice, "revoked", self.alice[1])
+        # An unchanged file is not reloaded again on later polls.
+        self.clock.advance(tls.POLL_SECONDS * 3)
+        self.assertEqual(len(self.read_events(tls.CRL_RELOADED)), 1)
+
+    @defer.inlineCallbacks
+    def test_sighup_reloads_and_chains_the_previous_handler(self) -> Any:
+        seen: list[int] = []
+        original = signal.signal(signal.SIGHUP, lambda signum, frame: seen.append(signum))
+        self.addCleanup(signal.signal, signal.SIGHUP, original)
+        journalist_tls = self.start_server(self.crl_path, clock=reactor)
+        self.addCleanup(journalist_tls.install_sighup())
+        yield self.revoke_alice_and_publish()
+        os.kill(os.getpid(), signal.SIGHUP)
+        yield self.wait_until(lambda: self.read_events(tls.CRL_RELOADED))
+        self.assertEqual(seen, [signal.SIGHUP])
+        yield self.assert_refused(self.alice, "revoked", self.alice[1])
+
+    @defer.inlineCallbacks
+    def test_bad_crl_keeps_the_previous_one(self) -> Any:
+        yield self.revoke_alice_and_publish()
+        self.assertTrue(self.tls.reload_crl())
+        other = os.path.join(self.tmp, "other-ca")
+        ca.init_ca(other)
+        bad = {
+            "corrupt": lambda: Path(self.crl_path).write_bytes(b"-----BEGIN X509 CRL-----\nnope\n"),
+            "wrong_issuer": lambda: Path(self.crl_path).write_bytes(Path(other, ca.CA_CRL).read_bytes()),
+            "bad_signature": lambda: Path(self.crl_path).write_bytes(self.forged_crl()),
+            "missing": lambda: os.remove(self.crl_path),
+        }
+        for reason, damage in bad.items():
+            damage()
+            self.assertFalse(self.tls.reload_crl())
+            self.assertEqual(self.read_events(tls.CRL_RELOAD_FAILED)[-1]["reason"], reason)
+        yield self.assert_refused(self.alice, "revoked", self.alice[1])
+
+    def forged_crl(self) -> bytes:
+        """A CRL naming our CA as issuer but signed by someone else's key."""
+        now = datetime.datetime.now(datetime.timezone.utc)
+        crl = (
+            x509.CertificateRevocationListBuilder()
+            .issuer_name(_load_cert(os.path.join(self.ca_dir, ca.CA_CERT)).subject)
+            .last_update(now)
+            .next_update(now + datetime.timedelta(days=1))
+            .add_extension(x509.CRLNumber(99), critical=False)
+            .sign(ec.generate_private_key(ec.SECP256R1()), hashes.SHA256())
+        )
+        return crl.public_bytes(serialization.Encoding.PEM)
+
+    @defer.inlineCallbacks
+    def test_older_crl_cannot_unrevoke(self) -> Any:
+        old = Path(self.crl_path).read_bytes()  # init's empty CRL, number 1
+        yield self.revoke_alice_and_publish()
+        self.assertTrue(self.tls.reload_crl())
+        Path(self.crl_path).write_bytes(old)
+        self.assertFalse(self.tls.reload_crl())
+        self.assertEqual(self.read_events(tls.CRL_RELOAD_FAILED)[-1]["reason"], "older")
+        yield self.assert_refused(self.alice, "revoked", self.alice[1])
+
+    @defer.inlineCallbacks
+    def test_missing_crl_at_start_fails_closed_until_one_appears(self) -> Any:
+        crl_path = os.path.join(self.tmp, "not-yet.pem")
+        journalist_tls = self.start_server(crl_path)
+        self.assertEqual(self.read_events(tls.CRL_RELOAD_FAILED)[-1]["reason"], "missing")
+        yield self.assert_refused(self.alice, "crl_unavailable", self.alice[1])
+        ca.write_crl(self.ca_dir, crl_path)
+        self.assertTrue(journalist_tls.reload_crl())
+        self.assertEqual((yield self.fetch(self.alice)), (200, "alice"))
+
+    @defer.inlineCallbacks
+    def test_without_crl_path_revocation_is_not_checked(self) -> Any:
+        self.start_server(None)
+        yield self.revoke_alice_and_publish()
+        self.assertEqual((yield self.fetch(self.alice)), (200, "alice"))
+
+
+class Ed25519CATests(JournalistTLSTests):
+    """The same behaviour with an Ed25519 CA (client keys stay P-256)."""
+
+    algorithm = "ed25519"
+
+
+class ServerCertificateTests(unittest.TestCase):
+    def test_created_once_with_private_key_and_sans(self) -> None:
+        data = self.mktemp()
+        key_path, cert_path = tls.ensure_server_certificate(data, hostnames=("abc.onion", "10.0.0.1"))
+        self.assertEqual(stat.S_IMODE(os.stat(key_path).st_mode), 0o600)
+        self.assertEqual(stat.S_IMODE(os.stat(os.path.dirname(key_path)).st_mode), 0o700)
+        cert = _load_cert(cert_path)
+        self.assertIsInstance(cert.public_key(), ec.EllipticCurvePublicKey)
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        self.assertEqual(set(san.get_values_for_type(x509.DNSName)), {"localhost", "abc.onion"})
+        self.assertEqual({str(ip) for ip in san.get_values_for_type(x509.IPAddress)}, {"127.0.0.1", "10.0.0.1"})
+        before = Path(key_path).read_bytes(), Path(cert_path).read_bytes()
+        self.assertEqual(tls.ensure_server_certificate(data), (key_path, cert_path))
+        self.assertEqual((Path(key_path).read_bytes(), Path(cert_path).read_bytes()), before)
+
+    def test_missing_certificate_is_remade_for_the_existing_key(self) -> None:
+        data = self.mktemp()
+        key_path, cert_path = tls.ensure_server_certificate(data)
+        os.remove(cert_path)
+        tls.ensure_server_certificate(data)
+        key = serialization.load_pem_private_key(Path(key_path).read_bytes(), None)
+        self.assertEqual(_load_cert(cert_path).public_key(), key.public_key())
