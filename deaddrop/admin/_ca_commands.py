@@ -43,7 +43,8 @@ def register(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
     _add_ca_dir(p)
     p.set_defaults(func=_cert_revoke)
 
-    p = subparsers.add_parser("crl", parents=[common_parent], help="write a CRL listing all revoked certificates")
+    p = subparsers.add_parser("crl", parents=[common_parent],
+                              help="write a CRL listing all revoked certificates")
     _add_ca_dir(p)
     p.add_argument("--out", help="where to write the CRL (default: CA_DIR/crl.pem)")
     p.add_argument("--next-update-days", type=int, default=30,

@@ -56,13 +56,16 @@ def init_ca(ca_dir: str, algorithm: str = "p256") -> dict[str, Any]:
     with _locked(ca_dir):
         existing = [f for f in (CA_KEY, CA_CERT, STATE) if os.path.exists(os.path.join(ca_dir, f))]
         if existing:
-            raise AdminError(f"a CA already exists in {ca_dir} ({', '.join(existing)}): refusing to overwrite it")
-        key: CAKey = ec.generate_private_key(ec.SECP256R1()) if algorithm == "p256" else ed25519.Ed25519PrivateKey.generate()
+            raise AdminError(f"a CA already exists in {ca_dir} ({', '.join(existing)}): "
+                             "refusing to overwrite it")
+        key: CAKey
+        key = ec.generate_private_key(ec.SECP256R1()) if algorithm == "p256" else ed25519.Ed25519PrivateKey.generate()
         now = _now()
         # A unique name per CA: OpenSSL finds issuers and CRLs by name, so two instances' CAs
         # must never look alike (and admins can tell them apart).
+        cn = f"DeadDrop journalist CA {secrets.token_hex(4)}"
         name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "DeadDrop"),
-                          x509.NameAttribute(NameOID.COMMON_NAME, f"DeadDrop journalist CA {secrets.token_hex(4)}")])
+                          x509.NameAttribute(NameOID.COMMON_NAME, cn)])
         ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
         cert = (
             x509.CertificateBuilder()
@@ -98,7 +101,8 @@ def init_ca(ca_dir: str, algorithm: str = "p256") -> dict[str, Any]:
     }
 
 
-def issue_client_cert(ca_dir: str, name: str, out_p12: str, password: bytes | None, days: int = 365) -> dict[str, Any]:
+def issue_client_cert(ca_dir: str, name: str, out_p12: str, password: bytes | None,
+                      days: int = 365) -> dict[str, Any]:
     """Issue a clientAuth certificate as ``out_p12`` plus ``NAME.key.pem``/``NAME.cert.pem``."""
     if not _NAME_RE.fullmatch(name):
         raise AdminError(f"invalid name {name!r}: use 1-64 letters, digits, '.', '_' or '-'")
@@ -180,6 +184,9 @@ def write_crl(ca_dir: str, out_path: str, next_update_days: int = 30) -> dict[st
         raise AdminError(f"cannot write {out_path}: directory {out_dir} does not exist")
     if os.path.isdir(out_path):
         raise AdminError(f"cannot write {out_path}: it is a directory")
+    # A typo like --out D/ca.key must not destroy the CA.
+    if os.path.realpath(out_path) in {os.path.realpath(os.path.join(ca_dir, f)) for f in (CA_KEY, CA_CERT, STATE)}:
+        raise AdminError(f"refusing to write the CRL over the CA's own {os.path.basename(out_path)}")
     with _locked(ca_dir):
         state = _load_state(ca_dir)
         # A fresh, increasing CRL number on every write lets relying parties order CRLs.
@@ -258,7 +265,7 @@ def _build_crl(ca_key: CAKey, ca_cert: x509.Certificate, revoked: list[dict[str,
 
 def _load_ca(ca_dir: str) -> tuple[CAKey, x509.Certificate]:
     key_path, cert_path = os.path.join(ca_dir, CA_KEY), os.path.join(ca_dir, CA_CERT)
-    if not (os.path.isfile(key_path) and os.path.isfile(cert_path) and os.path.isfile(os.path.join(ca_dir, STATE))):
+    if not all(os.path.isfile(p) for p in (key_path, cert_path, os.path.join(ca_dir, STATE))):
         raise AdminError(f"no CA in {ca_dir}: run deaddrop-admin ca init --ca-dir {ca_dir}")
     try:
         key = serialization.load_pem_private_key(Path(key_path).read_bytes(), password=None)

@@ -42,8 +42,10 @@ class _ClientCreator:
 class _ClientPolicy:
     """Pins the server's self-signed certificate and offers an optional client certificate."""
 
-    def __init__(self, server_cert: str, client: tuple[str, str] | None) -> None:
+    def __init__(self, server_cert: str, client: tuple[str, str] | None, max_version: int | None = None) -> None:
         ctx = SSL.Context(SSL.TLS_METHOD)
+        if max_version is not None:
+            ctx.set_max_proto_version(max_version)
         ctx.get_cert_store().add_cert(X509.from_cryptography(_load_cert(server_cert)))
         ctx.set_verify(SSL.VERIFY_PEER, lambda conn, cert, errno, depth, ok: bool(ok))
         if client is not None:
@@ -60,7 +62,8 @@ class _WhoAmI(Resource):
     isLeaf = True
 
     def render_GET(self, request: Any) -> bytes:
-        return (tls.peer_common_name(request.transport) or "-").encode()
+        # isSecure: later code sets Secure cookies from it, so the TLS wrapper must keep it true.
+        return f"{tls.peer_common_name(request.transport) or '-'} {request.isSecure()}".encode()
 
 
 def _load_cert(path: str) -> x509.Certificate:
@@ -77,6 +80,7 @@ def _write_cert_pair(directory: str, name: str, key: Any, cert: x509.Certificate
 
 class JournalistTLSTests(unittest.TestCase):
     algorithm = "p256"
+    client_max_version: int | None = None  # None: the client negotiates TLS 1.3
 
     def setUp(self) -> defer.Deferred | None:
         self.tmp = os.path.abspath(self.mktemp())
@@ -118,7 +122,7 @@ class JournalistTLSTests(unittest.TestCase):
     def fetch(self, client: tuple[str, str] | None) -> Any:
         """(status, body) on success, or the failure if the request could not complete."""
         pool = HTTPConnectionPool(reactor, persistent=False)
-        agent = Agent(reactor, contextFactory=_ClientPolicy(self.server_cert, client), pool=pool)
+        agent = Agent(reactor, contextFactory=_ClientPolicy(self.server_cert, client, self.client_max_version), pool=pool)
         url = f"https://127.0.0.1:{self.port.getHost().port}/"
         try:
             response = yield treq.get(url, agent=agent, timeout=5)
@@ -174,7 +178,7 @@ class JournalistTLSTests(unittest.TestCase):
     @defer.inlineCallbacks
     def test_valid_certificate_gets_200_and_its_common_name(self) -> Any:
         result = yield self.fetch(self.alice)
-        self.assertEqual(result, (200, "alice"))
+        self.assertEqual(result, (200, "alice True"))
         self.assertEqual(self.read_events(tls.REFUSED), [])
         self.assertEqual([e.get("count") for e in self.read_events(tls.CRL_LOADED)], [0])
 
@@ -203,10 +207,10 @@ class JournalistTLSTests(unittest.TestCase):
     def test_revocation_takes_effect_on_the_next_poll_without_restart(self) -> Any:
         self.tls.service.startService()
         self.addCleanup(self.tls.service.stopService)
-        self.assertEqual((yield self.fetch(self.alice)), (200, "alice"))
+        self.assertEqual((yield self.fetch(self.alice)), (200, "alice True"))
         yield self.revoke_alice_and_publish()
         # The file changed but nobody looked yet: the old CRL is still the one in use.
-        self.assertEqual((yield self.fetch(self.alice)), (200, "alice"))
+        self.assertEqual((yield self.fetch(self.alice)), (200, "alice True"))
         self.clock.advance(tls.POLL_SECONDS)
         self.assertEqual([e["count"] for e in self.read_events(tls.CRL_RELOADED)], [1])
         yield self.assert_refused(self.alice, "revoked", self.alice[1])
@@ -276,19 +280,38 @@ class JournalistTLSTests(unittest.TestCase):
         yield self.assert_refused(self.alice, "crl_unavailable", self.alice[1])
         ca.write_crl(self.ca_dir, crl_path)
         self.assertTrue(journalist_tls.reload_crl())
-        self.assertEqual((yield self.fetch(self.alice)), (200, "alice"))
+        self.assertEqual((yield self.fetch(self.alice)), (200, "alice True"))
 
     @defer.inlineCallbacks
     def test_without_crl_path_revocation_is_not_checked(self) -> Any:
         self.start_server(None)
         yield self.revoke_alice_and_publish()
-        self.assertEqual((yield self.fetch(self.alice)), (200, "alice"))
+        self.assertEqual((yield self.fetch(self.alice)), (200, "alice True"))
 
 
 class Ed25519CATests(JournalistTLSTests):
     """The same behaviour with an Ed25519 CA (client keys stay P-256)."""
 
     algorithm = "ed25519"
+
+
+class TLS12ClientTests(JournalistTLSTests):
+    """The same behaviour for TLS 1.2 clients, where a refusal happens at another handshake step."""
+
+    client_max_version = SSL.TLS1_2_VERSION
+
+    @defer.inlineCallbacks
+    def test_negotiates_tls12(self) -> Any:
+        seen = []
+        original = tls.peer_common_name
+
+        def spy(transport: Any) -> Any:
+            seen.append(transport.getHandle().get_protocol_version_name())
+            return original(transport)
+
+        self.patch(tls, "peer_common_name", spy)
+        self.assertEqual((yield self.fetch(self.alice)), (200, "alice True"))
+        self.assertEqual(seen, ["TLSv1.2"])
 
 
 class ServerCertificateTests(unittest.TestCase):

@@ -141,9 +141,7 @@ class DeadDropRequest(server.Request):
         super().write(data)
 
     def processingFailed(self, reason: Any) -> None:
-        # Log where it failed, never the exception's text: it may quote request data.
-        frames = [f"{filename.rsplit('/', 1)[-1]}:{line}" for _name, filename, line, *_ in reason.frames[-4:]]
-        _log.error("request failed: {type} at {frames}", type=reason.type.__name__, frames=" < ".join(reversed(frames)))
+        log_failure_safely(reason)
         if self.finished or self.channel is None:
             return
         body = self.channel.site.render_error_page(500, "Something went wrong", "The server could not handle that request. Nothing you sent was stored unless you saw a confirmation.")
@@ -152,6 +150,12 @@ class DeadDropRequest(server.Request):
         self.setHeader(b"content-length", b"%d" % len(body))
         self.write(body)
         self.finish()
+
+
+def log_failure_safely(reason: Any) -> None:
+    """Log where a request failed, never the exception's text: it may quote request data."""
+    frames = [f"{filename.rsplit('/', 1)[-1]}:{line}" for _name, filename, line, *_ in reason.frames[-4:]]
+    _log.error("request failed: {type} at {frames}", type=reason.type.__name__, frames=" < ".join(reversed(frames)))
 
 
 class DeadDropChannel(http.HTTPChannel):

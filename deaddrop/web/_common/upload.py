@@ -151,7 +151,8 @@ class MultipartUpload:
         name = segment.name
         self._segment = segment
         self._segment_name = name
-        if segment.filename is not None:
+        if segment.filename is not None or name in self._limits.file_fields:
+            # A file field sent without a filename (some clients do) is still a file.
             if name not in self._limits.file_fields:
                 raise UploadError(400, "Unexpected file field.")
             self._segment_sink = None

@@ -84,8 +84,9 @@ def ensure_server_certificate(data_dir: str, hostnames: Iterable[str] = ("localh
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .sign(key, hashes.SHA256())
     )
-    write_atomically(key_path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                 serialization.NoEncryption()), 0o600)
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    write_atomically(key_path, key_pem, 0o600)
     write_atomically(cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
     return key_path, cert_path
 
@@ -127,7 +128,7 @@ class JournalistTLS:
 
     def serverConnectionForTLS(self, tlsProtocol: Any) -> SSL.Connection:
         # Read self._context per connection: that is what makes a CRL reload take effect.
-        return SSL.Connection(self._build_context(None) if False else self._context, None) if False else SSL.Connection(self._first, None)
+        return SSL.Connection(self._context, None)
 
     # -- public API
 
@@ -215,7 +216,8 @@ class JournalistTLS:
                 store.add_crl(crl)
             store.set_flags(X509StoreFlags.CRL_CHECK)
         ctx.add_client_ca(self._ca)  # tells browsers which certificate to offer
-        ctx.set_verify(SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT | SSL.VERIFY_CLIENT_ONCE, self._verify)
+        ctx.set_verify(SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT | SSL.VERIFY_CLIENT_ONCE,
+                       self._verify)
         return ctx
 
     def _verify(self, connection: SSL.Connection, cert: X509, errno: int, depth: int, ok: int) -> bool:

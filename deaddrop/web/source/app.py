@@ -20,7 +20,7 @@ from deaddrop.settings import InstanceSettings
 from deaddrop.sources import EncryptedPart, Newsroom, SourceIdentity
 from deaddrop.web._common.pages import error_page_bytes, render, set_html
 from deaddrop.web._common.sessions import Session, SessionStore
-from deaddrop.web._common.site import BodyPolicy, DeadDropRequest, DeadDropSite
+from deaddrop.web._common.site import BodyPolicy, DeadDropRequest, DeadDropSite, log_failure_safely
 from deaddrop.web._common.static import serve_static
 from deaddrop.web._common.throttle import FailureThrottle
 from deaddrop.web._common.upload import MultipartUpload, UploadError, UploadLimits, UploadResult
@@ -202,7 +202,7 @@ class SourceInterface:
         if session is not None:
             self.sessions.destroy(session)
         request.addCookie(COOKIE.encode(), b"", path=b"/", httpOnly=True, secure=request.isSecure(),
-                          sameSite="strict", max_age=0)
+                          sameSite="strict", max_age=b"0")
         return self._html(request, pages.logged_out(self._name))
 
     # -- logged-in pages -------------------------------------------------------------------
@@ -372,8 +372,9 @@ class SourceInterface:
             if code == 405:
                 return self._error(request, 405, "Not allowed", "That action is not available this way.")
             return self._error(request, code, "Request refused", "The request could not be handled.")
-        request.processingFailed(failure)
-        return b""
+        log_failure_safely(failure)
+        return self._error(request, 500, "Something went wrong",
+                           "The server could not handle that request. Nothing was stored unless you saw a confirmation.")
 
     # -- streaming uploads -------------------------------------------------------------------
 

@@ -1,0 +1,249 @@
+"""The source side end to end: real listener, real gpg, real SQLite, driven with treq."""
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import zlib
+
+from twisted.internet.defer import inlineCallbacks
+from twisted.trial import unittest
+
+from deaddrop.web.source.app import NOT_RECOGNIZED
+from tests._support import Browser, LogCapture, start_server, test_svs
+
+
+def stored_files(data_dir: str) -> list[str]:
+    found = []
+    for root, _dirs, names in os.walk(os.path.join(data_dir, "store")):
+        found += [os.path.join(root, n) for n in names]
+    return sorted(found)
+
+
+def gunzip_with_name(blob: bytes) -> tuple[str, bytes]:
+    assert blob[:3] == b"\x1f\x8b\x08" and blob[3] & 0x08, "not a gzip stream with FNAME"
+    end = blob.index(b"\x00", 10)
+    name = blob[10:end].decode("utf-8")
+    return name, zlib.decompress(blob[end + 1:], -zlib.MAX_WBITS)
+
+
+class SourceFlowTests(unittest.TestCase):
+    timeout = 120
+
+    @inlineCallbacks
+    def setUp(self):
+        self.logs = LogCapture().start()
+        self.addCleanup(self.logs.stop)
+        self.server = yield start_server(self)
+        self.browser = Browser(self.server.source_url)
+        self.addCleanup(self.browser.close)
+
+    @inlineCallbacks
+    def test_full_flow_stores_only_ciphertext_that_decrypts_to_what_was_sent(self):
+        marker = "PLAINTEXT-MARKER-7f3a9c"
+        file_bytes = (b"FILE-MARKER-0c1d " * 4000) + os.urandom(50_000)
+        codename = yield self.browser.create_source()
+        response, html = yield self.browser.submit(f"hello {marker}", [("report.pdf", file_bytes)])
+        self.assertEqual(response.code, 200)
+        self.assertIn("We received your message and document", html)
+
+        files = stored_files(self.server.data_dir)
+        self.assertEqual(len(files), 2, files)
+        msg = [f for f in files if f.endswith("-msg.gpg")][0]
+        doc = [f for f in files if f.endswith("-doc.gz.gpg")][0]
+        self.assertRegex(os.path.basename(msg), r"^1-[a-z]+_[a-z]+-msg\.gpg$")
+        self.assertRegex(os.path.basename(doc), r"^2-[a-z]+_[a-z]+-doc\.gz\.gpg$")
+        svs = test_svs()
+        with open(msg, "rb") as f:
+            self.assertEqual(svs.decrypt(f.read()).decode(), f"hello {marker}")
+        with open(doc, "rb") as f:
+            name, content = gunzip_with_name(svs.decrypt(f.read()))
+        self.assertEqual((name, content), ("report.pdf", file_bytes))
+
+        # Log out, log back in, and the account is still there.
+        response, html = yield self.browser.get("/logout")
+        self.assertEqual(response.code, 200)
+        self.assertIn("You are logged out", html)
+        self.assertEqual([c.value for c in self.browser.cookies], [])
+        response, html = yield self.browser.get("/lookup")
+        self.assertIn("Log in with your codename", html)
+        response, html = yield self.browser.login(f"  {codename.upper()}  ")
+        self.assertIn("Submit files or messages", html)
+
+        yield self.server.stop()
+        self._assert_secrets_absent(codename, [marker.encode(), b"FILE-MARKER-0c1d", file_bytes[-64:]])
+
+    def _assert_secrets_absent(self, codename: str, plaintexts: list[bytes]) -> None:
+        forbidden = [codename.encode(), codename.replace(" ", "").encode()] + [w.encode() for w in codename.split() if len(w) > 7]
+        forbidden = [codename.encode()] + plaintexts
+        for root, _dirs, names in os.walk(self.server.data_dir):
+            for name in names:
+                path = os.path.join(root, name)
+                if os.path.islink(path) or not os.path.isfile(path):
+                    continue
+                with open(path, "rb") as f:
+                    content = f.read()
+                for secret in forbidden:
+                    self.assertNotIn(secret, content, f"{secret[:30]!r} found in {path}")
+        log_text = self.logs.text()
+        self.assertIn("submission.stored", log_text)  # the capture works
+        self.assertNotIn("request failed", log_text)
+        for secret in forbidden:
+            self.assertNotIn(secret.decode("latin-1"), log_text)
+        self.assertNotIn(codename, open(os.path.join(self.server.data_dir, "logs", "security.jsonl")).read())
+
+    @inlineCallbacks
+    def test_codename_logs_in_after_a_restart_of_the_service(self):
+        codename = yield self.browser.create_source()
+        yield self.browser.submit("before restart")
+        yield self.server.stop()
+        yield self.server.start()
+        browser = Browser(self.server.source_url)
+        self.addCleanup(browser.close)
+        response, html = yield browser.login(codename)
+        self.assertIn("Submit files or messages", html)
+        response, html = yield browser.submit("after restart")
+        self.assertIn("We received your message", html)
+        names = [os.path.basename(p) for p in stored_files(self.server.data_dir)]
+        self.assertEqual(sorted(n.split("-")[0] for n in names), ["1", "2"])
+
+    @inlineCallbacks
+    def test_wrong_overlong_and_invalid_codenames_are_refused_without_a_session(self):
+        codename = yield self.browser.create_source()
+        yield self.browser.get("/logout")
+        words = codename.split()
+        wrong = " ".join(reversed(words)) if words != list(reversed(words)) else "abacus " * 7
+        for attempt in [wrong, "x" * 10_000, "", "not a codename at all", "abacus\x00abdomen abacus abacus",
+                        "ÅÄÖ ÅÄÖ ÅÄÖ ÅÄÖ", " ".join(words[:3])]:
+            browser = Browser(self.server.source_url)
+            self.addCleanup(browser.close)
+            response, html = yield browser.login(attempt)
+            self.assertEqual(response.code, 403, attempt[:40])
+            self.assertIn(NOT_RECOGNIZED, html)
+            response, html = yield browser.get("/lookup")
+            self.assertIn("Log in with your codename", html)  # no session was granted
+
+    @inlineCallbacks
+    def test_empty_submission_is_refused_and_stores_nothing(self):
+        yield self.browser.create_source()
+        response, html = yield self.browser.submit("   ")
+        self.assertEqual(response.code, 400)
+        self.assertIn("You must enter a message or choose a file", html)
+        self.assertEqual(stored_files(self.server.data_dir), [])
+
+    @inlineCallbacks
+    def test_oversize_upload_gets_a_413_page_and_leaves_nothing_behind(self):
+        yield self.server.stop()
+        server = yield start_server(self, max_upload_size=64 * 1024)
+        browser = Browser(server.source_url)
+        self.addCleanup(browser.close)
+        yield browser.create_source()
+        response, html = yield browser.submit("", [("big.bin", os.urandom(3 * 1024 * 1024))])
+        self.assertEqual(response.code, 413)
+        self.assertIn("larger than this instance accepts", html)
+        self.assertEqual(stored_files(server.data_dir), [])
+        self.assertEqual(os.listdir(os.path.join(server.data_dir, "tmp")), [])
+        # A message that fits still goes through afterwards.
+        response, html = yield browser.submit("small")
+        self.assertEqual(response.code, 200)
+
+    @inlineCallbacks
+    def test_honeypot_refuses_bots(self):
+        yield self.browser.create_source()
+        response, html = yield self.browser.submit("buy pills", extra=[("website", "http://spam.example")])
+        self.assertEqual(response.code, 400)
+        self.assertEqual(stored_files(self.server.data_dir), [])
+
+    @inlineCallbacks
+    def test_hostile_filename_is_sanitised_inside_the_envelope(self):
+        yield self.browser.create_source()
+        response, html = yield self.browser.submit("", [("../../bin/gpg", b"#!/bin/sh\n")])
+        self.assertEqual(response.code, 200)
+        [doc] = stored_files(self.server.data_dir)
+        self.assertNotIn("gpg-", os.path.basename(doc).replace(".gpg", ""))
+        with open(doc, "rb") as f:
+            name, content = gunzip_with_name(test_svs().decrypt(f.read()))
+        self.assertEqual((name, content), ("gpg", b"#!/bin/sh\n"))
+
+    @inlineCallbacks
+    def test_missing_or_wrong_csrf_token_is_refused(self):
+        yield self.browser.create_source()
+        response, html = yield self.browser.get("/lookup")
+        for token in ["", "forged-token"]:
+            response, html = yield self.browser.post(
+                "/submit", data=[("csrf_token", token), ("msg", "forged")],
+                files=[("fh", ("", "application/octet-stream", __import__("io").BytesIO(b"")))],
+            )
+            self.assertEqual(response.code, 403)
+        response, html = yield self.browser.post("/delete-all", data={})
+        self.assertEqual(response.code, 403)
+        self.assertEqual(stored_files(self.server.data_dir), [])
+
+    @inlineCallbacks
+    def test_session_expires_after_idle_timeout(self):
+        yield self.server.stop()
+        server = yield start_server(self, source_session_idle=0.5)
+        browser = Browser(server.source_url)
+        self.addCleanup(browser.close)
+        yield browser.create_source()
+        response, html = yield browser.get("/lookup")
+        self.assertIn("Submit files or messages", html)
+        from twisted.internet import reactor
+        from twisted.internet.task import deferLater
+
+        yield deferLater(reactor, 0.8, lambda: None)
+        response, html = yield browser.get("/lookup")
+        self.assertIn("Log in with your codename", html)
+
+    @inlineCallbacks
+    def test_replies_are_shown_decrypted_and_a_source_cannot_delete_anothers(self):
+        alice = self.browser
+        yield alice.create_source()
+        yield alice.submit("from alice")
+        bob = Browser(self.server.source_url)
+        self.addCleanup(bob.close)
+        yield bob.create_source()
+        yield bob.submit("from bob")
+        newsroom = self.server.service.newsroom
+        db = sqlite3.connect(os.path.join(self.server.data_dir, "db.sqlite"))
+        (alice_id,), (bob_id,) = db.execute("SELECT id FROM sources ORDER BY id").fetchall()
+        yield newsroom.add_reply(alice_id, "reply for alice: REPLY-MARKER-a")
+        bob_reply = yield newsroom.add_reply(bob_id, "reply for bob")
+
+        response, html = yield alice.get("/lookup")
+        self.assertIn("REPLY-MARKER-a", html)
+        self.assertNotIn("reply for bob", html)
+        # Alice tries to delete Bob's reply by name: refused, Bob still reads it.
+        response, html = yield alice.post("/delete", data={"reply_filename": bob_reply["filename"], "csrf_token": alice.csrf()})
+        self.assertEqual(response.code, 404)
+        response, html = yield bob.get("/lookup")
+        self.assertIn("reply for bob", html)
+        # Alice deletes her own.
+        response, html = yield alice.get("/lookup")
+        filename = re.search(r'name="reply_filename" value="([^"]+)"', html).group(1)
+        response, html = yield alice.post("/delete", data={"reply_filename": filename, "csrf_token": alice.csrf()})
+        self.assertIn("Reply deleted", html)
+        self.assertNotIn("REPLY-MARKER-a", html)
+        self.assertFalse(any(p.endswith(filename) for p in stored_files(self.server.data_dir)))
+        # Replies are also encrypted to the submission key, so the SVS can read them.
+        [bob_file] = [p for p in stored_files(self.server.data_dir) if p.endswith(bob_reply["filename"])]
+        with open(bob_file, "rb") as f:
+            self.assertEqual(test_svs().decrypt(f.read()), b"reply for bob")
+
+    @inlineCallbacks
+    def test_public_routes(self):
+        response, body = yield self.browser.get("/robots.txt")
+        self.assertEqual(body, "User-agent: *\nDisallow: /\n")
+        response, body = yield self.browser.get("/metadata")
+        meta = __import__("json").loads(body)
+        self.assertEqual(meta["submission_key_fingerprint"], test_svs().fingerprint)
+        self.assertIn("organization_name", meta)
+        response, body = yield self.browser.get("/public-key")
+        self.assertIn("BEGIN PGP PUBLIC KEY BLOCK", body)
+        response, body = yield self.browser.get("/")
+        for header, value in [(b"content-security-policy", b"default-src 'none'"), (b"cache-control", b"no-store"),
+                              (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY"),
+                              (b"x-content-type-options", b"nosniff")]:
+            self.assertIn(value, response.headers.getRawHeaders(header)[0])
+        self.assertIsNone(response.headers.getRawHeaders(b"server"))
+        self.assertNotIn("<script", body)

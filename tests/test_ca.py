@@ -1,0 +1,272 @@
+"""The offline CA (deaddrop.admin.ca) and its deaddrop-admin commands."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+from cryptography.hazmat.primitives.serialization import load_pem_private_key, pkcs12
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from twisted.trial import unittest
+
+from deaddrop.admin import ca, cli
+from deaddrop.admin.cli import AdminError
+
+
+def _mode(path: str) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def _cert(path: str) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(Path(path).read_bytes())
+
+
+class CATests(unittest.TestCase):
+    def setUp(self) -> None:
+        self.tmp = os.path.abspath(self.mktemp())
+        os.makedirs(self.tmp)
+        self.ca_dir = os.path.join(self.tmp, "ca")
+
+    def out(self, name: str) -> str:
+        return os.path.join(self.tmp, name)
+
+    def test_init_writes_a_private_ca(self) -> None:
+        r = ca.init_ca(self.ca_dir)
+        self.assertEqual(_mode(self.ca_dir), 0o700)
+        self.assertEqual(_mode(os.path.join(self.ca_dir, ca.CA_KEY)), 0o600)
+        cert = _cert(r["ca_cert"])
+        self.assertTrue(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
+        self.assertEqual(format(cert.serial_number, "x"), r["serial"])
+        key = load_pem_private_key(Path(self.ca_dir, ca.CA_KEY).read_bytes(), None)
+        self.assertIsInstance(key, ec.EllipticCurvePrivateKey)
+        self.assertEqual(key.public_key(), cert.public_key())
+        state = json.loads(Path(self.ca_dir, ca.STATE).read_text())
+        self.assertEqual(state["certs"], [])
+        crl = x509.load_pem_x509_crl(Path(r["crl"]).read_bytes())
+        self.assertTrue(crl.is_signature_valid(cert.public_key()))
+        self.assertEqual(len(crl), 0)
+
+    def test_init_ed25519_and_unique_names(self) -> None:
+        ca.init_ca(self.ca_dir, "ed25519")
+        ca.init_ca(self.out("ca2"))
+        key = load_pem_private_key(Path(self.ca_dir, ca.CA_KEY).read_bytes(), None)
+        self.assertIsInstance(key, ed25519.Ed25519PrivateKey)
+        subjects = {_cert(os.path.join(d, ca.CA_CERT)).subject for d in (self.ca_dir, self.out("ca2"))}
+        self.assertEqual(len(subjects), 2)
+
+    def test_init_refuses_to_overwrite(self) -> None:
+        ca.init_ca(self.ca_dir)
+        key_before = Path(self.ca_dir, ca.CA_KEY).read_bytes()
+        e = self.assertRaises(AdminError, ca.init_ca, self.ca_dir)
+        self.assertIn("refusing to overwrite", str(e))
+        self.assertEqual(Path(self.ca_dir, ca.CA_KEY).read_bytes(), key_before)
+
+    def test_init_bad_paths_and_algorithm(self) -> None:
+        Path(self.out("file")).write_text("x")
+        self.assertIn("not a directory", str(self.assertRaises(AdminError, ca.init_ca, self.out("file"))))
+        self.assertIn("cannot create", str(self.assertRaises(AdminError, ca.init_ca, self.out("file/ca"))))
+        os.mkdir(self.out("shared"), 0o755)
+        os.chmod(self.out("shared"), 0o755)
+        self.assertIn("other users", str(self.assertRaises(AdminError, ca.init_ca, self.out("shared"))))
+        self.assertEqual(_mode(self.out("shared")), 0o755)  # left alone
+        self.assertIn("unknown algorithm", str(self.assertRaises(AdminError, ca.init_ca, self.ca_dir, "rsa")))
+
+    def test_issue_with_password(self) -> None:
+        ca.init_ca(self.ca_dir)
+        r = ca.issue_client_cert(self.ca_dir, "alice", self.out("alice.p12"), b"correct horse")
+        self.assertFalse(r["password_generated"])
+        self.assertNotIn("password", r)
+        self.assertRaises(ValueError, pkcs12.load_key_and_certificates, Path(r["p12"]).read_bytes(), b"wrong")
+        key, cert, _ = pkcs12.load_key_and_certificates(Path(r["p12"]).read_bytes(), b"correct horse")
+        ca_cert = _cert(os.path.join(self.ca_dir, ca.CA_CERT))
+        cert.verify_directly_issued_by(ca_cert)
+        self.assertEqual(cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value, "alice")
+        eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+        self.assertEqual(list(eku), [ExtendedKeyUsageOID.CLIENT_AUTH])
+        self.assertEqual(format(cert.serial_number, "x"), r["serial"])
+        self.assertEqual(key.public_key(), cert.public_key())
+        # PEM copies next to the .p12 for curl/treq, the key private.
+        self.assertEqual(r["key_pem"], self.out("alice.key.pem"))
+        self.assertEqual(_mode(r["key_pem"]), 0o600)
+        self.assertEqual(_cert(r["cert_pem"]), cert)
+        pem_key = load_pem_private_key(Path(r["key_pem"]).read_bytes(), None)
+        self.assertEqual(pem_key.public_key(), cert.public_key())
+        state = json.loads(Path(self.ca_dir, ca.STATE).read_text())
+        self.assertEqual([(e["name"], e["serial"], e["revoked"]) for e in state["certs"]], [("alice", r["serial"], False)])
+
+    def test_issue_generates_a_password_when_none_given(self) -> None:
+        ca.init_ca(self.ca_dir)
+        r = ca.issue_client_cert(self.ca_dir, "alice", self.out("alice.p12"), None)
+        self.assertTrue(r["password_generated"])
+        self.assertGreaterEqual(len(r["password"].split("-")), 4)
+        key, cert, _ = pkcs12.load_key_and_certificates(Path(r["p12"]).read_bytes(), r["password"].encode())
+        self.assertIsNotNone(key)
+        r2 = ca.issue_client_cert(self.ca_dir, "bob", self.out("bob.p12"), None)
+        self.assertNotEqual(r["password"], r2["password"])
+
+    def test_issue_errors(self) -> None:
+        e = self.assertRaises(AdminError, ca.issue_client_cert, self.ca_dir, "alice", self.out("a.p12"), None)
+        self.assertEqual(str(e), f"no CA in {self.ca_dir}: run deaddrop-admin ca init --ca-dir {self.ca_dir}")
+        ca.init_ca(self.ca_dir)
+        ca.issue_client_cert(self.ca_dir, "alice", self.out("alice.p12"), b"pw")
+        e = self.assertRaises(AdminError, ca.issue_client_cert, self.ca_dir, "alice", self.out("x/alice2.p12"), b"pw")
+        self.assertIn("does not exist", str(e))
+        e = self.assertRaises(AdminError, ca.issue_client_cert, self.ca_dir, "alice", self.out("alice2.p12"), b"pw")
+        self.assertIn("already has an active certificate", str(e))
+        self.assertFalse(os.path.exists(self.out("alice2.p12")))
+        for bad in ("../evil", "", "a b", "x" * 65):
+            e = self.assertRaises(AdminError, ca.issue_client_cert, self.ca_dir, bad, self.out("e.p12"), b"pw")
+            self.assertIn("invalid name", str(e))
+        # Existing output files are never overwritten.
+        Path(self.out("carol.key.pem")).write_text("mine")
+        e = self.assertRaises(AdminError, ca.issue_client_cert, self.ca_dir, "carol", self.out("carol.p12"), b"pw")
+        self.assertIn("refusing to overwrite", str(e))
+        self.assertEqual(Path(self.out("carol.key.pem")).read_text(), "mine")
+        state = json.loads(Path(self.ca_dir, ca.STATE).read_text())
+        self.assertEqual([e["name"] for e in state["certs"]], ["alice"])
+
+    def test_revoke_then_reissue_and_crl(self) -> None:
+        ca.init_ca(self.ca_dir)
+        first = ca.issue_client_cert(self.ca_dir, "alice", self.out("alice.p12"), b"pw")
+        bob = ca.issue_client_cert(self.ca_dir, "bob", self.out("bob.p12"), b"pw")
+        r = ca.revoke(self.ca_dir, "alice")
+        self.assertEqual(r["serials"], [first["serial"]])
+        self.assertIn("no unrevoked certificate", str(self.assertRaises(AdminError, ca.revoke, self.ca_dir, "alice")))
+        self.assertIn("no unrevoked certificate", str(self.assertRaises(AdminError, ca.revoke, self.ca_dir, "nobody")))
+        # A revoked name may be issued again; the old serial must stay on the CRL.
+        os.mkdir(self.out("new"))
+        second = ca.issue_client_cert(self.ca_dir, "alice", self.out("new/alice.p12"), b"pw")
+        out = self.out("crl.pem")
+        c1 = ca.write_crl(self.ca_dir, out)
+        crl = x509.load_pem_x509_crl(Path(out).read_bytes())
+        ca_cert = _cert(os.path.join(self.ca_dir, ca.CA_CERT))
+        self.assertTrue(crl.is_signature_valid(ca_cert.public_key()))
+        self.assertEqual(crl.issuer, ca_cert.subject)
+        self.assertEqual({format(rc.serial_number, "x") for rc in crl}, {first["serial"]})
+        self.assertIsNone(crl.get_revoked_certificate_by_serial_number(int(second["serial"], 16)))
+        self.assertIsNone(crl.get_revoked_certificate_by_serial_number(int(bob["serial"], 16)))
+        self.assertEqual(c1["count"], 1)
+        c2 = ca.write_crl(self.ca_dir, out, next_update_days=7)
+        self.assertGreater(c2["crl_number"], c1["crl_number"])
+        self.assertEqual(x509.load_pem_x509_crl(Path(out).read_bytes()).extensions
+                         .get_extension_for_class(x509.CRLNumber).value.crl_number, c2["crl_number"])
+        # Atomic write: no temp files left next to it.
+        self.assertEqual(sorted(os.listdir(self.tmp)), sorted(["ca", "alice.p12", "alice.key.pem", "alice.cert.pem",
+                                                                "bob.p12", "bob.key.pem", "bob.cert.pem", "new",
+                                                                "crl.pem"]))
+
+    def test_crl_errors(self) -> None:
+        self.assertIn("no CA in", str(self.assertRaises(AdminError, ca.write_crl, self.ca_dir, self.out("c.pem"))))
+        ca.init_ca(self.ca_dir)
+        e = self.assertRaises(AdminError, ca.write_crl, self.ca_dir, self.out("nope/crl.pem"))
+        self.assertIn("does not exist", str(e))
+        e = self.assertRaises(AdminError, ca.write_crl, self.ca_dir, self.tmp)
+        self.assertIn("is a directory", str(e))
+        key_before = Path(self.ca_dir, ca.CA_KEY).read_bytes()
+        for own in (ca.CA_KEY, ca.CA_CERT, ca.STATE):
+            e = self.assertRaises(AdminError, ca.write_crl, self.ca_dir, os.path.join(self.ca_dir, own))
+            self.assertIn("refusing to write the CRL over", str(e))
+        self.assertEqual(Path(self.ca_dir, ca.CA_KEY).read_bytes(), key_before)
+
+
+class CLITests(unittest.TestCase):
+    def setUp(self) -> None:
+        self.tmp = os.path.abspath(self.mktemp())
+        os.makedirs(self.tmp)
+        self.ca_dir = os.path.join(self.tmp, "ca")
+
+    def run_cli(self, *argv: str) -> tuple[int, str, str]:
+        stdout, stderr = io.StringIO(), io.StringIO()
+        self.patch(sys, "stdout", stdout)
+        self.patch(sys, "stderr", stderr)
+        code = cli.main(list(argv))
+        return code, stdout.getvalue(), stderr.getvalue()
+
+    def run_json(self, *argv: str) -> tuple[int, dict[str, Any]]:
+        code, stdout, _ = self.run_cli(*argv, "--json")
+        lines = stdout.splitlines()
+        self.assertEqual(len(lines), 1, stdout)
+        return code, json.loads(lines[0])
+
+    def test_full_flow_with_json(self) -> None:
+        code, r = self.run_json("ca", "init", "--ca-dir", self.ca_dir, "--algorithm", "ed25519")
+        self.assertEqual((code, r["algorithm"]), (0, "ed25519"))
+        self.assertEqual(r["ca_cert"], os.path.join(self.ca_dir, ca.CA_CERT))
+        p12 = os.path.join(self.tmp, "alice.p12")
+        code, r = self.run_json("cert", "issue", "alice", "--ca-dir", self.ca_dir, "--out", p12)
+        self.assertEqual(code, 0)
+        pkcs12.load_key_and_certificates(Path(p12).read_bytes(), r["password"].encode())
+        code, r = self.run_json("cert", "revoke", "alice", "--ca-dir", self.ca_dir)
+        self.assertEqual((code, r["name"], len(r["serials"])), (0, "alice", 1))
+        crl = os.path.join(self.tmp, "crl.pem")
+        code, r = self.run_json("crl", "--ca-dir", self.ca_dir, "--out", crl)
+        self.assertEqual((code, r["count"], r["path"]), (0, 1, crl))
+        self.assertEqual(len(x509.load_pem_x509_crl(Path(crl).read_bytes())), 1)
+
+    def test_password_file_and_human_output(self) -> None:
+        self.run_cli("ca", "init", "--ca-dir", self.ca_dir)
+        pw = os.path.join(self.tmp, "pw")
+        Path(pw).write_bytes(b"s3cret words\n")
+        p12 = os.path.join(self.tmp, "bob.p12")
+        code, stdout, _ = self.run_cli("cert", "issue", "bob", "--ca-dir", self.ca_dir, "--out", p12,
+                                       "--password-file", pw)
+        self.assertEqual(code, 0)
+        self.assertIn("issued bob", stdout)
+        self.assertNotIn("s3cret", stdout)
+        pkcs12.load_key_and_certificates(Path(p12).read_bytes(), b"s3cret words")  # newline stripped
+        code, stdout, stderr = self.run_cli("cert", "issue", "carol", "--ca-dir", self.ca_dir, "--out",
+                                            os.path.join(self.tmp, "c.p12"), "--password-file", pw + ".missing")
+        self.assertEqual(code, 1)
+        self.assertIn("cannot read password file", stderr)
+
+    def test_generated_password_is_printed(self) -> None:
+        self.run_cli("ca", "init", "--ca-dir", self.ca_dir)
+        code, stdout, _ = self.run_cli("cert", "issue", "alice", "--ca-dir", self.ca_dir, "--out",
+                                       os.path.join(self.tmp, "alice.p12"))
+        self.assertEqual(code, 0)
+        password = stdout.rsplit(": ", 1)[1].strip()
+        pkcs12.load_key_and_certificates(Path(self.tmp, "alice.p12").read_bytes(), password.encode())
+
+    def test_errors_exit_non_zero_with_one_line(self) -> None:
+        code, r = self.run_json("cert", "issue", "alice", "--ca-dir", self.ca_dir, "--out",
+                                os.path.join(self.tmp, "a.p12"))
+        self.assertEqual((code, r), (1, {"error": f"no CA in {self.ca_dir}: run deaddrop-admin ca init --ca-dir {self.ca_dir}"}))
+        self.run_cli("ca", "init", "--ca-dir", self.ca_dir)
+        code, r = self.run_json("ca", "init", "--ca-dir", self.ca_dir)
+        self.assertEqual(code, 1)
+        self.assertIn("refusing to overwrite", r["error"])
+        self.run_cli("cert", "issue", "alice", "--ca-dir", self.ca_dir, "--out", os.path.join(self.tmp, "a.p12"))
+        code, r = self.run_json("cert", "issue", "alice", "--ca-dir", self.ca_dir, "--out",
+                                os.path.join(self.tmp, "a2.p12"))
+        self.assertEqual(code, 1)
+        self.assertIn("already has an active certificate", r["error"])
+        code, stdout, stderr = self.run_cli("crl", "--ca-dir", self.ca_dir, "--out", "/nonexistent/dir/crl.pem")
+        self.assertEqual((code, stdout), (1, ""))
+        self.assertEqual(stderr.count("\n"), 1)
+        self.assertIn("does not exist", stderr)
+
+    def test_ca_dir_defaults_to_data_dir(self) -> None:
+        data = os.path.join(self.tmp, "data")
+        code, r = self.run_json("ca", "init", "--data-dir", data)
+        self.assertEqual(code, 0)
+        self.assertTrue(os.path.isfile(os.path.join(data, "ca", ca.CA_KEY)))
+        code, r = self.run_json("crl", "--data-dir", data)
+        self.assertEqual((code, r["path"]), (0, os.path.join(data, "ca", ca.CA_CRL)))
+
+    def test_console_script(self) -> None:
+        script = shutil.which("deaddrop-admin", path=os.path.dirname(sys.executable))
+        if script is None:
+            raise unittest.SkipTest("deaddrop-admin is not installed next to this python")
+        proc = subprocess.run([script, "cert", "revoke", "alice", "--ca-dir", self.ca_dir, "--json"],
+                              capture_output=True, text=True, timeout=30)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("no CA in", json.loads(proc.stdout)["error"])
+        self.assertTrue(proc.stderr.startswith("deaddrop-admin: error: no CA in"))
