@@ -17,6 +17,7 @@ import threading
 from typing import Any, Callable
 
 from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
 
 from deaddrop.crypto._gzip import GzipFramer
 from deaddrop.crypto.gpg import gpg_base_argv
@@ -82,7 +83,8 @@ class StreamEncryption:
         self._paused = False
         self._closed = False
         self.plaintext_size = 0
-        self._done: Deferred[int] = Deferred()
+        self._outcome: Any = None  # ciphertext size, or a Failure
+        self._waiters: list[Deferred] = []
         pool.call_in_thread(self._pump)
 
     # -- reactor side ----------------------------------------------------------------------
@@ -105,14 +107,32 @@ class StreamEncryption:
         if not self._closed:
             self._closed = True
             self._queue.put(_EOF)
-        return self._done
+        d: Deferred[int] = Deferred()
+        if self._outcome is None:
+            self._waiters.append(d)
+        else:
+            self._fire(d)
+        return d
 
     def abort(self) -> None:
         """Stop, kill gpg, and remove whatever ciphertext was written."""
         if not self._closed:
             self._closed = True
             self._queue.put(_ABORT)
-        self._done.addErrback(lambda _: None)
+        elif self._outcome is not None and not isinstance(self._outcome, Failure):
+            _remove_quietly(self.out_path)  # finished already: its ciphertext has no owner now
+
+    def _settle(self, outcome: Any) -> None:
+        self._outcome = outcome
+        waiters, self._waiters = self._waiters, []
+        for d in waiters:
+            self._fire(d)
+
+    def _fire(self, d: Deferred) -> None:
+        if isinstance(self._outcome, Failure):
+            d.errback(self._outcome)
+        else:
+            d.callback(self._outcome)
 
     # -- worker thread ---------------------------------------------------------------------
 
@@ -122,10 +142,10 @@ class StreamEncryption:
             size = self._run_gpg()
         except BaseException as e:  # report every failure to the reactor, never lose it
             _remove_quietly(self.out_path)
-            failure = e if isinstance(e, EncryptionFailed) else EncryptionFailed(f"encryption failed: {e!r}")
-            self._reactor.callFromThread(self._done.errback, failure)
+            error = e if isinstance(e, EncryptionFailed) else EncryptionFailed(f"encryption failed: {e!r}")
+            self._reactor.callFromThread(self._settle, Failure(error))
         else:
-            self._reactor.callFromThread(self._done.callback, size)
+            self._reactor.callFromThread(self._settle, size)
 
     def _run_gpg(self) -> int:
         with tempfile.TemporaryFile() as stderr:

@@ -79,7 +79,9 @@ class MultipartUpload:
             try:
                 self._parser = multipart.PushMultipartParser(
                     boundary, max_header_size=limits.max_header_bytes, max_header_count=8,
-                    max_segment_count=limits.max_parts, strict=True,
+                    # Not strict: strict mode rejects an epilogue that arrives in a later chunk
+                    # than the closing boundary, i.e. depends on how TCP split the body.
+                    max_segment_count=limits.max_parts, strict=False,
                 )
             except multipart.MultipartError:
                 self._error = UploadError(400, "The form data could not be read (bad boundary).")
@@ -101,8 +103,8 @@ class MultipartUpload:
     # -- feeding ---------------------------------------------------------------------------
 
     def feed(self, data: bytes) -> None:
-        if self._error is not None or self._ended:
-            return  # a refused body is read and dropped so the client still gets our answer
+        if self._error is not None or self._ended or self._parser.closed:
+            return  # refused bodies and epilogues are read and dropped
         try:
             for event in self._parser.parse(data):
                 self._on_event(event)

@@ -1,0 +1,90 @@
+import re
+
+from hypothesis import given, settings, strategies as st
+from twisted.trial import unittest
+
+from deaddrop import codenames
+from deaddrop.filenames import MAX_NAME_BYTES, sanitise_filename
+
+
+class WordlistTests(unittest.TestCase):
+    def test_codename_wordlist_is_large_short_common_ascii(self):
+        words = codenames.codename_words()
+        self.assertGreaterEqual(len(words), 7000)
+        self.assertEqual(len(set(words)), len(words))
+        self.assertTrue(all(re.fullmatch(r"[a-z]+(-[a-z]+)?", w) and len(w) <= 9 for w in words))
+        self.assertGreater(codenames.entropy_bits(7), 90)
+
+    def test_generated_codenames_have_n_known_words_and_differ(self):
+        seen = set()
+        for n in (4, 7, 12):
+            for _ in range(20):
+                codename = codenames.generate_codename(n)
+                self.assertEqual(len(codename.split(" ")), n)
+                self.assertEqual(codenames.normalise_codename(codename), codename)
+                seen.add(codename)
+        self.assertEqual(len(seen), 60)
+
+    def test_designations_are_adjective_noun_from_their_own_lists(self):
+        for _ in range(50):
+            adjective, noun = codenames.generate_designation().split(" ")
+            self.assertIn(adjective, codenames._load("adjectives.txt"))
+            self.assertIn(noun, codenames._load("nouns.txt"))
+
+
+class NormaliseTests(unittest.TestCase):
+    def test_whitespace_and_case_do_not_matter(self):
+        self.assertEqual(codenames.normalise_codename("  Abacus\tabdomen \n ABIDE   ablaze  "), "abacus abdomen abide ablaze")
+
+    def test_shapes_that_cannot_be_codenames(self):
+        for text in ["", "abacus abdomen abide", "abacus " * 17, "abacus abdomen abide zzzzqq",
+                     "x" * 300, "abacus abdomen abide abl\x00aze", "абакус abdomen abide ablaze", None, 42]:
+            self.assertIsNone(codenames.normalise_codename(text), repr(text)[:40])
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.text(max_size=400))
+    def test_any_text_normalises_to_none_or_a_canonical_list_of_known_words(self, text):
+        result = codenames.normalise_codename(text)
+        if result is not None:
+            words = result.split(" ")
+            self.assertTrue(codenames.MIN_WORDS <= len(words) <= codenames.MAX_WORDS)
+            self.assertTrue(all(w in codenames.codename_words() for w in words))
+            self.assertEqual(codenames.normalise_codename(result), result)
+
+    @settings(max_examples=100, deadline=None)
+    @given(st.lists(st.sampled_from(codenames.codename_words()), min_size=4, max_size=16),
+           st.lists(st.sampled_from([" ", "  ", "\t", "\n", " \r\n "]), min_size=17, max_size=17))
+    def test_any_spacing_of_real_words_round_trips(self, words, gaps):
+        typed = gaps[0] + "".join((w.upper() if i % 2 else w) + gaps[i + 1] for i, w in enumerate(words))
+        self.assertEqual(codenames.normalise_codename(typed), " ".join(words))
+
+
+class FilenameTests(unittest.TestCase):
+    def test_examples(self):
+        cases = {
+            "../../bin/gpg": "gpg", "C:\\Users\\me\\report.docx": "report.docx", "..": "document",
+            ".bashrc": "bashrc", "CON": "_CON", "nul.txt": "_nul.txt", "a\x00b": "a_b", "": "document",
+            "report.pdf": "report.pdf", "отчёт.pdf": "отчёт.pdf", "name\u202eexe.pdf": "name_exe.pdf",
+        }
+        for raw, expected in cases.items():
+            self.assertEqual(sanitise_filename(raw), expected, repr(raw))
+
+    def test_long_names_keep_their_extension_and_whole_characters(self):
+        name = sanitise_filename("ж" * 400 + ".pdf")
+        self.assertTrue(name.endswith(".pdf"))
+        self.assertLessEqual(len(name.encode()), MAX_NAME_BYTES)
+        name.encode("utf-8").decode("utf-8")
+
+    @settings(max_examples=500, deadline=None)
+    @given(st.text(max_size=600))
+    def test_any_name_becomes_one_harmless_path_component(self, raw):
+        name = sanitise_filename(raw)
+        self.assertTrue(name)
+        self.assertNotIn("/", name)
+        self.assertNotIn("\\", name)
+        self.assertNotIn("\x00", name)
+        self.assertFalse(name.startswith("."))
+        self.assertNotIn(name, (".", ".."))
+        self.assertLessEqual(len(name.encode("utf-8")), MAX_NAME_BYTES)
+        self.assertFalse(re.match(r"^(con|prn|aux|nul|com\d|lpt\d)(\..*)?$", name, re.I))
+        self.assertFalse(any(ord(c) < 32 for c in name))

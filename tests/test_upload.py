@@ -1,0 +1,108 @@
+"""The streaming multipart parser, fed byte by byte and chunk by chunk, with in-memory sinks."""
+from twisted.internet.defer import succeed
+from twisted.trial import unittest
+
+from deaddrop.web._common.upload import MultipartUpload, UploadError, UploadLimits
+
+BOUNDARY = b"----xyzBOUNDARY"
+
+
+class MemorySink:
+    def __init__(self, name):
+        self.name, self.data, self.out_path, self.plaintext_size = name, bytearray(), f"/nonexistent/{name}", 0
+        self.aborted = self.finished = False
+
+    def write(self, data):
+        self.data += data
+        self.plaintext_size += len(data)
+
+    def finish(self):
+        self.finished = True
+        return succeed(len(self.data))
+
+    def abort(self):
+        self.aborted = True
+
+
+def body(parts, boundary=BOUNDARY, close=True):
+    out = b""
+    for headers, content in parts:
+        out += b"--" + boundary + b"\r\n" + headers + b"\r\n\r\n" + content + b"\r\n"
+    return out + (b"--" + boundary + b"--\r\n" if close else b"")
+
+
+def field(name, value):
+    return (b'Content-Disposition: form-data; name="' + name + b'"', value)
+
+
+def file(name, filename, content):
+    return (b'Content-Disposition: form-data; name="' + name + b'"; filename="' + filename + b'"\r\n'
+            b"Content-Type: application/octet-stream", content)
+
+
+class UploadTests(unittest.TestCase):
+    limits = UploadLimits(max_file_bytes=10_000, text_fields={"csrf_token": 100, "msg": 1000},
+                          file_fields=frozenset({"fh"}), max_parts=8)
+
+    def run_upload(self, raw, chunk=None, limits=None):
+        sinks, paused = [], []
+
+        def open_sink(name, pause, resume):
+            sinks.append(MemorySink(name))
+            return sinks[-1]
+
+        upload = MultipartUpload(BOUNDARY, limits or self.limits, open_sink, lambda: paused.append(1), lambda: None)
+        step = chunk or len(raw) or 1
+        for i in range(0, len(raw), step):
+            upload.feed(raw[i:i + step])
+        upload.end()
+        results = []
+        upload.result.addBoth(results.append)
+        return results[0], sinks
+
+    def test_fields_and_files_arrive_whatever_the_chunking(self):
+        raw = body([field(b"csrf_token", b"tok"), field(b"msg", "héllo\r\n--not a boundary".encode()),
+                    file(b"fh", b"../../a.txt", b"\r\n--" + b"A" * 3000), file(b"fh", b"b.bin", b"\x00\xff" * 100)])
+        for chunk in (1, 7, 64, 4096, None):
+            result, sinks = self.run_upload(raw, chunk)
+            self.assertFalse(hasattr(result, "value"), getattr(result, "value", None))
+            self.assertEqual(result.fields, {"csrf_token": "tok", "msg": "héllo\r\n--not a boundary"})
+            self.assertEqual([s.name for s in sinks], ["a.txt", "b.bin"])
+            self.assertEqual(bytes(sinks[0].data), b"\r\n--" + b"A" * 3000)
+            self.assertEqual(bytes(sinks[1].data), b"\x00\xff" * 100)
+            self.assertTrue(all(s.finished and not s.aborted for s in sinks))
+            self.assertEqual([f.plaintext_size for f in result.files], [3004, 200])
+
+    def test_empty_file_part_is_no_file(self):
+        result, sinks = self.run_upload(body([field(b"msg", b"hi"), file(b"fh", b"", b"")]))
+        self.assertEqual((result.fields, result.files, sinks), ({"msg": "hi"}, [], []))
+
+    def assertRefused(self, raw, status, limits=None):
+        result, sinks = self.run_upload(raw, 13, limits)
+        self.assertIsInstance(result.value, UploadError, result)
+        self.assertEqual(result.value.status, status, result.value.message)
+        self.assertTrue(all(s.aborted for s in sinks))
+        return result.value
+
+    def test_hostile_bodies_get_clear_4xx_and_abort_every_sink(self):
+        self.assertRefused(body([file(b"fh", b"a", b"x" * 10_001)]), 413)
+        self.assertRefused(body([field(b"msg", b"x" * 1001)]), 413)
+        self.assertRefused(body([field(b"evil", b"x")]), 400)
+        self.assertRefused(body([field(b"msg", b"a"), field(b"msg", b"b")]), 400)
+        self.assertRefused(body([file(b"other", b"a", b"x")]), 400)
+        self.assertRefused(body([field(b"msg", b"\xff\xfe")]), 400)
+        self.assertRefused(body([field(b"msg", b"a\x00b")]), 400)
+        self.assertRefused(body([file(b"fh", b"a", b"x" * 100), field(b"csrf_token", b"t")], close=False), 400)
+        self.assertRefused(b"garbage without any boundary", 400)
+        self.assertRefused(body([file(b"fh", b"a", b"x")] * 10), 413)
+        self.assertRefused(body([(b"X-Junk: " + b"a" * 10000, b"x")]), 413)
+
+    def test_refused_upload_drops_the_body_without_opening_sinks(self):
+        sinks = []
+        upload = MultipartUpload(BOUNDARY, self.limits, lambda *a: sinks.append(1), lambda: None, lambda: None,
+                                 refused=UploadError(403, "expired"))
+        upload.feed(body([file(b"fh", b"a", b"x" * 100)]))
+        upload.end()
+        failures = []
+        upload.result.addErrback(failures.append)
+        self.assertEqual((sinks, failures[0].value.status), ([], 403))
