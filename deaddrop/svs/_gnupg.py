@@ -50,6 +50,9 @@ _KEY_PARAMS = {
 }
 
 
+_GPG_ERR_BAD_PASSPHRASE = 11  # libgpg-error code (low 16 bits of gpg's status error numbers)
+
+
 class PassphraseError(SvsError):
     """The key is protected and no (or a wrong) passphrase was given: every file would fail."""
 
@@ -309,17 +312,20 @@ class DecryptJob:
         done = 0
         try:
             while True:
-                chunk = self._source.read(FEED_SIZE)
+                try:
+                    chunk = self._source.read(FEED_SIZE)
+                except Exception as e:  # e.g. zipfile's "Bad CRC-32" at the end of an entry
+                    self._feed_error = e
+                    break
                 if not chunk:
                     break
-                stdin.write(chunk)
+                try:
+                    stdin.write(chunk)
+                except (OSError, ValueError):
+                    break  # gpg gave up early (or we aborted): its status says why
                 done += len(chunk)
                 if self._progress is not None:
                     self._progress(done)
-        except (BrokenPipeError, ValueError):
-            pass  # gpg gave up early (or we aborted); its status says why
-        except Exception as e:  # e.g. zipfile's "Bad CRC-32" at the end of an entry
-            self._feed_error = e
         finally:
             try:
                 stdin.close()
@@ -333,7 +339,7 @@ class DecryptJob:
         for line in self.proc.stderr:
             if line.startswith(b"[GNUPG:] "):
                 words = line[9:].decode("utf-8", "replace").split()
-                if words and (words[0] not in self._seen or words[0] == "DECRYPTION_INFO"):
+                if words and (words[0] not in self._seen or words[0] in ("DECRYPTION_INFO", "ERROR")):
                     self._seen.add(words[0])
                     if len(self._status) < 1000:
                         self._status.append(words)
@@ -361,7 +367,15 @@ class DecryptJob:
         """
         if self._feed_error is not None:
             return f"cannot read input: {self._feed_error}"
-        if res.has("BAD_PASSPHRASE"):
+        if res.has("NEED_PASSPHRASE_SYM") and not res.has("DECRYPTION_OKAY"):
+            # Checked first: gpg tries our passphrase on it and reports a bad passphrase,
+            # which must not be taken for ours being wrong (and stop the whole run).
+            return "encrypted with a passphrase, not to a key: not a server file"
+        if res.has("BAD_PASSPHRASE") or any(
+            # gpg 2.2 with loopback pinentry reports it only as an error code.
+            s[0] == "ERROR" and len(s) > 2 and s[2].isdigit() and int(s[2]) & 0xFFFF == _GPG_ERR_BAD_PASSPHRASE
+            for s in res.status
+        ):
             raise PassphraseError("wrong passphrase for the submission key")
         if res.has("NEED_PASSPHRASE") and not res.has("DECRYPTION_OKAY") and self._gpg.passphrase is None:
             raise PassphraseError("the submission key is passphrase-protected: use --passphrase-file")
@@ -371,10 +385,13 @@ class DecryptJob:
             return "not encrypted to this station's submission key"
         if res.has("BADMDC"):
             return "integrity check failed (tampered with or damaged)"
-        if own_failures_only:
+        if own_failures_only:  # (we may have stopped it before it began decrypting)
             if res.has("DECRYPTION_FAILED"):
                 return f"corrupt or truncated ({res.last_message()})"
             return None
+        if not res.has("BEGIN_DECRYPTION"):
+            # e.g. `gpg --store` or a signed message: OpenPGP, but nothing was decrypted.
+            return "not encrypted (plain OpenPGP data): not a server file"
         integrity = res.has("GOODMDC") or any(
             s[0] == "DECRYPTION_INFO" and len(s) > 3 and s[3] != "0" for s in res.status  # AEAD
         )

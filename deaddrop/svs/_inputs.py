@@ -7,6 +7,7 @@ name from its last component, never as a path.
 from __future__ import annotations
 
 import os
+import re
 import zipfile
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,6 +15,11 @@ from typing import BinaryIO, Callable, ContextManager, Iterable, Iterator
 
 from deaddrop.svs._names import SubmissionName, parse_submission_name
 from deaddrop.svs._outdir import TEMP_PREFIX
+
+
+def _natural(name: str) -> list[object]:
+    """Sort key putting ``2-...`` before ``10-...``, as the server numbered them."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name)]
 
 
 def display(text: str) -> str:
@@ -79,27 +85,36 @@ def _zip_items(path: str) -> Iterator[Item | BadInput]:
             yield Item(label, name, info.file_size, _zip_opener(zf, info), base)
 
 
-def iter_inputs(paths: Iterable[str], submissions_only: bool = True) -> Iterator[Item | BadInput]:
+def iter_inputs(
+    paths: Iterable[str], submissions_only: bool = True, exclude: str | None = None
+) -> Iterator[Item | BadInput]:
     """Items to process, in a stable order; :class:`BadInput` for what can't be used.
 
     ``submissions_only`` (decrypt): every file must be a server file (or a zip of them);
     files in a folder that don't end in ``.gpg`` are skipped silently (a browser's download
     folder has other things in it). Export passes ``False``: other files, zips included (a
     decrypted document may well be a zip), are encrypted as-is, and our own leftover temp
-    files are skipped.
+    files are skipped. ``exclude`` (OUTDIR) is not walked into: with ``decrypt . --out out``
+    the files being written must not become inputs.
     """
     seen: set[str] = set()
     for path in paths:
         if not os.path.lexists(path):
             yield BadInput(display(path), "no such file or directory")
             continue
+        if exclude is not None and os.path.realpath(path) == exclude:
+            yield BadInput(display(path), "is the output directory")
+            continue
         if os.path.isdir(path):
             top = os.path.basename(os.path.normpath(os.path.abspath(path)))
             for dirpath, dirnames, filenames in os.walk(path):
-                dirnames.sort()
+                dirnames[:] = sorted(
+                    (d for d in dirnames if exclude is None or os.path.realpath(os.path.join(dirpath, d)) != exclude),
+                    key=_natural,
+                )
                 rel = os.path.relpath(dirpath, path)
                 sub = () if rel == "." else tuple(rel.split(os.sep))
-                for fn in sorted(filenames):
+                for fn in sorted(filenames, key=_natural):
                     full = os.path.join(dirpath, fn)
                     if not os.path.isfile(full):
                         continue  # sockets, fifos, dangling links

@@ -11,10 +11,11 @@ interface's zip do, so it is easy to match up and to type in a shell.
 """
 from __future__ import annotations
 
+import os
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, TextIO
+from typing import BinaryIO, Iterable, Iterator, TextIO
 
 from deaddrop.svs._errors import ItemError, SvsError, describe_exception
 from deaddrop.svs._gnupg import Gpg
@@ -39,7 +40,7 @@ class Summary:
         return not self.failed
 
 
-def _read_all(stream) -> Iterator[bytes]:  # type: ignore[no-untyped-def]
+def _read_all(stream: BinaryIO) -> Iterator[bytes]:
     while True:
         data = stream.read(CHUNK)
         if not data:
@@ -99,7 +100,7 @@ def run_decrypt(
     stderr = stderr or sys.stderr
     tty = stderr.isatty() if hasattr(stderr, "isatty") else False
     summary = Summary()
-    for item in iter_inputs(inputs, submissions_only=True):
+    for item in iter_inputs(inputs, submissions_only=True, exclude=os.path.realpath(out.root)):
         if isinstance(item, BadInput):
             summary.failed.append((item.label, item.reason))
             stderr.write(f"FAILED {item.label}: {item.reason}\n")

@@ -1,0 +1,133 @@
+"""``deaddrop-svs``: the offline Secure Viewing Station tool.
+
+    deaddrop-svs --home DIR init [--algorithm curve25519|rsa4096] [--passphrase-file F]
+    deaddrop-svs --home DIR decrypt INPUT... --out OUTDIR [--progress] [--passphrase-file F]
+    deaddrop-svs --home DIR export FILE... --to-key KEY.asc --out OUTDIR [--passphrase-file F]
+
+Exit codes: 0 all went well, 1 an error or any file failed, 2 usage error. This program
+never opens a network connection; everything goes through the local ``gpg`` binary.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Sequence
+
+from deaddrop.svs._errors import SvsError
+from deaddrop.svs._gnupg import ALGORITHMS, fingerprint_groups, read_passphrase_file
+from deaddrop.svs.home import Home
+
+PROG = "deaddrop-svs"
+HOME_ENV = "DEADDROP_SVS_HOME"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # --home is accepted before or after the command; SUPPRESS keeps a sub-parser's unset
+    # default from clobbering a value given before the command.
+    home = argparse.ArgumentParser(add_help=False)
+    home.add_argument("--home", metavar="DIR", default=argparse.SUPPRESS,
+                      help=f"the SVS home (key pair); default ${HOME_ENV}")
+    passphrase = argparse.ArgumentParser(add_help=False)
+    passphrase.add_argument("--passphrase-file", metavar="F",
+                            help="file whose first line is the submission key's passphrase")
+
+    parser = argparse.ArgumentParser(prog=PROG, parents=[home],
+                                     description="DeadDrop Secure Viewing Station (offline).")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser("init", parents=[home, passphrase], help="create the submission key pair")
+    p.add_argument("--algorithm", choices=ALGORITHMS, default="curve25519")
+    p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("decrypt", parents=[home, passphrase],
+                       help="decrypt downloaded submissions (.gpg files, folders, zips)")
+    p.add_argument("inputs", nargs="+", metavar="INPUT")
+    p.add_argument("--out", required=True, metavar="OUTDIR")
+    p.add_argument("--progress", action="store_true", help="show progress even when stderr is not a terminal")
+    p.set_defaults(func=cmd_decrypt)
+
+    p = sub.add_parser("export", parents=[home, passphrase],
+                       help="encrypt files to a journalist's personal public key")
+    p.add_argument("inputs", nargs="+", metavar="FILE")
+    p.add_argument("--to-key", required=True, metavar="KEY.asc")
+    p.add_argument("--out", required=True, metavar="OUTDIR")
+    p.set_defaults(func=cmd_export)
+    return parser
+
+
+def _home(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Home:
+    path = getattr(args, "home", None) or os.environ.get(HOME_ENV)
+    if not path:
+        parser.error(f"--home DIR is required (or set ${HOME_ENV})")
+    return Home(path)
+
+
+def _passphrase(args: argparse.Namespace) -> bytes | None:
+    return read_passphrase_file(args.passphrase_file) if args.passphrase_file else None
+
+
+def cmd_init(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    home = _home(args, parser)
+    fingerprint = home.init(args.algorithm, _passphrase(args))
+    print(f"Created the submission key ({args.algorithm}) in {home.gnupg}")
+    print(f"Fingerprint: {fingerprint_groups(fingerprint)}")
+    print(f"Public key:  {home.public_key}")
+    print("Give the public key to the server (--submission-key); check the fingerprint there.")
+    return 0
+
+
+def cmd_decrypt(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from deaddrop.svs._outdir import OutDir
+    from deaddrop.svs.decrypt import run_decrypt
+
+    home = _home(args, parser)
+    gpg = home.open(_passphrase(args))
+    try:
+        out = OutDir(args.out)
+        show = args.progress or sys.stderr.isatty()
+        summary = run_decrypt(gpg, args.inputs, out, show_progress=show)
+    finally:
+        gpg.kill_agent()  # drop the unlocked key as soon as we're done
+    return 0 if summary.ok else 1
+
+
+def cmd_export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from deaddrop.svs.export import run_export
+
+    home = _home(args, parser)
+    passphrase = _passphrase(args)
+    # The SVS key is only needed for server files, and to refuse exporting to itself; a
+    # station without one can still encrypt plain files.
+    own = home.fingerprints()
+    svs = home.open(passphrase) if own else None
+    try:
+        summary = run_export(svs, args.to_key, args.inputs, args.out, own_fingerprints=own)
+    finally:
+        if svs is not None:
+            svs.kill_agent()
+    return 0 if summary.ok else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse: 2 for usage errors, 0 for --help
+        return int(e.code or 0) if not isinstance(e.code, str) else 2
+    try:
+        return int(args.func(args, parser))
+    except SystemExit as e:  # parser.error() from a command
+        return int(e.code or 0) if not isinstance(e.code, str) else 2
+    except SvsError as e:
+        sys.stdout.flush()
+        sys.stderr.write(f"{PROG}: error: {e}\n")
+        return 1
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{PROG}: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
