@@ -188,11 +188,15 @@ class Browser:
         self.last_html = body.decode("utf-8", "replace")
         return response, self.last_html
 
+    USER_AGENT = "DeadDropTestAgent/1 (UA-MARKER-5e1f)"
+
     def get(self, path: str, follow: bool = True, **kw: Any):
+        kw.setdefault("headers", {"User-Agent": self.USER_AGENT})
         d = self.client.get(self.url(path), allow_redirects=False, **kw)
         return d.addCallback(self._finish, follow)
 
     def post(self, path: str, data: Any = None, files: Any = None, follow: bool = True, **kw: Any):
+        kw.setdefault("headers", {"User-Agent": self.USER_AGENT})
         d = self.client.post(self.url(path), data=data, files=files, allow_redirects=False, **kw)
         return d.addCallback(self._finish, follow)
 

@@ -74,7 +74,6 @@ class SourceFlowTests(unittest.TestCase):
         self._assert_secrets_absent(codename, [marker.encode(), b"FILE-MARKER-0c1d", file_bytes[-64:]])
 
     def _assert_secrets_absent(self, codename: str, plaintexts: list[bytes]) -> None:
-        forbidden = [codename.encode(), codename.replace(" ", "").encode()] + [w.encode() for w in codename.split() if len(w) > 7]
         forbidden = [codename.encode()] + plaintexts
         for root, _dirs, names in os.walk(self.server.data_dir):
             for name in names:
@@ -88,6 +87,10 @@ class SourceFlowTests(unittest.TestCase):
         log_text = self.logs.text()
         self.assertIn("submission.stored", log_text)  # the capture works
         self.assertNotIn("request failed", log_text)
+        # No access log on the source listener: no paths, no user agents.
+        self.assertNotIn("UA-MARKER-5e1f", log_text)
+        self.assertNotIn('"GET /', log_text)
+        self.assertNotIn('"POST /', log_text)
         for secret in forbidden:
             self.assertNotIn(secret.decode("latin-1"), log_text)
         self.assertNotIn(codename, open(os.path.join(self.server.data_dir, "logs", "security.jsonl")).read())
@@ -229,6 +232,29 @@ class SourceFlowTests(unittest.TestCase):
         [bob_file] = [p for p in stored_files(self.server.data_dir) if p.endswith(bob_reply["filename"])]
         with open(bob_file, "rb") as f:
             self.assertEqual(test_svs().decrypt(f.read()), b"reply for bob")
+
+    @inlineCallbacks
+    def test_a_reply_sent_while_the_key_is_being_made_is_not_lost(self):
+        """Key generation runs after /create answers; a reply in that window waits for it."""
+        newsroom = self.server.service.newsroom
+        from deaddrop import codenames
+
+        codename = codenames.generate_codename(7)
+        identity, _ = yield newsroom.create_source(codename)
+        self.assertIn(identity.source_id, newsroom._keygen)  # generation is still in flight
+        yield newsroom.add_reply(identity.source_id, "early REPLY-MARKER-early")
+        response, html = yield self.browser.login(codename)
+        self.assertIn("REPLY-MARKER-early", html)
+
+    @inlineCallbacks
+    def test_codename_is_never_in_a_cookie(self):
+        codename = yield self.browser.create_source()
+        yield self.browser.login(codename)
+        values = [c.value for c in self.browser.cookies]
+        self.assertTrue(values)
+        for value in values:
+            for form in (codename, codename.replace(" ", ""), codename.replace(" ", "+"), codename.replace(" ", "%20")):
+                self.assertNotIn(form, value.lower())
 
     @inlineCallbacks
     def test_public_routes(self):
