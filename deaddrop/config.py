@@ -64,8 +64,23 @@ class Config:
             raise ConfigError(NO_KEY_HELP)
         if not os.path.isfile(self.submission_key):
             raise ConfigError(f"--submission-key {self.submission_key}: no such file")
-        if not (self.tor in ("launch", "none") or self.tor.startswith("control:")):
-            raise ConfigError("--tor must be launch, none or control:ENDPOINT")
+        from deaddrop.tor import check_tor_option, is_loopback_endpoint, parse_tor_mode
+
+        try:
+            tor = parse_tor_mode(self.tor)
+            for key, value in self.tor_options:
+                check_tor_option(key, value)
+        except ValueError as e:
+            raise ConfigError(str(e))
+        if tor != "none":
+            # Reachable through the onion and nowhere else.
+            if not is_loopback_endpoint(self.source_listen):
+                raise ConfigError(
+                    f"--source-listen {self.source_listen} is not loopback: with Tor the source interface "
+                    "must be reachable only through the onion (use tcp:PORT:interface=127.0.0.1 or unix:PATH)"
+                )
+            if self.journalist_onion and not is_loopback_endpoint(self.journalist_listen):
+                raise ConfigError("--journalist-onion needs a loopback --journalist-listen")
         return replace(self, data_dir=os.path.abspath(self.data_dir), submission_key=os.path.abspath(self.submission_key))
 
     def with_changes(self, **changes: Any) -> "Config":

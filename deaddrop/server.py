@@ -16,7 +16,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import serverFromString
 from twisted.logger import Logger
 
-from deaddrop.config import Config
+from deaddrop.config import Config, ConfigError
 from deaddrop.crypto.gpg import Keyring
 from deaddrop.crypto.kdf import CodenameKdf, Peppers
 from deaddrop.crypto.pool import WorkerPool
@@ -111,6 +111,8 @@ class DeadDropService(MultiService):
         self.exit_status = 1
         if self.reactor.running:
             self.reactor.stop()
+        else:  # failed while starting up, before the reactor counts as running
+            self.reactor.callWhenRunning(self.reactor.stop)
 
     exit_status = 0
 
@@ -194,11 +196,38 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
     sweeper = TimerService(60.0, source_sessions.sweep)
     sweeper.clock = reactor
     sweeper.setServiceParent(top)
+    from deaddrop.web.journalist.wiring import add_journalist_interface
+
+    add_journalist_interface(top, config, reactor)
     _add_tor(top, config, reactor)
     return top
 
 
 def _add_tor(top: DeadDropService, config: Config, reactor: Any) -> None:
+    """Publish the source interface (and optionally the journalist one) as onion services."""
     if config.tor == "none":
+        _log.warn("--tor none: the source interface is NOT published as an onion service (development only)")
         return
-    from deaddrop.tor import make_tor_service  # noqa: F401  (wired below once listening)
+    from deaddrop.tor import make_tor_service, target_of
+
+    journalist_listener = getattr(top, "journalist_listener", None)
+    journalist_target = None
+    if config.journalist_onion:
+        if journalist_listener is None:
+            raise ConfigError("--journalist-onion needs the journalist interface (give --journalist-ca)")
+        journalist_target = lambda: target_of(journalist_listener.port)  # noqa: E731
+    top.tor = make_tor_service(
+        reactor,
+        data_dir=config.data_dir,
+        mode=config.tor,
+        tor_binary=config.tor_binary,
+        tor_options=list(config.tor_options),
+        source_target=lambda: target_of(top.source_listener.port),
+        journalist_target=journalist_target,
+        # The journalist listener speaks TLS: publish it on the onion's port 443.
+        journalist_onion_port=443,
+        events=top.events,
+        on_fatal=top.fatal,
+        report=lambda line: sys.stderr.write(f"deaddrop: {line}\n"),
+    )
+    top.tor.setServiceParent(top)

@@ -6,6 +6,7 @@ decrypt replies while the source is logged in), both derived, never the codename
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import sqlite3
@@ -54,6 +55,23 @@ class Reply:
 
 class SourceNotFound(Exception):
     pass
+
+
+class StorageFailed(Exception):
+    """The database or the store could not take a submission; ``disk_full`` if space ran out."""
+
+    def __init__(self, message: str, disk_full: bool = False) -> None:
+        super().__init__(message)
+        self.disk_full = disk_full
+
+
+def is_disk_full(error: BaseException) -> bool:
+    if isinstance(error, OSError):
+        return error.errno in (errno.ENOSPC, errno.EDQUOT)
+    if isinstance(error, sqlite3.Error):
+        code = getattr(error, "sqlite_errorcode", None)
+        return code == getattr(sqlite3, "SQLITE_FULL", 13) or "disk is full" in str(error)
+    return False
 
 
 class KeyNotReady(Exception):
@@ -191,7 +209,12 @@ class Newsroom:
 
     @inlineCallbacks
     def commit_submission(self, identity: SourceIdentity, parts: list[EncryptedPart]):
-        """Make encrypted parts durable and visible. Only after this returns is it acknowledged."""
+        """Make encrypted parts durable and visible. Only after this returns is it acknowledged.
+
+        Raises ``StorageFailed`` (``disk_full`` set when space ran out) if the database or the
+        store could not take it; then no part of it is left in either.
+        """
+        placed: list[str] = []
         try:
             names = yield self.db.run(
                 queries.insert_submissions, identity.source_id, identity.designation,
@@ -202,15 +225,29 @@ class Newsroom:
             try:
                 for part, name in zip(parts, names):
                     yield self.crypto_pool.run(self.store.place, part.temp_path, identity.filesystem_id, name)
+                    placed.append(name)
             except BaseException:
+                # Parts already moved into the store go too: an unacknowledged submission must
+                # not stay half visible (a file without its row) until the next restart.
+                for name in placed:
+                    yield self.crypto_pool.run(self.store.remove, identity.filesystem_id, name)
                 yield self.db.run(queries.delete_submissions_by_filename, names)
                 raise
+        except (OSError, sqlite3.Error) as e:
+            for part in parts:
+                self.store.discard_temp(part.temp_path)
+            raise StorageFailed(f"storing a submission failed: {type(e).__name__}", disk_full=is_disk_full(e)) from e
         except BaseException:
             for part in parts:
                 self.store.discard_temp(part.temp_path)
             raise
         for part in parts:
-            self.events.emit("submission.stored", kind="message" if part.kind == "msg" else "file")
+            try:
+                self.events.emit("submission.stored", kind="message" if part.kind == "msg" else "file")
+            except OSError as e:
+                # The submission is durable: a security log that cannot be appended to (disk
+                # full) must not turn its confirmation into an error page.
+                _log.error("security event submission.stored not written: {error}", error=os.strerror(e.errno or 0))
         return names
 
     # -- replies -------------------------------------------------------------------------

@@ -86,8 +86,20 @@ def makeService(options: Options) -> Any:
     from deaddrop.crypto.gpg import GpgError
     from deaddrop.server import build_service
 
+    from twisted.internet import reactor
+
     try:
-        return build_service(options.config)
+        service = build_service(options.config, reactor)
     except (ConfigError, GpgError, OSError, ValueError) as e:
         sys.stderr.write(f"deaddrop: error: {e}\n")
         raise SystemExit(1)
+
+    def exit_with_status() -> None:
+        # twistd always exits 0 after reactor.stop(); a fatal start-up error must not.
+        if service.exit_status:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(service.exit_status)
+
+    reactor.addSystemEventTrigger("after", "shutdown", exit_with_status)
+    return service

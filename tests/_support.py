@@ -235,3 +235,239 @@ class Browser:
     @inlineCallbacks
     def close(self):
         yield self.pool.closeCachedConnections()
+
+
+# -- the journalist side (mutual TLS) ----------------------------------------------------------
+
+import time as _time
+from pathlib import Path as _Path
+
+from cryptography import x509 as _x509
+from cryptography.hazmat.primitives import serialization as _serialization
+from OpenSSL import SSL as _SSL
+from OpenSSL.crypto import X509 as _X509
+from twisted.internet.interfaces import IOpenSSLClientConnectionCreator as _IClientCreator
+from twisted.web.iweb import IPolicyForHTTPS as _IPolicyForHTTPS
+from zope.interface import implementer as _implementer
+
+
+@_implementer(_IClientCreator)
+class _ClientCreator:
+    def __init__(self, context: Any) -> None:
+        self._context = context
+
+    def clientConnectionForTLS(self, tlsProtocol: Any) -> Any:
+        return _SSL.Connection(self._context, None)
+
+
+@_implementer(_IPolicyForHTTPS)
+class MutualTLSPolicy:
+    """Trusts exactly the server's (self-signed) certificate and presents a client certificate."""
+
+    def __init__(self, server_cert: str, client: tuple[str, str] | None) -> None:
+        ctx = _SSL.Context(_SSL.TLS_METHOD)
+        ctx.get_cert_store().add_cert(_X509.from_cryptography(
+            _x509.load_pem_x509_certificate(_Path(server_cert).read_bytes())))
+        ctx.set_verify(_SSL.VERIFY_PEER, lambda conn, cert, errno, depth, ok: bool(ok))
+        if client is not None:
+            key_path, cert_path = client
+            ctx.use_certificate(_x509.load_pem_x509_certificate(_Path(cert_path).read_bytes()))
+            ctx.use_privatekey(_serialization.load_pem_private_key(_Path(key_path).read_bytes(), None))
+        self._creator = _ClientCreator(ctx)
+
+    def creatorForNetloc(self, hostname: bytes, port: int) -> Any:
+        return self._creator
+
+
+@dataclass
+class JournalistAccount:
+    username: str
+    passphrase: str
+    totp_secret: str
+    uuid: str
+    is_admin: bool
+
+
+@inlineCallbacks
+def start_journalist_server(testcase: Any, **overrides: Any):
+    """A server whose data dir has a demo CA (``DATA/ca``), so the journalist listener starts.
+
+    Sets ``server.journalist_url``, ``server.ca_dir`` and ``server.server_cert``.
+    """
+    from deaddrop.admin import ca
+
+    data_dir = overrides.pop("data_dir", None) or short_tempdir()
+    if not os.path.exists(os.path.join(data_dir, "ca", "ca.pem")):
+        ca.init_ca(os.path.join(data_dir, "ca"))
+    server = yield start_server(testcase, data_dir=data_dir, **overrides)
+    yield journalist_url(server)
+    return server
+
+
+@inlineCallbacks
+def journalist_url(server: RunningServer):
+    """Wait for the journalist listener of a (re)started server; -> its https URL."""
+    port = yield server.service.journalist_listener.when_listening()
+    server.journalist_url = f"https://127.0.0.1:{port.getHost().port}"
+    server.ca_dir = os.path.join(server.data_dir, "ca")
+    server.server_cert = os.path.join(server.data_dir, "tls", "server.pem")
+    return server.journalist_url
+
+
+def issue_client_cert(server: RunningServer, name: str) -> tuple[str, str]:
+    """A client certificate from the server's demo CA: -> (key PEM path, cert PEM path)."""
+    from deaddrop.admin import ca
+
+    out_dir = os.path.join(server.data_dir, "clients")
+    os.makedirs(out_dir, exist_ok=True)
+    r = ca.issue_client_cert(server.ca_dir, name, os.path.join(out_dir, f"{name}.p12"), b"test-password")
+    return r["key_pem"], r["cert_pem"]
+
+
+@inlineCallbacks
+def add_journalist(server: RunningServer, username: str, admin: bool = False):
+    creds = yield server.service.accounts.create(username, is_admin=admin)
+    return JournalistAccount(username, creds.passphrase, creds.totp_secret, creds.journalist.uuid, admin)
+
+
+class TotpDevice:
+    """An authenticator app for tests: every call gives a code for a step not used yet.
+
+    The server refuses a code twice and accepts one step ahead, so two logins in the same 30 s
+    work; for more, the server's account clock is moved forward (never back).
+    """
+
+    def __init__(self, server: RunningServer, secret: str) -> None:
+        self.server = server
+        self.secret = secret
+        self.last_step = -1
+
+    def code(self) -> str:
+        from deaddrop.journalists import TOTP_INTERVAL, totp_code
+
+        accounts = self.server.service.accounts
+        now_step = int(accounts.clock() // TOTP_INTERVAL)
+        step = max(now_step, self.last_step + 1)
+        if step > now_step + 1:
+            shift = (step - now_step - 1) * TOTP_INTERVAL
+            previous = accounts.clock
+            accounts.clock = lambda: previous() + shift
+        self.last_step = step
+        return totp_code(self.secret, step)
+
+
+class JournalistBrowser(Browser):
+    """A ``Browser`` over mutual TLS that keeps every page it saw (for leak checks)."""
+
+    def __init__(self, server: RunningServer, client: tuple[str, str] | None) -> None:
+        super().__init__(server.journalist_url)
+        self.server = server
+        self.client = HTTPClient(Agent(reactor, contextFactory=MutualTLSPolicy(server.server_cert, client),
+                                       pool=self.pool), cookiejar=self.cookies)
+        self.pages: list[str] = []
+
+    @inlineCallbacks
+    def _finish(self, response: Any, follow: bool):
+        response, html = yield super()._finish(response, follow)
+        self.pages.append(html)
+        return response, html
+
+    @inlineCallbacks
+    def log_in(self, account: JournalistAccount, device: TotpDevice | None = None, passphrase: str | None = None,
+               code: str | None = None):
+        response, html = yield self.get("/login")
+        if code is None:
+            code = (device or TotpDevice(self.server, account.totp_secret)).code()
+        response, html = yield self.post("/login", data={
+            "csrf_token": self.csrf(html), "username": account.username,
+            "passphrase": account.passphrase if passphrase is None else passphrase, "one_time_code": code,
+        })
+        return response, html
+
+    @inlineCallbacks
+    def get_bytes(self, path: str, **kw: Any):
+        response = yield self.client.get(self.url(path), allow_redirects=False, **kw)
+        body = yield response.content()
+        return response, body
+
+    @inlineCallbacks
+    def post_bytes(self, path: str, data: Any, **kw: Any):
+        response = yield self.client.post(self.url(path), data=data, allow_redirects=False, **kw)
+        body = yield response.content()
+        return response, body
+
+
+class ApiClient:
+    """JSON over mutual TLS with ``Authorization: Token``; keeps every response body."""
+
+    def __init__(self, server: RunningServer, client: tuple[str, str] | None) -> None:
+        self.server = server
+        self.pool = HTTPConnectionPool(reactor, persistent=False)
+        self.agent = Agent(reactor, contextFactory=MutualTLSPolicy(server.server_cert, client), pool=self.pool)
+        self.http = HTTPClient(self.agent)
+        self.token: str | None = None
+        self.bodies: list[bytes] = []
+        self.responses: list[Any] = []
+
+    @inlineCallbacks
+    def request(self, method: str, path: str, json_body: Any = None, headers: dict[bytes, list[bytes]] | None = None,
+                raw: bytes | None = None):
+        """-> (response, body bytes)."""
+        import json as _json
+
+        all_headers = dict(headers or {})
+        if self.token is not None:
+            all_headers.setdefault(b"authorization", [b"Token " + self.token.encode()])
+        data = raw
+        if json_body is not None:
+            data = _json.dumps(json_body).encode()
+            all_headers[b"content-type"] = [b"application/json"]
+        response = yield self.http.request(method, self.server.journalist_url + path, data=data,
+                                           headers=all_headers)
+        body = yield response.content()
+        self.bodies.append(body)
+        self.responses.append(response)
+        return response, body
+
+    @inlineCallbacks
+    def json(self, method: str, path: str, json_body: Any = None, **kw: Any):
+        """-> (status, decoded JSON)."""
+        import json as _json
+
+        response, body = yield self.request(method, path, json_body, **kw)
+        return response.code, _json.loads(body)
+
+    @inlineCallbacks
+    def log_in(self, account: JournalistAccount, device: TotpDevice | None = None):
+        code = (device or TotpDevice(self.server, account.totp_secret)).code()
+        status, data = yield self.json("POST", "/api/v1/token", {
+            "username": account.username, "passphrase": account.passphrase, "one_time_code": code})
+        assert status == 200, (status, data)
+        self.token = data["token"]
+        return data
+
+    def close(self):
+        return self.pool.closeCachedConnections()
+
+
+def security_events(server: RunningServer) -> list[dict[str, Any]]:
+    import json as _json
+
+    path = os.path.join(server.data_dir, "logs", "security.jsonl")
+    with open(path, encoding="utf-8") as f:
+        return [_json.loads(line) for line in f if line.strip()]
+
+
+def wait_until(predicate: Any, timeout: float = 5.0):
+    """Poll briefly on the reactor (events can land a turn after a client saw a failure)."""
+    from twisted.internet.task import deferLater
+
+    @inlineCallbacks
+    def poll():
+        deadline = _time.monotonic() + timeout
+        while not predicate():
+            if _time.monotonic() > deadline:
+                raise AssertionError("timed out waiting for a condition")
+            yield deferLater(reactor, 0.01, lambda: None)
+
+    return poll()

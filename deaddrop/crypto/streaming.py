@@ -119,11 +119,19 @@ class StreamEncryption:
         if not self._closed:
             self._closed = True
             self._queue.put(_ABORT)
-        elif self._outcome is not None and not isinstance(self._outcome, Failure):
+        elif self._outcome is None:
+            # Input complete but gpg still writing (the upload failed or was cut off after
+            # this part ended): remove the ciphertext when it lands, or it outlives the request.
+            self._abandoned = True
+        elif not isinstance(self._outcome, Failure):
             _remove_quietly(self.out_path)  # finished already: its ciphertext has no owner now
+
+    _abandoned = False
 
     def _settle(self, outcome: Any) -> None:
         self._outcome = outcome
+        if self._abandoned and not isinstance(outcome, Failure):
+            _remove_quietly(self.out_path)
         waiters, self._waiters = self._waiters, []
         for d in waiters:
             self._fire(d)

@@ -60,6 +60,37 @@ CREATE TABLE IF NOT EXISTS replies (
 );
 CREATE INDEX IF NOT EXISTS replies_source ON replies(source_id);
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS journalists (
+    id INTEGER PRIMARY KEY,
+    uuid TEXT NOT NULL UNIQUE,
+    username TEXT NOT NULL COLLATE NOCASE UNIQUE,
+    password_hash TEXT NOT NULL,
+    totp_secret TEXT NOT NULL,
+    last_totp_step INTEGER NOT NULL DEFAULT 0,
+    is_admin INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    password_changed_at REAL NOT NULL,
+    auth_epoch INTEGER NOT NULL DEFAULT 0,
+    last_login_at REAL
+);
+CREATE TABLE IF NOT EXISTS api_tokens (
+    token_hash TEXT PRIMARY KEY,
+    journalist_id INTEGER NOT NULL REFERENCES journalists(id) ON DELETE CASCADE,
+    auth_epoch INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS api_tokens_journalist ON api_tokens(journalist_id);
+CREATE TABLE IF NOT EXISTS submission_seen (
+    submission_id INTEGER NOT NULL REFERENCES submissions(id) ON DELETE CASCADE,
+    journalist_id INTEGER NOT NULL REFERENCES journalists(id) ON DELETE CASCADE,
+    PRIMARY KEY (submission_id, journalist_id)
+);
+CREATE TABLE IF NOT EXISTS reply_seen (
+    reply_id INTEGER NOT NULL REFERENCES replies(id) ON DELETE CASCADE,
+    journalist_id INTEGER NOT NULL REFERENCES journalists(id) ON DELETE CASCADE,
+    PRIMARY KEY (reply_id, journalist_id)
+);
 """
 
 
@@ -91,10 +122,15 @@ def transaction(conn: sqlite3.Connection, fn: Callable[..., T], *args: Any, **kw
     conn.execute("BEGIN IMMEDIATE")
     try:
         result = fn(conn, *args, **kwargs)
+        # COMMIT is where WAL mode writes: on a full disk it fails, and must not leave the one
+        # connection inside an open transaction (every later BEGIN would fail).
+        conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        # SQLite may already have rolled back by itself (SQLITE_FULL, SQLITE_IOERR); a second
+        # ROLLBACK would raise and hide the error that says what happened.
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
-    conn.execute("COMMIT")
     return result
 
 

@@ -75,8 +75,24 @@ def source_onion_file(data_dir: str) -> str:
 
 
 def ensure_private_dir(path: str) -> None:
-    """Create ``path`` (and parents) with mode 0700 and tighten it if it exists."""
-    os.makedirs(path, mode=0o700, exist_ok=True)
+    """Create ``path`` and any missing parents with mode 0700; tighten ``path`` if it exists.
+
+    (``os.makedirs(mode=...)`` would give the intermediate directories the umask default.)
+    """
+    missing = []
+    current = os.path.abspath(path)
+    while not os.path.isdir(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, 0o700)
+        except FileExistsError:
+            if not os.path.isdir(directory):
+                raise
     if os.stat(path).st_mode & 0o077:
         os.chmod(path, 0o700)
 
@@ -219,7 +235,7 @@ def _fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
-def _write_temp(final_path: str, data: bytes, mode: int) -> str:
+def _write_temp(final_path: str, data: bytes, mode: int, durable: bool = True) -> str:
     directory, name = os.path.split(final_path)
     tmp = os.path.join(directory, f".tmp-{secrets.token_hex(8)}-{name}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
@@ -227,22 +243,28 @@ def _write_temp(final_path: str, data: bytes, mode: int) -> str:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
     except BaseException:
         _unlink_quietly(tmp)
         raise
     return tmp
 
 
-def write_file_atomically(path: str, data: bytes, mode: int = 0o600) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves the old or the new file."""
-    tmp = _write_temp(path, data, mode)
+def write_file_atomically(path: str, data: bytes, mode: int = 0o600, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves the old or the new file.
+
+    ``durable=False`` skips the fsyncs, for files rewritten at every start anyway (the torrc):
+    they run on the reactor thread.
+    """
+    tmp = _write_temp(path, data, mode, durable)
     try:
         os.replace(tmp, path)
     except BaseException:
         _unlink_quietly(tmp)
         raise
-    _fsync_dir(os.path.dirname(path))
+    if durable:
+        _fsync_dir(os.path.dirname(path))
 
 
 def _create_exclusive(path: str, data: bytes, mode: int = 0o600) -> bool:

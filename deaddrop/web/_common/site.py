@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
+from urllib.parse import unquote_to_bytes
 from typing import Any, Callable
 
 from twisted.internet import reactor as _global_reactor
@@ -63,7 +64,10 @@ class DeadDropRequest(server.Request):
         boundary = _boundary_of(content_type)
         self.content = io.BytesIO()
         if boundary is not None:
-            if site.start_upload is None:
+            # HTTPChannel has parsed the request line (its _command/_path) before gotLength.
+            method, target = getattr(self.channel, "_command", b""), getattr(self.channel, "_path", b"")
+            if site.start_upload is None or not site.takes_upload(method, target):
+                # Elsewhere an upload would be encrypted into a temp file no route ever claims.
                 return self._refuse_early(415, "Unsupported upload", "This address does not accept uploads.")
             self._multipart_limit = site.multipart_limit()
             if length is not None and length > self._multipart_limit:
@@ -106,16 +110,7 @@ class DeadDropRequest(server.Request):
         self._refused = True
         if self.upload is not None:
             self.upload.abort()
-        site: DeadDropSite = self.channel.site
-        body = site.render_error_page(status, title, message)
-        reason = http.RESPONSES.get(status, b"Error")
-        head = (
-            b"HTTP/1.1 %d %s\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: %d\r\n"
-            b"Connection: close\r\n" % (status, reason, len(body))
-        )
-        transport = self.channel.transport
-        transport.write(head + raw_header_block() + b"\r\n" + body)
-        transport.loseConnection()
+        self.channel.refuse(status, title, message)
 
     # -- transport back-pressure (used by uploads) -------------------------------------------
 
@@ -132,6 +127,16 @@ class DeadDropRequest(server.Request):
 
     def process(self) -> None:
         apply_security_headers(self)
+        if not _url_is_text(self.path, self.getHeader(b"host")):
+            # Klein answers a non-UTF-8 path itself, but logs a traceback (and the peer address)
+            # first; a Host werkzeug cannot IDNA-encode ends in a 500.
+            body = self.channel.site.render_error_page(400, "Bad address", "That address could not be read.")
+            self.setResponseCode(400)
+            self.setHeader(b"content-type", b"text/html; charset=utf-8")
+            self.setHeader(b"content-length", b"%d" % len(body))
+            self.write(body)
+            self.finish()
+            return
         super().process()
 
     def write(self, data: bytes) -> None:
@@ -150,6 +155,17 @@ class DeadDropRequest(server.Request):
         self.setHeader(b"content-length", b"%d" % len(body))
         self.write(body)
         self.finish()
+
+
+def _url_is_text(path: bytes, host: bytes | None) -> bool:
+    """Whether the router can read the path and Host (werkzeug IDNA-encodes the host name)."""
+    try:
+        unquote_to_bytes(path.split(b"?", 1)[0]).decode("utf-8")
+        hostname = (host or b"").decode("utf-8").lower().partition(":")[0]
+        hostname.encode("idna")
+    except UnicodeError:  # also UnicodeDecodeError; IDNA: empty or over-long labels
+        return False
+    return True
 
 
 def log_failure_safely(reason: Any) -> None:
@@ -172,9 +188,27 @@ class DeadDropChannel(http.HTTPChannel):
         self._window_bytes += len(data)
         super().dataReceived(data)
 
+    def refuse(self, status: int, title: str, message: str) -> None:
+        """Answer with an error page straight on the transport and hang up (nothing is read)."""
+        body = self.site.render_error_page(status, title, message)
+        reason = http.RESPONSES.get(status, b"Error")
+        head = (
+            b"HTTP/1.1 %d %s\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: %d\r\n"
+            b"Connection: close\r\n" % (status, reason, len(body))
+        )
+        self.transport.write(head + raw_header_block() + b"\r\n" + body)
+        self.transport.loseConnection()
+
+    def lineLengthExceeded(self, line: bytes) -> None:
+        # The stock LineReceiver hangs up without a word on a request or header line > 16 KiB.
+        self.refuse(431, "Request refused", "The request's headers are too large.")
+
     def _check_progress(self) -> None:
         policy = self.site.body_policy
-        mid_request = bool(self.requests) and not self._handlingRequest
+        # A request is under way once its first byte arrived: a request line dribbled in byte
+        # by byte (no Request object exists yet) is as much a slow-loris as slow headers.
+        started = bool(self.requests) or (self.line_mode and bool(self._buffer))
+        mid_request = started and not self._handlingRequest
         if mid_request and not self.body_paused and self._window_bytes < policy.min_bytes_per_window:
             self.transport.abortConnection()
             return
@@ -206,6 +240,7 @@ class DeadDropSite(server.Site):
         start_upload: StartUpload | None = None,
         multipart_limit: Callable[[], int] = lambda: 0,
         too_large_message: str = "That upload is too large.",
+        upload_targets: frozenset[bytes] | None = None,
         idle_timeout: float = 60.0,
         reactor: Any = None,
     ) -> None:
@@ -215,6 +250,13 @@ class DeadDropSite(server.Site):
         self.start_upload = start_upload
         self.multipart_limit = multipart_limit
         self.too_large_message = too_large_message
+        self.upload_targets = upload_targets
+
+    def takes_upload(self, method: bytes, target: bytes) -> bool:
+        """Multipart bodies only for POST to ``upload_targets`` (any request if it is None)."""
+        if self.upload_targets is None:
+            return True
+        return method == b"POST" and target.split(b"?", 1)[0] in self.upload_targets
 
     def log(self, request: Any) -> None:
         """No access log: no addresses, no user agents, no paths."""

@@ -185,7 +185,9 @@ class MultipartUpload:
         if self._segment_text is not None:
             self._fields[self._segment_name] = self._segment_text
         elif self._segment_sink is not None:
-            self._segment_sink.finish()
+            # Only closes the input; the outcome is collected (and reported) in _finish_sinks.
+            # Without the errback a failed encryption was also logged as an "Unhandled error".
+            self._segment_sink.finish().addErrback(lambda _: None)
         # A file field with no bytes (nothing chosen in the browser) is simply no file.
         self._segment = self._segment_sink = self._segment_text = None
 

@@ -17,7 +17,7 @@ from deaddrop import __version__, codenames
 from deaddrop.crypto.streaming import EncryptionFailed
 from deaddrop.events import SecurityEvents
 from deaddrop.settings import InstanceSettings
-from deaddrop.sources import EncryptedPart, Newsroom, SourceIdentity
+from deaddrop.sources import EncryptedPart, Newsroom, SourceIdentity, StorageFailed, is_disk_full
 from deaddrop.web._common.pages import error_page_bytes, render, set_html
 from deaddrop.web._common.sessions import Session, SessionStore
 from deaddrop.web._common.site import BodyPolicy, DeadDropRequest, DeadDropSite, log_failure_safely
@@ -239,8 +239,14 @@ class SourceInterface:
         return html
 
     @app.route("/submit", methods=["POST"])
+    def submit(self, request: DeadDropRequest) -> Deferred:
+        # Klein cancels a route's Deferred when the connection drops. A body that arrived whole
+        # must still be committed or its ciphertext discarded: cancelled half-way (waiting for
+        # the encryptors, or the message's encryption) its temp files were left in DATA/tmp.
+        return shield(self._submit(request))
+
     @inlineCallbacks
-    def submit(self, request: DeadDropRequest):
+    def _submit(self, request: DeadDropRequest):
         upload: MultipartUpload | None = getattr(request, "upload", None)
         if upload is None:
             return self._error(request, 400, "Nothing received", "Submissions must be sent with the form on your page.")
@@ -284,14 +290,14 @@ class SourceInterface:
                 parts.append(part)
             parts += [EncryptedPart("doc", f.temp_path, f.ciphertext_size) for f in result.files]
             yield shield(self.newsroom.commit_submission(identity, parts))
-        except EncryptionFailed as e:
+        except (EncryptionFailed, StorageFailed) as e:
             _discard(self.newsroom, result, parts)
             return self._storage_failed(request, e)
         what = _what_was_sent(bool(message.strip()), len(result.files))
         session.flash(f"Thank you. We received your {what}. You can come back with your codename to check for replies.", "ok")
         return self._redirect(request, "/lookup")
 
-    def _storage_failed(self, request: Any, e: EncryptionFailed) -> bytes:
+    def _storage_failed(self, request: Any, e: EncryptionFailed | StorageFailed) -> bytes:
         _log.error("a submission could not be stored (disk full: {full})", full=e.disk_full)
         if e.disk_full:
             return self._error(request, 507, "Not stored: the server is out of space",
@@ -372,6 +378,10 @@ class SourceInterface:
             if code == 405:
                 return self._error(request, 405, "Not allowed", "That action is not available this way.")
             return self._error(request, code, "Request refused", "The request could not be handled.")
+        if is_disk_full(failure.value):  # e.g. /create when SQLite cannot grow its WAL
+            _log.error("the disk is full: a request could not be completed")
+            return self._error(request, 507, "The server is out of space",
+                               "The server has run out of space. Nothing was stored. Please try again later.")
         log_failure_safely(failure)
         return self._error(request, 500, "Something went wrong",
                            "The server could not handle that request. Nothing was stored unless you saw a confirmation.")
@@ -404,6 +414,7 @@ class SourceInterface:
             render_error_page=lambda status, title, message: error_page_bytes(self._name, status, title, message),
             start_upload=self.start_upload,
             too_large_message="That upload is larger than this instance accepts. Nothing was stored.",
+            upload_targets=frozenset({b"/submit"}),
             reactor=reactor,
         )
 

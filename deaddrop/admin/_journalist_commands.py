@@ -1,0 +1,204 @@
+"""``deaddrop-admin journalist add|list|delete|reset-2fa|reset-password``.
+
+Works on a data directory the server has not initialised yet (the database is created and
+migrated here) and while the server runs: SQLite in WAL mode lets both write, and the server
+re-reads an account on every request, so a deletion or reset ends that journalist's sessions
+and API tokens at once. Every change is appended to ``DATA/logs/security.jsonl``.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sqlite3
+import time
+from typing import Any
+
+import qrcode
+
+from deaddrop.admin.cli import AdminError, Output
+from deaddrop.crypto.kdf import KdfCost
+from deaddrop.events import SecurityEvents
+from deaddrop.journalists import (
+    AccountError, Journalist, create_account_blocking, generate_passphrase, hash_passphrase, new_totp_secret,
+    totp_uri,
+)
+from deaddrop.store import journalist_queries as jq
+from deaddrop.store import queries
+from deaddrop.store.db import connect, migrate, transaction
+
+
+def register(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
+    parser = subparsers.add_parser("journalist", help="journalist accounts (passphrase + two-factor)")
+    actions = parser.add_subparsers(dest="journalist_command", metavar="ACTION")
+    actions.required = True
+
+    p = actions.add_parser("add", parents=[common_parent],
+                           help="add an account; prints its passphrase and two-factor secret once")
+    p.add_argument("name", metavar="NAME", help="the username (letters, digits, '.', '_', '-')")
+    p.add_argument("--admin", action="store_true", help="may manage users and instance settings")
+    _add_cost(p)
+    p.set_defaults(func=_add)
+
+    p = actions.add_parser("list", parents=[common_parent], help="list the accounts")
+    p.set_defaults(func=_list)
+
+    p = actions.add_parser("delete", parents=[common_parent], help="delete an account (its sessions end)")
+    p.add_argument("name", metavar="NAME")
+    p.set_defaults(func=_delete)
+
+    p = actions.add_parser("reset-2fa", parents=[common_parent],
+                           help="give an account a new two-factor secret (its sessions end)")
+    p.add_argument("name", metavar="NAME")
+    p.set_defaults(func=_reset_2fa)
+
+    p = actions.add_parser("reset-password", parents=[common_parent],
+                           help="give an account a new generated passphrase (its sessions end)")
+    p.add_argument("name", metavar="NAME")
+    _add_cost(p)
+    p.set_defaults(func=_reset_password)
+
+
+def _add_cost(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kdf-cost", default="default", type=_cost,
+                        help="Argon2id cost of the passphrase hash: 'default' or OPS:MEMBYTES")
+
+
+def _cost(text: str) -> KdfCost:
+    try:
+        return KdfCost.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+# -- plumbing -------------------------------------------------------------------------------
+
+class _Instance:
+    def __init__(self, args: argparse.Namespace, create: bool = False) -> None:
+        self.data_dir = os.path.abspath(args.data_dir)
+        if not os.path.isdir(self.data_dir):
+            if not create:
+                raise AdminError(f"data directory {self.data_dir} does not exist (see --data-dir)")
+            os.makedirs(self.data_dir, mode=0o700)
+        try:
+            self.conn = connect(os.path.join(self.data_dir, "db.sqlite"))
+            migrate(self.conn)
+        except sqlite3.Error as e:
+            raise AdminError(f"cannot open the database in {self.data_dir}: {e}") from None
+        self.events = SecurityEvents(os.path.join(self.data_dir, "logs", "security.jsonl"))
+
+    def run(self, fn: Any, *args: Any) -> Any:
+        return transaction(self.conn, fn, *args)
+
+    def issuer(self) -> str:
+        return self.run(queries.get_settings).get("organisation_name", "DeadDrop")
+
+    def journalist(self, name: str) -> Journalist:
+        row = self.run(jq.journalist_by_username, name)
+        if row is None:
+            raise AdminError(f"no journalist named {name!r} (see 'deaddrop-admin journalist list')")
+        return Journalist.from_row(row)
+
+    def close(self) -> None:
+        self.events.close()
+        self.conn.close()
+
+
+def _with_instance(fn: Any, create: bool = False) -> Any:
+    def run(args: argparse.Namespace, out: Output) -> int:
+        instance = _Instance(args, create)
+        try:
+            return fn(instance, args, out)
+        finally:
+            instance.close()
+    return run
+
+
+def _qr(uri: str) -> str:
+    qr = qrcode.QRCode(border=2)
+    qr.add_data(uri)
+    qr.make(fit=True)
+    buf = io.StringIO()
+    # Inverted: light modules drawn, dark ones left blank, which reads right on a dark terminal.
+    qr.print_ascii(out=buf, invert=True)
+    return buf.getvalue()
+
+
+def _account_json(j: Journalist) -> dict[str, Any]:
+    return {"username": j.username, "uuid": j.uuid, "is_admin": j.is_admin,
+            "created_at": _iso(j.created_at), "last_login_at": _iso(j.last_login_at)}
+
+
+def _iso(ts: float | None) -> str | None:
+    return None if ts is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+# -- commands -------------------------------------------------------------------------------
+
+def _add_impl(instance: _Instance, args: argparse.Namespace, out: Output) -> int:
+    try:
+        creds = create_account_blocking(instance.conn, args.name, args.admin, args.kdf_cost, instance.issuer())
+    except AccountError as e:
+        raise AdminError(str(e)) from None
+    j = creds.journalist
+    instance.events.emit("admin.journalist.added", target=j.username)
+    data = dict(_account_json(j), passphrase=creds.passphrase, totp_secret=creds.totp_secret, totp_uri=creds.totp_uri)
+    out.result(data, (
+        f"added journalist {j.username}{' (administrator)' if j.is_admin else ''}\n"
+        f"  give these to {j.username} in person; they are not shown again:\n"
+        f"  passphrase:        {creds.passphrase}\n"
+        f"  two-factor secret: {creds.totp_secret}\n"
+        f"  otpauth URI:       {creds.totp_uri}\n"
+        f"  or scan this with an authenticator app:\n{_qr(creds.totp_uri or '')}"
+    ))
+    return 0
+
+
+def _list_impl(instance: _Instance, args: argparse.Namespace, out: Output) -> int:
+    accounts = [Journalist.from_row(r) for r in instance.run(jq.list_journalists)]
+    lines = [f"{j.username:<24} {'admin' if j.is_admin else 'journalist':<10} last login {_iso(j.last_login_at) or 'never'}"
+             for j in accounts]
+    out.result({"journalists": [_account_json(j) for j in accounts]},
+               "\n".join(lines) if lines else "no journalists yet: add one with 'deaddrop-admin journalist add NAME'")
+    return 0
+
+
+def _delete_impl(instance: _Instance, args: argparse.Namespace, out: Output) -> int:
+    j = instance.journalist(args.name)
+    instance.run(jq.delete_journalist, j.id)
+    instance.events.emit("admin.journalist.deleted", target=j.username)
+    out.result({"deleted": j.username, "uuid": j.uuid}, f"deleted journalist {j.username}")
+    return 0
+
+
+def _reset_2fa_impl(instance: _Instance, args: argparse.Namespace, out: Output) -> int:
+    j = instance.journalist(args.name)
+    secret = new_totp_secret()
+    instance.run(jq.set_totp_secret, j.id, secret)
+    uri = totp_uri(secret, j.username, instance.issuer())
+    instance.events.emit("admin.journalist.2fa_reset", target=j.username)
+    out.result({"username": j.username, "totp_secret": secret, "totp_uri": uri}, (
+        f"new two-factor secret for {j.username} (their sessions and API tokens have ended)\n"
+        f"  two-factor secret: {secret}\n  otpauth URI:       {uri}\n"
+        f"  or scan this with an authenticator app:\n{_qr(uri)}"
+    ))
+    return 0
+
+
+def _reset_password_impl(instance: _Instance, args: argparse.Namespace, out: Output) -> int:
+    j = instance.journalist(args.name)
+    passphrase = generate_passphrase()
+    instance.run(jq.set_password_hash, j.id, hash_passphrase(passphrase, args.kdf_cost), time.time())
+    instance.events.emit("admin.journalist.password_reset", target=j.username)
+    out.result({"username": j.username, "passphrase": passphrase}, (
+        f"new passphrase for {j.username} (their sessions and API tokens have ended; shown once):\n"
+        f"  passphrase: {passphrase}"
+    ))
+    return 0
+
+
+_add = _with_instance(_add_impl, create=True)
+_list = _with_instance(_list_impl)
+_delete = _with_instance(_delete_impl)
+_reset_2fa = _with_instance(_reset_2fa_impl)
+_reset_password = _with_instance(_reset_password_impl)

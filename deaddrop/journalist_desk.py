@@ -1,0 +1,374 @@
+"""Journalist use cases over the newsroom: sources, submissions, downloads, replies, deletion.
+
+What leaves this module is what a journalist may see: a source's random ``uuid``, its
+designation, counts, its public key, and the stored (encrypted) files. A source's filesystem
+id is derived from its codename, so it never leaves: the desk looks it up itself whenever it
+needs a path, and no view object carries it.
+
+Every blocking call runs in a pool: SQLite through ``db.run``, hashing, zipping and opening
+files in the stream pool, GnuPG in the crypto pool.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import secrets
+import sqlite3
+import zipfile
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+from twisted.internet.defer import inlineCallbacks
+
+from deaddrop.crypto.pool import forbid_reactor_thread
+from deaddrop.sources import KeyNotReady, Newsroom, SourceNotFound
+from deaddrop.store import journalist_queries as jq
+
+__all__ = ["Desk", "KeyNotReady", "SourceNotFound"]
+
+_ARMOR_BEGIN = "-----BEGIN PGP MESSAGE-----"
+_ARMOR_END = "-----END PGP MESSAGE-----"
+_UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+MAX_REPLY_CHARS = 100_000
+
+
+class NotFound(LookupError):
+    pass
+
+
+class NotEncryptedToSource(ValueError):
+    """An API reply that is not an OpenPGP message to the source's key (e.g. plaintext)."""
+
+
+class DuplicateReply(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class SourceView:
+    id: int  # the database row id: internal, never shown (the uuid is the public name)
+    uuid: str
+    designation: str
+    is_starred: bool
+    last_updated: float
+    unread: int
+    documents: int
+    messages: int
+    interaction_count: int
+    key_fingerprint: str | None
+    public_key: str | None = field(repr=False)
+
+    @classmethod
+    def from_row(cls, row: Any) -> "SourceView":
+        return cls(row["id"], row["uuid"], row["designation"], bool(row["is_starred"]), float(row["last_updated"]),
+                   int(row["unread"]), int(row["documents"]), int(row["messages"]), int(row["next_n"]) - 1,
+                   row["key_fingerprint"], row["public_key"])
+
+    @property
+    def folder_name(self) -> str:
+        return self.designation.replace(" ", "_")
+
+
+@dataclass(frozen=True)
+class SubmissionView:
+    id: int
+    uuid: str
+    source_uuid: str
+    filename: str
+    kind: str  # "msg" or "doc"
+    size: int
+    is_read: bool
+    seen_by: tuple[str, ...]
+    created_at: float
+
+    @property
+    def is_message(self) -> bool:
+        return self.kind == "msg"
+
+
+@dataclass(frozen=True)
+class ReplyView:
+    id: int
+    uuid: str
+    source_uuid: str
+    filename: str
+    size: int
+    journalist_uuid: str | None
+    journalist_username: str | None
+    deleted_by_source: bool
+    seen_by: tuple[str, ...]
+    created_at: float
+
+
+@dataclass
+class Download:
+    """An open file to stream; whoever serves it closes it (the producers do)."""
+
+    file: BinaryIO
+    size: int
+    filename: str
+    sha256: str | None = None
+    content_type: str = "application/pgp-encrypted"
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def valid_uuid(text: Any) -> bool:
+    return isinstance(text, str) and _UUID_RE.fullmatch(text) is not None
+
+
+class Desk:
+    def __init__(self, newsroom: Newsroom) -> None:
+        self.newsroom = newsroom
+        self.db = newsroom.db
+        self.store = newsroom.store
+
+    # -- sources ---------------------------------------------------------------------------
+
+    @inlineCallbacks
+    def sources(self):
+        rows = yield self.db.run(jq.visible_sources)
+        return [SourceView.from_row(r) for r in rows]
+
+    @inlineCallbacks
+    def source(self, uuid: str):
+        """A source that has submitted something, or None (pending sources do not exist here)."""
+        if not valid_uuid(uuid):
+            return None
+        row = yield self.db.run(jq.visible_source, uuid)
+        return SourceView.from_row(row) if row is not None else None
+
+    def set_starred(self, source: SourceView, starred: bool):
+        return self.db.run(jq.set_starred, source.id, starred)
+
+    def delete_source(self, source: SourceView):
+        """Files, key, rows; the source's own sessions end (Newsroom's hooks)."""
+        return self.newsroom.delete_source(source.id)
+
+    # -- submissions and replies -----------------------------------------------------------
+
+    @inlineCallbacks
+    def submissions(self, source: SourceView):
+        rows = yield self.db.run(jq.submissions_of, source.id)
+        return [_submission(r, source.uuid) for r in rows]
+
+    @inlineCallbacks
+    def all_submissions(self):
+        rows = yield self.db.run(jq.all_visible_submissions)
+        return [_submission(r, r["source_uuid"]) for r in rows]
+
+    @inlineCallbacks
+    def submission(self, source: SourceView, uuid: str):
+        for item in (yield self.submissions(source)):
+            if item.uuid == uuid:
+                return item
+        return None
+
+    @inlineCallbacks
+    def replies(self, source: SourceView):
+        rows = yield self.db.run(jq.replies_of, source.id)
+        names = yield self.db.run(jq.usernames_by_id)
+        return [_reply(r, source.uuid, names) for r in rows]
+
+    @inlineCallbacks
+    def all_replies(self):
+        rows = yield self.db.run(jq.all_visible_replies)
+        names = yield self.db.run(jq.usernames_by_id)
+        return [_reply(r, r["source_uuid"], names) for r in rows]
+
+    @inlineCallbacks
+    def reply(self, source: SourceView, uuid: str):
+        for item in (yield self.replies(source)):
+            if item.uuid == uuid:
+                return item
+        return None
+
+    # -- downloads -------------------------------------------------------------------------
+
+    @inlineCallbacks
+    def open_submission(self, source: SourceView, item: SubmissionView, journalist_id: int | None):
+        """Open the stored ``.gpg`` for streaming, hashing it first if nobody has yet; marks it seen."""
+        fid = yield self.db.run(jq.source_filesystem_id, source.id)
+        if fid is None:
+            raise NotFound()
+        known = yield self.db.run(_submission_sha256, item.id)
+        path = self.store.path_of(fid, item.filename)
+        try:
+            f, size, digest = yield self.newsroom.stream_pool.run(_open_and_hash, path, known is None)
+        except FileNotFoundError:
+            raise NotFound() from None
+        if known is None:
+            yield self.db.run(jq.set_submission_sha256, item.id, digest)
+        yield self.db.run(jq.mark_seen, journalist_id, [item.id])
+        return Download(f, size, item.filename, known or digest)
+
+    @inlineCallbacks
+    def open_reply(self, source: SourceView, item: ReplyView, journalist_id: int | None):
+        if item.deleted_by_source:
+            raise NotFound()
+        fid = yield self.db.run(jq.source_filesystem_id, source.id)
+        if fid is None:
+            raise NotFound()
+        known = yield self.db.run(_reply_sha256, item.id)
+        path = self.store.path_of(fid, item.filename)
+        try:
+            f, size, digest = yield self.newsroom.stream_pool.run(_open_and_hash, path, known is None)
+        except FileNotFoundError:
+            raise NotFound() from None
+        if known is None:
+            yield self.db.run(jq.set_reply_sha256, item.id, digest)
+        yield self.db.run(jq.mark_seen, journalist_id, [], [item.id])
+        return Download(f, size, item.filename, known or digest)
+
+    @inlineCallbacks
+    def zip_submissions(self, source: SourceView, uuids: list[str] | None, journalist_id: int | None):
+        """A stored (uncompressed) zip of the chosen submissions, or of all unread ones if ``uuids``
+        is None: built in a pool thread into ``DATA/tmp``, opened, unlinked, and marked seen.
+
+        Entries are ``<designation_with_underscore>/<stored filename>``: still encrypted.
+        Returns None when there is nothing to download.
+        """
+        items = yield self.submissions(source)
+        if uuids is None:
+            chosen = [i for i in items if not i.is_read]
+        else:
+            wanted = set(uuids)
+            chosen = [i for i in items if i.uuid in wanted]
+        if not chosen:
+            return None
+        fid = yield self.db.run(jq.source_filesystem_id, source.id)
+        if fid is None:
+            raise NotFound()
+        entries = [(self.store.path_of(fid, i.filename), f"{source.folder_name}/{i.filename}") for i in chosen]
+        temp = os.path.join(self.store.tmp, f"{secrets.token_hex(16)}.zip.part")
+        f, size = yield self.newsroom.stream_pool.run(_build_zip, temp, entries)
+        yield self.db.run(jq.mark_seen, journalist_id, [i.id for i in chosen])
+        name = f"{source.folder_name}.zip"
+        return Download(f, size, name, content_type="application/zip")
+
+    @inlineCallbacks
+    def mark_seen(self, journalist_id: int, submission_uuids: list[str], reply_uuids: list[str]):
+        """All or nothing: raises ``NotFound`` if any uuid is not a visible submission or reply."""
+        subs = yield self.db.run(jq.ids_for_uuids, "submissions", list(submission_uuids))
+        reps = yield self.db.run(jq.ids_for_uuids, "replies", list(reply_uuids))
+        if len(subs) != len(set(submission_uuids)) or len(reps) != len(set(reply_uuids)):
+            raise NotFound()
+        yield self.db.run(jq.mark_seen, journalist_id, list(subs.values()), list(reps.values()))
+
+    # -- deletion --------------------------------------------------------------------------
+
+    @inlineCallbacks
+    def delete_submissions(self, source: SourceView, uuids: list[str]):
+        """Rows first (then they are gone for everyone), files after. -> how many were deleted."""
+        fid, names = yield self.db.run(jq.delete_submissions, source.id, [u for u in uuids if valid_uuid(u)])
+        for name in names:
+            yield self.newsroom.crypto_pool.run(self.store.remove, fid, name)
+        return len(names)
+
+    @inlineCallbacks
+    def delete_reply(self, source: SourceView, uuid: str):
+        fid, name = yield self.db.run(jq.delete_reply, source.id, uuid)
+        if fid is None:
+            return False
+        if name is not None:
+            yield self.newsroom.crypto_pool.run(self.store.remove, fid, name)
+        return True
+
+    # -- replies ---------------------------------------------------------------------------
+
+    def reply_plaintext(self, source: SourceView, text: str, journalist_id: int):
+        """Encrypted here to the source key and the submission key; the plaintext is never stored.
+        Raises ``KeyNotReady`` if the source has no key yet."""
+        return self.newsroom.add_reply(source.id, text, journalist_id)
+
+    @inlineCallbacks
+    def reply_encrypted(self, source: SourceView, armored: Any, reply_uuid: str | None, journalist_id: int):
+        """Store a reply the client already encrypted. It must be exactly one ASCII-armored
+        OpenPGP message with the source's key among its recipients: anything else (plaintext
+        above all) is refused, so nothing readable is ever stored."""
+        if not isinstance(armored, str) or len(armored) > MAX_REPLY_CHARS * 4 or not armored.isascii():
+            raise NotEncryptedToSource("the reply must be an ASCII-armored OpenPGP message")
+        text = armored.strip()
+        if not (text.startswith(_ARMOR_BEGIN) and text.endswith(_ARMOR_END) and text.count(_ARMOR_BEGIN) == 1):
+            raise NotEncryptedToSource("the reply must be one ASCII-armored OpenPGP message and nothing else")
+        if reply_uuid is not None:
+            exists = yield self.db.run(jq.reply_uuid_exists, reply_uuid)
+            if exists:
+                raise DuplicateReply()
+        if not source.key_fingerprint:
+            raise KeyNotReady()
+        keyring = self.newsroom.keyring
+        recipients = yield self.newsroom.crypto_pool.run(keyring.recipients_of, text)
+        source_ids = yield self.newsroom.crypto_pool.run(keyring.subkey_ids, source.key_fingerprint)
+        if not set(recipients) & set(source_ids):
+            raise NotEncryptedToSource("the reply is not encrypted to the source's key")
+        try:
+            row = yield self.newsroom.store_encrypted_reply(source.id, (text + "\n").encode("ascii"), journalist_id,
+                                                            reply_uuid)
+        except sqlite3.IntegrityError:
+            raise DuplicateReply() from None
+        return row
+
+
+# -- blocking helpers (pool threads) ------------------------------------------------------
+
+def _submission_sha256(conn: sqlite3.Connection, submission_id: int) -> str | None:
+    row = conn.execute("SELECT sha256 FROM submissions WHERE id = ?", (submission_id,)).fetchone()
+    return row[0] if row else None
+
+
+def _reply_sha256(conn: sqlite3.Connection, reply_id: int) -> str | None:
+    row = conn.execute("SELECT sha256 FROM replies WHERE id = ?", (reply_id,)).fetchone()
+    return row[0] if row else None
+
+
+def _open_and_hash(path: str, want_hash: bool) -> tuple[BinaryIO, int, str | None]:
+    forbid_reactor_thread("store")
+    f = open(path, "rb")
+    try:
+        size = os.fstat(f.fileno()).st_size
+        digest = None
+        if want_hash:
+            h = hashlib.sha256()
+            while True:
+                chunk = f.read(1 << 20)
+                if not chunk:
+                    break
+                h.update(chunk)
+            digest = h.hexdigest()
+            f.seek(0)
+        return f, size, digest
+    except BaseException:
+        f.close()
+        raise
+
+
+def _build_zip(temp_path: str, entries: list[tuple[str, str]]) -> tuple[BinaryIO, int]:
+    """Write the zip (files copied in chunks, never whole in memory), then hand back an open,
+    already unlinked file: nothing is left in DATA/tmp however the download ends."""
+    forbid_reactor_thread("store")
+    fd = os.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+            for source_path, arcname in entries:
+                zf.write(source_path, arcname, compress_type=zipfile.ZIP_STORED)
+        f = open(temp_path, "rb")
+    finally:
+        try:
+            os.remove(temp_path)
+        except FileNotFoundError:
+            pass
+    return f, os.fstat(f.fileno()).st_size
+
+
+def _submission(row: Any, source_uuid: str) -> SubmissionView:
+    return SubmissionView(row["id"], row["uuid"], source_uuid, row["filename"], row["kind"], int(row["size"]),
+                          bool(row["seen"]), tuple(row["seen_by"]), float(row["created_at"]))
+
+
+def _reply(row: Any, source_uuid: str, names: dict[int, tuple[str, str]]) -> ReplyView:
+    username, juuid = names.get(row["journalist_id"], (None, None))
+    return ReplyView(row["id"], row["uuid"], source_uuid, row["filename"], int(row["size"]), juuid, username,
+                     bool(row["deleted_by_source"]), tuple(row["seen_by"]), float(row["created_at"]))

@@ -1,0 +1,345 @@
+"""Journalist accounts: passphrases, two-factor codes, login throttling and API tokens.
+
+* Passphrases are generated (7 diceware words), never chosen, and stored as Argon2id hashes
+  (libsodium's encoded string, so each hash carries its own cost). Input longer than
+  ``MAX_PASSPHRASE_CHARS`` is refused before any hashing: nobody can make the server spend
+  Argon2id time on a megabyte.
+* Two-factor codes are RFC 6238 TOTP (30 s, 6 digits, SHA-1: what every authenticator app
+  speaks) accepted one step either side, and never twice: the last accepted time step is kept
+  per account in the database and only a later step is accepted (RFC 6238 section 5.2).
+* Login failures are throttled per account name (``FailureThrottle``: 5 a minute); a throttled
+  attempt is refused before any credential is looked at.
+* Every session and API token records the account's ``auth_epoch``; a new passphrase, a new
+  two-factor secret or deletion bumps it (even from ``deaddrop-admin`` in another process), so
+  old sessions and tokens stop working on their next request.
+
+Security events carry the account name only when the account exists: a name that is not an
+account may be a passphrase typed into the wrong field.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+import sqlite3
+import threading
+import time
+import uuid as uuidlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import nacl.exceptions
+import nacl.pwhash.argon2id as argon2id
+import pyotp
+from twisted.internet.defer import inlineCallbacks
+
+from deaddrop import codenames
+from deaddrop.crypto.kdf import KdfCost
+from deaddrop.crypto.pool import WorkerPool, forbid_reactor_thread
+from deaddrop.events import SecurityEvents
+from deaddrop.store import journalist_queries as jq
+from deaddrop.store.db import Database
+from deaddrop.web._common.throttle import FailureThrottle
+
+MAX_PASSPHRASE_CHARS = 1024
+PASSPHRASE_WORDS = 7
+TOTP_INTERVAL = 30
+TOTP_VALID_WINDOW = 1
+LOGIN_FAILURES_PER_MINUTE = 5
+TOKEN_LIFETIME = 8 * 3600.0
+USERNAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_CODE_RE = re.compile(r"[0-9]{6}")
+
+
+class AccountError(ValueError):
+    """An expected, one-line problem with an account operation (shown to admins as is)."""
+
+
+class DuplicateUsername(AccountError):
+    pass
+
+
+class UnknownJournalist(AccountError):
+    pass
+
+
+class LoginFailed(Exception):
+    """``reason`` is for the event log only: the user sees one generic message."""
+
+    def __init__(self, reason: str, throttled: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.throttled = throttled
+
+
+@dataclass(frozen=True)
+class Journalist:
+    id: int
+    uuid: str
+    username: str
+    is_admin: bool
+    auth_epoch: int
+    created_at: float
+    last_login_at: float | None
+
+    @classmethod
+    def from_row(cls, row: Any) -> "Journalist":
+        return cls(row["id"], row["uuid"], row["username"], bool(row["is_admin"]), int(row["auth_epoch"]),
+                   float(row["created_at"]), row["last_login_at"])
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """What an admin hands to a journalist once: never stored in the clear, never shown again."""
+
+    journalist: Journalist
+    passphrase: str | None = None
+    totp_secret: str | None = None
+    totp_uri: str | None = None
+
+
+# -- primitives (blocking where they hash; usable from the admin CLI) -----------------------
+
+def valid_username(username: Any) -> bool:
+    return isinstance(username, str) and USERNAME_RE.fullmatch(username) is not None
+
+
+def generate_passphrase(words: int = PASSPHRASE_WORDS) -> str:
+    """Diceware: ``words`` words drawn uniformly from the 7776-word codename list (~90 bits)."""
+    wordlist = codenames.codename_words()
+    return " ".join(secrets.choice(wordlist) for _ in range(words))
+
+
+def hash_passphrase(passphrase: str, cost: KdfCost) -> str:
+    forbid_reactor_thread("Argon2id")
+    if len(passphrase) > MAX_PASSPHRASE_CHARS:
+        raise AccountError(f"passphrases are limited to {MAX_PASSPHRASE_CHARS} characters")
+    return argon2id.str(passphrase.encode("utf-8"), opslimit=cost.opslimit, memlimit=cost.memlimit).decode("ascii")
+
+
+def verify_passphrase(stored_hash: str, passphrase: Any) -> bool:
+    """Constant work for any input that may be a passphrase; none at all for over-long input."""
+    if not isinstance(passphrase, str) or not passphrase or len(passphrase) > MAX_PASSPHRASE_CHARS:
+        return False
+    forbid_reactor_thread("Argon2id")
+    try:
+        return argon2id.verify(stored_hash.encode("ascii"), passphrase.encode("utf-8"))
+    except (nacl.exceptions.InvalidkeyError, nacl.exceptions.RuntimeError, ValueError):
+        return False
+
+
+def new_totp_secret() -> str:
+    return pyotp.random_base32(32)  # 160 bits, RFC 4226's recommended key size
+
+
+def totp_uri(secret: str, username: str, issuer: str) -> str:
+    return pyotp.TOTP(secret, interval=TOTP_INTERVAL).provisioning_uri(name=username, issuer_name=issuer)
+
+
+def totp_code(secret: str, step: int) -> str:
+    """The code for a 30-second time step (tests and the admin pages use it)."""
+    return pyotp.TOTP(secret, interval=TOTP_INTERVAL).generate_otp(step)
+
+
+TOTP_BAD = -1
+TOTP_REUSED = -2
+
+
+def match_totp(secret: str, code: Any, now: float, last_step: int) -> int:
+    """The time step ``code`` belongs to (within ``TOTP_VALID_WINDOW``), ``TOTP_BAD`` or ``TOTP_REUSED``."""
+    if not isinstance(code, str):
+        return TOTP_BAD
+    code = code.replace(" ", "").strip()
+    if not _CODE_RE.fullmatch(code):
+        return TOTP_BAD
+    totp = pyotp.TOTP(secret, interval=TOTP_INTERVAL)
+    current = int(now // TOTP_INTERVAL)
+    matched = TOTP_BAD
+    for step in range(current - TOTP_VALID_WINDOW, current + TOTP_VALID_WINDOW + 1):
+        if hmac.compare_digest(totp.generate_otp(step).encode(), code.encode()):
+            matched = step
+    if matched == TOTP_BAD:
+        return TOTP_BAD
+    return matched if matched > last_step else TOTP_REUSED
+
+
+def token_hash(token: str) -> str:
+    return hashlib.blake2b(token.encode("ascii", "replace"), digest_size=32, person=b"dd-api-token").hexdigest()
+
+
+def create_account_blocking(conn: sqlite3.Connection, username: str, is_admin: bool, cost: KdfCost,
+                            issuer: str, now: float | None = None) -> Credentials:
+    """For ``deaddrop-admin``: hash, then one transaction. (The server uses ``Accounts.create``.)"""
+    from deaddrop.store.db import transaction
+
+    check_new_username(username)
+    passphrase, secret = generate_passphrase(), new_totp_secret()
+    password_hash = hash_passphrase(passphrase, cost)
+    try:
+        jid = transaction(conn, jq.insert_journalist, str(uuidlib.uuid4()), username, password_hash, secret,
+                          is_admin, time.time() if now is None else now)
+    except sqlite3.IntegrityError:
+        raise DuplicateUsername(f"a journalist named {username!r} already exists") from None
+    row = transaction(conn, jq.journalist_by_id, jid)
+    return Credentials(Journalist.from_row(row), passphrase, secret, totp_uri(secret, username, issuer))
+
+
+def check_new_username(username: Any) -> None:
+    if not valid_username(username):
+        raise AccountError("invalid username: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit")
+
+
+# -- the server's account service ---------------------------------------------------------
+
+class Accounts:
+    """Account use cases for the journalist interface and API; blocking work runs in pools."""
+
+    def __init__(self, db: Database, crypto_pool: WorkerPool, events: SecurityEvents, cost: KdfCost,
+                 issuer: Callable[[], str] = lambda: "DeadDrop", clock: Callable[[], float] = time.time,
+                 throttle: FailureThrottle | None = None, token_lifetime: float = TOKEN_LIFETIME) -> None:
+        self.db = db
+        self.crypto_pool = crypto_pool
+        self.events = events
+        self.cost = cost
+        self.issuer = issuer
+        self.clock = clock
+        self.throttle = throttle or FailureThrottle(LOGIN_FAILURES_PER_MINUTE, 60.0)
+        self.token_lifetime = token_lifetime
+        self._dummy_hash: str | None = None
+        self._dummy_lock = threading.Lock()
+
+    # -- lookups
+
+    @inlineCallbacks
+    def get(self, journalist_id: int):
+        row = yield self.db.run(jq.journalist_by_id, journalist_id)
+        return Journalist.from_row(row) if row is not None else None
+
+    @inlineCallbacks
+    def by_uuid(self, uuid: str):
+        row = yield self.db.run(jq.journalist_by_uuid, uuid)
+        return Journalist.from_row(row) if row is not None else None
+
+    @inlineCallbacks
+    def list(self):
+        rows = yield self.db.run(jq.list_journalists)
+        return [Journalist.from_row(r) for r in rows]
+
+    # -- login
+
+    def _verify(self, stored_hash: str | None, passphrase: Any) -> bool:
+        """Runs in the crypto pool. An unknown account costs what a known one does."""
+        if stored_hash is None:
+            with self._dummy_lock:
+                if self._dummy_hash is None:
+                    self._dummy_hash = hash_passphrase(generate_passphrase(), self.cost)
+            verify_passphrase(self._dummy_hash, passphrase)
+            return False
+        return verify_passphrase(stored_hash, passphrase)
+
+    @inlineCallbacks
+    def authenticate(self, username: Any, passphrase: Any, code: Any):
+        """-> ``Journalist``; raises ``LoginFailed``. All three factors, every time."""
+        key = username.strip().lower() if isinstance(username, str) else ""
+        row = None
+        if valid_username(key):
+            row = yield self.db.run(jq.journalist_by_username, key)
+        else:
+            key = ""  # names that can never be an account share one throttle bucket
+        name = row["username"] if row is not None else None
+        if self.throttle.blocked(key):
+            self.events.emit("journalist.login.throttled", username=name)
+            raise LoginFailed("throttled", throttled=True)
+        ok = yield self.crypto_pool.run(self._verify, row["password_hash"] if row is not None else None, passphrase)
+        if not ok:
+            self._failed(key, name, "unknown_user" if row is None else "bad_passphrase")
+        step = match_totp(row["totp_secret"], code, self.clock(), int(row["last_totp_step"]))
+        if step == TOTP_BAD:
+            self._failed(key, name, "bad_totp")
+        if step != TOTP_REUSED:
+            accepted = yield self.db.run(jq.accept_totp_step, row["id"], step)
+            if not accepted:  # a concurrent login used it first
+                step = TOTP_REUSED
+        if step == TOTP_REUSED:
+            self.events.emit("journalist.totp.reused", username=name)
+            self._failed(key, name, "totp_reused")
+        self.throttle.reset(key)
+        yield self.db.run(jq.record_login, row["id"], self.clock())
+        self.events.emit("journalist.login.ok", username=name)
+        fresh = yield self.db.run(jq.journalist_by_id, row["id"])
+        return Journalist.from_row(fresh)
+
+    def _failed(self, key: str, name: str | None, reason: str) -> None:
+        self.throttle.failed(key)
+        self.events.emit("journalist.login.fail", username=name, reason=reason)
+        raise LoginFailed(reason)
+
+    # -- account management
+
+    @inlineCallbacks
+    def create(self, username: str, is_admin: bool = False):
+        """-> ``Credentials`` with the new passphrase and two-factor secret (shown once)."""
+        check_new_username(username)
+        passphrase, secret = generate_passphrase(), new_totp_secret()
+        password_hash = yield self.crypto_pool.run(hash_passphrase, passphrase, self.cost)
+        try:
+            jid = yield self.db.run(jq.insert_journalist, str(uuidlib.uuid4()), username, password_hash, secret,
+                                    is_admin, self.clock())
+        except sqlite3.IntegrityError:
+            raise DuplicateUsername(f"a journalist named {username!r} already exists") from None
+        journalist = yield self.get(jid)
+        return Credentials(journalist, passphrase, secret, totp_uri(secret, username, self.issuer()))
+
+    @inlineCallbacks
+    def reset_passphrase(self, journalist_id: int):
+        """A new generated passphrase; every session and token of the account ends."""
+        passphrase = generate_passphrase()
+        password_hash = yield self.crypto_pool.run(hash_passphrase, passphrase, self.cost)
+        epoch = yield self.db.run(jq.set_password_hash, journalist_id, password_hash, self.clock())
+        if epoch is None:
+            raise UnknownJournalist("no such journalist")
+        journalist = yield self.get(journalist_id)
+        return Credentials(journalist, passphrase=passphrase)
+
+    @inlineCallbacks
+    def reset_totp(self, journalist_id: int):
+        secret = new_totp_secret()
+        epoch = yield self.db.run(jq.set_totp_secret, journalist_id, secret)
+        if epoch is None:
+            raise UnknownJournalist("no such journalist")
+        journalist = yield self.get(journalist_id)
+        return Credentials(journalist, totp_secret=secret,
+                           totp_uri=totp_uri(secret, journalist.username, self.issuer()))
+
+    def delete(self, journalist_id: int):
+        return self.db.run(jq.delete_journalist, journalist_id)
+
+    @inlineCallbacks
+    def verify_again(self, journalist: Journalist, passphrase: Any, code: Any):
+        """Re-authentication for sensitive changes (own passphrase): same rules as login."""
+        result = yield self.authenticate(journalist.username, passphrase, code)
+        return result.id == journalist.id
+
+    # -- API tokens
+
+    @inlineCallbacks
+    def issue_token(self, journalist: Journalist):
+        token = secrets.token_urlsafe(32)
+        now = self.clock()
+        expires = now + self.token_lifetime
+        yield self.db.run(jq.insert_token, token_hash(token), journalist.id, journalist.auth_epoch, now, expires)
+        return token, expires
+
+    @inlineCallbacks
+    def journalist_for_token(self, token: str | None):
+        if not token or len(token) > 128:
+            return None
+        row = yield self.db.run(jq.journalist_for_token, token_hash(token), self.clock())
+        return Journalist.from_row(row) if row is not None else None
+
+    def revoke_token(self, token: str):
+        return self.db.run(jq.delete_token, token_hash(token))
+
+    def purge_tokens(self):
+        return self.db.run(jq.purge_expired_tokens, self.clock())

@@ -1,0 +1,257 @@
+"""SQL for journalist accounts, API tokens and the journalist desk.
+
+Like ``queries``, each function takes the connection first and runs inside the one
+transaction ``Database.run`` (or ``db.transaction`` in the admin CLI) opened for it.
+
+Nothing here returns a source's filesystem id to a caller that could hand it to a
+journalist: functions that need it to find files return it in a separate, clearly named
+field, and the desk keeps it to itself.
+"""
+from __future__ import annotations
+
+import sqlite3
+from typing import Any, Iterable
+
+Row = sqlite3.Row
+
+
+# -- journalists ---------------------------------------------------------------------------
+
+def insert_journalist(conn: sqlite3.Connection, uuid: str, username: str, password_hash: str,
+                      totp_secret: str, is_admin: bool, now: float) -> int:
+    """Raises ``sqlite3.IntegrityError`` if the username (case-insensitively) is taken."""
+    cur = conn.execute(
+        "INSERT INTO journalists(uuid, username, password_hash, totp_secret, is_admin, created_at,"
+        " password_changed_at) VALUES (?,?,?,?,?,?,?)",
+        (uuid, username, password_hash, totp_secret, 1 if is_admin else 0, now, now),
+    )
+    return int(cur.lastrowid)
+
+
+def journalist_by_id(conn: sqlite3.Connection, journalist_id: int) -> Row | None:
+    return conn.execute("SELECT * FROM journalists WHERE id = ?", (journalist_id,)).fetchone()
+
+
+def journalist_by_username(conn: sqlite3.Connection, username: str) -> Row | None:
+    return conn.execute("SELECT * FROM journalists WHERE username = ?", (username,)).fetchone()
+
+
+def journalist_by_uuid(conn: sqlite3.Connection, uuid: str) -> Row | None:
+    return conn.execute("SELECT * FROM journalists WHERE uuid = ?", (uuid,)).fetchone()
+
+
+def list_journalists(conn: sqlite3.Connection) -> list[Row]:
+    return conn.execute("SELECT * FROM journalists ORDER BY username COLLATE NOCASE").fetchall()
+
+
+def accept_totp_step(conn: sqlite3.Connection, journalist_id: int, step: int) -> bool:
+    """Record ``step`` as used; False if it (or a later one) was already used: never twice."""
+    cur = conn.execute(
+        "UPDATE journalists SET last_totp_step = ? WHERE id = ? AND last_totp_step < ?",
+        (step, journalist_id, step),
+    )
+    return cur.rowcount == 1
+
+
+def record_login(conn: sqlite3.Connection, journalist_id: int, now: float) -> None:
+    conn.execute("UPDATE journalists SET last_login_at = ? WHERE id = ?", (now, journalist_id))
+
+
+def set_password_hash(conn: sqlite3.Connection, journalist_id: int, password_hash: str, now: float) -> int | None:
+    """New passphrase: every session and API token of the account ends. -> the new epoch."""
+    cur = conn.execute(
+        "UPDATE journalists SET password_hash = ?, password_changed_at = ?, auth_epoch = auth_epoch + 1"
+        " WHERE id = ?", (password_hash, now, journalist_id),
+    )
+    if cur.rowcount != 1:
+        return None
+    conn.execute("DELETE FROM api_tokens WHERE journalist_id = ?", (journalist_id,))
+    return int(conn.execute("SELECT auth_epoch FROM journalists WHERE id = ?", (journalist_id,)).fetchone()[0])
+
+
+def set_totp_secret(conn: sqlite3.Connection, journalist_id: int, secret: str) -> int | None:
+    """New two-factor secret: sessions and tokens end too (the old device may be lost)."""
+    cur = conn.execute(
+        "UPDATE journalists SET totp_secret = ?, last_totp_step = 0, auth_epoch = auth_epoch + 1 WHERE id = ?",
+        (secret, journalist_id),
+    )
+    if cur.rowcount != 1:
+        return None
+    conn.execute("DELETE FROM api_tokens WHERE journalist_id = ?", (journalist_id,))
+    return int(conn.execute("SELECT auth_epoch FROM journalists WHERE id = ?", (journalist_id,)).fetchone()[0])
+
+
+def delete_journalist(conn: sqlite3.Connection, journalist_id: int) -> bool:
+    cur = conn.execute("DELETE FROM journalists WHERE id = ?", (journalist_id,))
+    return cur.rowcount == 1
+
+
+def usernames_by_id(conn: sqlite3.Connection) -> dict[int, tuple[str, str]]:
+    return {r["id"]: (r["username"], r["uuid"]) for r in conn.execute("SELECT id, username, uuid FROM journalists")}
+
+
+# -- API tokens ----------------------------------------------------------------------------
+
+def insert_token(conn: sqlite3.Connection, token_hash: str, journalist_id: int, auth_epoch: int,
+                 now: float, expires_at: float) -> None:
+    conn.execute(
+        "INSERT INTO api_tokens(token_hash, journalist_id, auth_epoch, created_at, expires_at) VALUES (?,?,?,?,?)",
+        (token_hash, journalist_id, auth_epoch, now, expires_at),
+    )
+
+
+def journalist_for_token(conn: sqlite3.Connection, token_hash: str, now: float) -> Row | None:
+    """The account behind a live token: unexpired, and issued since the last credential change."""
+    return conn.execute(
+        "SELECT j.* FROM api_tokens t JOIN journalists j ON j.id = t.journalist_id"
+        " WHERE t.token_hash = ? AND t.expires_at > ? AND t.auth_epoch = j.auth_epoch",
+        (token_hash, now),
+    ).fetchone()
+
+
+def delete_token(conn: sqlite3.Connection, token_hash: str) -> bool:
+    return conn.execute("DELETE FROM api_tokens WHERE token_hash = ?", (token_hash,)).rowcount == 1
+
+
+def purge_expired_tokens(conn: sqlite3.Connection, now: float) -> int:
+    return conn.execute(
+        "DELETE FROM api_tokens WHERE expires_at <= ? OR auth_epoch <>"
+        " (SELECT auth_epoch FROM journalists j WHERE j.id = api_tokens.journalist_id)", (now,),
+    ).rowcount
+
+
+# -- the desk: sources ---------------------------------------------------------------------
+
+_SOURCE_COLUMNS = (
+    "s.id, s.uuid, s.designation, s.key_fingerprint, s.public_key, s.last_updated, s.is_starred, s.next_n,"
+    " (SELECT COUNT(*) FROM submissions x WHERE x.source_id = s.id AND x.seen = 0) AS unread,"
+    " (SELECT COUNT(*) FROM submissions x WHERE x.source_id = s.id AND x.kind = 'doc') AS documents,"
+    " (SELECT COUNT(*) FROM submissions x WHERE x.source_id = s.id AND x.kind = 'msg') AS messages"
+)
+
+
+def visible_sources(conn: sqlite3.Connection) -> list[Row]:
+    """Sources that submitted something (``pending = 0``): starred first, then most recent."""
+    return conn.execute(
+        f"SELECT {_SOURCE_COLUMNS} FROM sources s WHERE s.pending = 0"
+        " ORDER BY s.is_starred DESC, s.last_updated DESC, s.id DESC"
+    ).fetchall()
+
+
+def visible_source(conn: sqlite3.Connection, uuid: str) -> Row | None:
+    return conn.execute(f"SELECT {_SOURCE_COLUMNS} FROM sources s WHERE s.uuid = ? AND s.pending = 0",
+                        (uuid,)).fetchone()
+
+
+def source_filesystem_id(conn: sqlite3.Connection, source_id: int) -> str | None:
+    row = conn.execute("SELECT filesystem_id FROM sources WHERE id = ?", (source_id,)).fetchone()
+    return row[0] if row else None
+
+
+def set_starred(conn: sqlite3.Connection, source_id: int, starred: bool) -> bool:
+    return conn.execute("UPDATE sources SET is_starred = ? WHERE id = ? AND pending = 0",
+                        (1 if starred else 0, source_id)).rowcount == 1
+
+
+# -- the desk: submissions and replies -----------------------------------------------------
+
+def _seen_by(conn: sqlite3.Connection, table: str, column: str, ids: list[int]) -> dict[int, list[str]]:
+    found: dict[int, list[str]] = {i: [] for i in ids}
+    if not ids:
+        return found
+    marks = ",".join("?" * len(ids))
+    for row in conn.execute(
+        f"SELECT t.{column} AS item, j.uuid AS juuid FROM {table} t JOIN journalists j ON j.id = t.journalist_id"
+        f" WHERE t.{column} IN ({marks}) ORDER BY j.username", ids,
+    ):
+        found[row["item"]].append(row["juuid"])
+    return found
+
+
+def submissions_of(conn: sqlite3.Connection, source_id: int) -> list[dict[str, Any]]:
+    rows = conn.execute("SELECT * FROM submissions WHERE source_id = ? ORDER BY n", (source_id,)).fetchall()
+    seen = _seen_by(conn, "submission_seen", "submission_id", [r["id"] for r in rows])
+    return [dict(r, seen_by=seen[r["id"]]) for r in rows]
+
+
+def all_visible_submissions(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        "SELECT x.*, s.uuid AS source_uuid FROM submissions x JOIN sources s ON s.id = x.source_id"
+        " WHERE s.pending = 0 ORDER BY x.source_id, x.n"
+    ).fetchall()
+    seen = _seen_by(conn, "submission_seen", "submission_id", [r["id"] for r in rows])
+    return [dict(r, seen_by=seen[r["id"]]) for r in rows]
+
+
+def replies_of(conn: sqlite3.Connection, source_id: int) -> list[dict[str, Any]]:
+    rows = conn.execute("SELECT * FROM replies WHERE source_id = ? ORDER BY n", (source_id,)).fetchall()
+    seen = _seen_by(conn, "reply_seen", "reply_id", [r["id"] for r in rows])
+    return [dict(r, seen_by=seen[r["id"]]) for r in rows]
+
+
+def all_visible_replies(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        "SELECT r.*, s.uuid AS source_uuid FROM replies r JOIN sources s ON s.id = r.source_id"
+        " WHERE s.pending = 0 ORDER BY r.source_id, r.n"
+    ).fetchall()
+    seen = _seen_by(conn, "reply_seen", "reply_id", [r["id"] for r in rows])
+    return [dict(r, seen_by=seen[r["id"]]) for r in rows]
+
+
+def set_submission_sha256(conn: sqlite3.Connection, submission_id: int, digest: str) -> None:
+    conn.execute("UPDATE submissions SET sha256 = ? WHERE id = ? AND sha256 IS NULL", (digest, submission_id))
+
+
+def set_reply_sha256(conn: sqlite3.Connection, reply_id: int, digest: str) -> None:
+    conn.execute("UPDATE replies SET sha256 = ? WHERE id = ? AND sha256 IS NULL", (digest, reply_id))
+
+
+def mark_seen(conn: sqlite3.Connection, journalist_id: int | None, submission_ids: Iterable[int],
+              reply_ids: Iterable[int] = ()) -> None:
+    for sid in submission_ids:
+        conn.execute("UPDATE submissions SET seen = 1 WHERE id = ?", (sid,))
+        if journalist_id is not None:
+            conn.execute("INSERT OR IGNORE INTO submission_seen(submission_id, journalist_id) VALUES (?, ?)",
+                         (sid, journalist_id))
+    if journalist_id is not None:
+        for rid in reply_ids:
+            conn.execute("INSERT OR IGNORE INTO reply_seen(reply_id, journalist_id) VALUES (?, ?)", (rid, journalist_id))
+
+
+def ids_for_uuids(conn: sqlite3.Connection, table: str, uuids: list[str]) -> dict[str, int]:
+    """uuid -> id for visible sources' submissions or replies (``table`` is fixed by the caller)."""
+    assert table in ("submissions", "replies")
+    found: dict[str, int] = {}
+    for uuid in uuids:
+        row = conn.execute(
+            f"SELECT t.id FROM {table} t JOIN sources s ON s.id = t.source_id WHERE t.uuid = ? AND s.pending = 0",
+            (uuid,),
+        ).fetchone()
+        if row is not None:
+            found[uuid] = row[0]
+    return found
+
+
+def delete_submissions(conn: sqlite3.Connection, source_id: int, uuids: list[str]) -> tuple[str | None, list[str]]:
+    """Delete the listed submissions of one source. -> (filesystem id, deleted file names)."""
+    names = []
+    for uuid in uuids:
+        row = conn.execute("SELECT filename FROM submissions WHERE source_id = ? AND uuid = ?",
+                           (source_id, uuid)).fetchone()
+        if row is not None:
+            conn.execute("DELETE FROM submissions WHERE source_id = ? AND uuid = ?", (source_id, uuid))
+            names.append(row["filename"])
+    return source_filesystem_id(conn, source_id), names
+
+
+def reply_uuid_exists(conn: sqlite3.Connection, uuid: str) -> bool:
+    return conn.execute("SELECT 1 FROM replies WHERE uuid = ?", (uuid,)).fetchone() is not None
+
+
+def delete_reply(conn: sqlite3.Connection, source_id: int, uuid: str) -> tuple[str | None, str | None]:
+    row = conn.execute("SELECT filename, deleted_by_source FROM replies WHERE source_id = ? AND uuid = ?",
+                       (source_id, uuid)).fetchone()
+    if row is None:
+        return None, None
+    conn.execute("DELETE FROM replies WHERE source_id = ? AND uuid = ?", (source_id, uuid))
+    return source_filesystem_id(conn, source_id), (None if row["deleted_by_source"] else row["filename"])

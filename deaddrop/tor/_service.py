@@ -1,0 +1,716 @@
+"""The Tor service: launch or attach, bootstrap, publish the onions, supervise, republish.
+
+One *attempt* is one Tor process (``launch``) or one control connection (``control:``) from
+start to end. An attempt that fails before any attempt was ever ready is fatal (``on_fatal``
+with one line, once); after that, failures are logged as security events and a new attempt is
+started with exponential back-off, reusing the same onion keys. The web listeners are never
+touched by any of this.
+"""
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Callable
+
+from twisted.application import service
+from twisted.internet import task
+from twisted.internet.defer import Deferred, DeferredLock, ensureDeferred, gatherResults, succeed
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from txtorcon import TorProtocolError
+
+from deaddrop.tor import _control, keys
+from deaddrop.tor._config import ControlEndpoint, normalise_target
+from deaddrop.tor._process import (
+    TorFiles,
+    TorProcessProtocol,
+    TorStartError,
+    describe_exit,
+    find_tor_binary,
+    read_control_port_file,
+    remove_stale_files,
+    stale_tor_pid,
+    tor_args,
+    write_torrc,
+)
+
+_log = Logger(namespace="deaddrop.tor")
+
+SOURCE = keys.SOURCE
+JOURNALIST = keys.JOURNALIST
+
+
+class _Aborted(Exception):
+    """The attempt ended while something was waiting on it."""
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """Timings; the defaults are for production, tests shrink them."""
+
+    retry_initial: float = 1.0  # first relaunch delay, doubled per consecutive failure...
+    retry_max: float = 60.0  # ...up to this
+    stable_after: float = 60.0  # up this long after being ready: the back-off starts again
+    check_interval: float = 60.0  # descriptor check period
+    publish_grace: float = 120.0  # no UPLOADED this long after ADD_ONION: republish
+    stale_after: float = 3 * 3600.0  # no UPLOADED for this long (Tor re-uploads <= 2 h): republish
+    clients_interval: float = 10.0  # how often the journalist clients directory is re-read
+    control_grace: float = 2.0  # control lost: wait this long for the exit status
+    stop_timeout: float = 10.0  # SIGTERM, then SIGKILL after this
+    connect_retry: float = 0.2  # launched Tor: control connection retry period...
+    connect_tries: int = 50  # ...and count
+
+
+@dataclass
+class _Onion:
+    which: str
+    key: keys.OnionKey
+    clients: dict[str, str] = field(default_factory=dict)
+    added_at: float = 0.0
+    uploaded_at: float | None = None
+    published: bool = False
+    failure_reported: bool = False
+
+
+class _Attempt:
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.alive = True
+        self.process: TorProcessProtocol | None = None
+        self.files: TorFiles | None = None
+        self.control: Any = None
+        self.connected: Deferred = Deferred()
+        self.bootstrapped: Deferred = Deferred()
+        self.timers: list = []
+        self.deadline = None
+        self.progress: int | None = None
+        self.summary: str | None = None
+        self.warning: str | None = None
+        self.ready = False
+        self.ready_at: float | None = None
+        self.onions: dict[str, _Onion] = {}
+        self.lock = DeferredLock()
+        self.connect_tries = 0
+        # journalist onion: None (not yet looked at), "published", "no_clients" or an error
+        self.journalist_status: str | None = None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+class TorOnionService(service.Service):
+    """See :func:`deaddrop.tor.make_tor_service`."""
+
+    name = "tor"
+
+    def __init__(
+        self,
+        reactor,
+        *,
+        data_dir: str,
+        mode: str,
+        control_endpoint: ControlEndpoint | None,
+        tor_binary: str | None,
+        tor_options: list[tuple[str, str]],
+        source_target: str | Callable[[], str],
+        journalist_target: str | Callable[[], str] | None,
+        events,
+        journalist_onion_port: int = 80,
+        on_fatal: Callable[[str], None],
+        bootstrap_timeout: float = 180.0,
+        report: Callable[[str], None] | None = None,
+        tuning: Tuning = Tuning(),
+        connect: Callable[[ControlEndpoint], Deferred] | None = None,
+    ) -> None:
+        self._reactor = reactor
+        self._data_dir = os.path.abspath(data_dir)
+        self._mode = mode  # "launch" or "control"
+        self._control_endpoint = control_endpoint
+        self._tor_binary = tor_binary
+        self._tor_options = list(tor_options)
+        self._source_target = source_target
+        self._journalist_target = journalist_target
+        self._journalist_onion_port = journalist_onion_port
+        self._events = events
+        self._on_fatal = on_fatal
+        self._bootstrap_timeout = bootstrap_timeout
+        self._report = report
+        self._tuning = tuning
+        self._connect = connect or partial(_control.connect_control, reactor)
+
+        self.onion_address: str | None = None
+        self.journalist_onion_address: str | None = None
+        self.tor_pid: int | None = None
+        self.state = "stopped"
+
+        self._attempt: _Attempt | None = None
+        self._attempts = 0
+        self._failures = 0
+        self._ever_ready = False
+        self._fatal_called = False
+        self._stopping = False
+        self._retry_call = None
+        self._previous_gone: Deferred | None = None
+        self._source_key: keys.OnionKey | None = None
+        self._journalist_key: keys.OnionKey | None = None
+        self._source_live = False
+        self._ready_waiters: list[Deferred] = []
+        self._loops: list[task.LoopingCall] = []
+
+    # -- public ---------------------------------------------------------------------------
+
+    def when_onion_ready(self) -> Deferred:
+        """Fires with ``xxxx.onion`` once the source onion's descriptor is uploaded.
+
+        If Tor is being relaunched right now, fires when it is published again. Fails with
+        ``TorStartError`` (the ``on_fatal`` message) if Tor cannot be started at all.
+        """
+        if self._source_live and self.onion_address:
+            return succeed(self.onion_address)
+        d = Deferred()
+        self._ready_waiters.append(d)
+        return d
+
+    def startService(self) -> None:
+        super().startService()
+        self._stopping = False
+        self.state = "starting"
+        for period, func in ((self._tuning.check_interval, self._check_descriptors),
+                             (self._tuning.clients_interval, self._check_clients)):
+            if func == self._check_clients and self._journalist_target is None:
+                continue
+            loop = task.LoopingCall(func)
+            loop.clock = self._reactor
+            loop.start(period, now=False).addErrback(self._loop_failed)
+            self._loops.append(loop)
+        self._start_attempt()
+
+    def stopService(self):
+        self._stopping = True
+        self.state = "stopped"
+        super().stopService()
+        for loop in self._loops:
+            if loop.running:
+                loop.stop()
+        self._loops = []
+        if self._retry_call is not None and self._retry_call.active():
+            self._retry_call.cancel()
+        self._retry_call = None
+        waits = []
+        attempt = self._attempt
+        if attempt is not None:
+            self._end_attempt(attempt, "stopping")
+            if attempt.control is not None:
+                waits.append(attempt.control.when_disconnected().addErrback(lambda _: None))
+        if self._previous_gone is not None:
+            waits.append(self._previous_gone)
+        self._events.emit("tor.stopped", detail=self._mode)
+        return gatherResults(waits).addCallback(lambda _: None)
+
+    # -- one attempt ----------------------------------------------------------------------
+
+    def _now(self) -> float:
+        return self._reactor.seconds()
+
+    def _start_attempt(self) -> None:
+        self._retry_call = None
+        if self._stopping:
+            return
+        self._attempts += 1
+        attempt = _Attempt(self._attempts)
+        self._attempt = attempt
+        self.state = "starting"
+        d = ensureDeferred(self._run(attempt))
+        d.addErrback(self._internal_error, attempt)
+
+    def _internal_error(self, failure: Failure, attempt: _Attempt) -> None:
+        _log.failure("unexpected error in the Tor service", failure)
+        self._fail(attempt, "internal_error", f"internal error: {failure.getErrorMessage()}")
+
+    async def _run(self, attempt: _Attempt) -> None:
+        try:
+            if self._source_key is None:
+                self._source_key, created = keys.load_or_create_onion_key(keys.service_dir(self._data_dir, SOURCE))
+                if created:
+                    self._events.emit("tor.onion.key_created", onion=self._source_key.address, detail=SOURCE)
+            if self._previous_gone is not None:
+                await self._previous_gone  # the old Tor still holds the data directory lock
+                self._previous_gone = None
+            if not attempt.alive:
+                return
+            if self._mode == "launch":
+                await self._kill_stale_tor()
+                if not attempt.alive:
+                    return
+                self._arm_deadline(attempt)
+                self._spawn(attempt)
+                control = await attempt.connected
+            else:
+                self._arm_deadline(attempt)
+                self._events.emit("tor.connecting", detail=f"attempt {attempt.number}")
+                control = await self._connect_attached()
+            if not attempt.alive:
+                if control.transport is not None:
+                    control.transport.loseConnection()
+                return
+            attempt.control = control
+            control.when_disconnected().addBoth(lambda _: self._control_lost(attempt))
+            self.state = "bootstrapping"
+            if self._mode == "launch":
+                # Tor exits when this control connection closes, whatever happens to us.
+                await control.queue_command("TAKEOWNERSHIP")
+            await control.add_event_listener("STATUS_CLIENT", partial(self._status_client, attempt))
+            await control.add_event_listener("HS_DESC", partial(self._hs_desc, attempt))
+            phase = await control.get_info_raw("status/bootstrap-phase")
+            self._progress(attempt, _control.parse_bootstrap(phase))
+            await attempt.bootstrapped
+            if attempt.deadline is not None and attempt.deadline.active():
+                attempt.deadline.cancel()
+            self.state = "publishing"
+            await self._locked_publish(attempt, SOURCE)
+            if self._journalist_target is not None:
+                await self._locked_publish(attempt, JOURNALIST)
+            if attempt.alive:
+                self._became_ready(attempt)
+        except _Aborted:
+            return
+        except TorStartError as e:
+            self._fail(attempt, e.reason, str(e))
+        except keys.OnionKeyError as e:
+            self._fail(attempt, "onion_key", str(e))
+        except TorProtocolError as e:
+            self._fail(attempt, "tor_refused", f"Tor refused a command: {_one_line(str(e))}")
+        except ValueError as e:
+            self._fail(attempt, "bad_config", str(e))
+        except Exception as e:
+            if not attempt.alive:
+                return  # the connection closed under us because the attempt ended
+            self._fail(attempt, "error", f"{type(e).__name__}: {_one_line(str(e))}")
+
+    def _arm_deadline(self, attempt: _Attempt) -> None:
+        attempt.deadline = self._reactor.callLater(self._bootstrap_timeout, self._bootstrap_timed_out, attempt)
+        attempt.timers.append(attempt.deadline)
+
+    def _bootstrap_timed_out(self, attempt: _Attempt) -> None:
+        limit = f"{self._bootstrap_timeout:g}"
+        if attempt.progress is None:
+            message = f"Tor did not become ready within {limit} s (no working control connection)"
+        else:
+            message = (
+                f"Tor did not finish bootstrapping within {limit} s "
+                f"(stuck at {attempt.progress}%: {attempt.summary})"
+            )
+            if attempt.warning:
+                message += f"; last problem: {attempt.warning}"
+        self._fail(attempt, "bootstrap_timeout", message)
+
+    async def _kill_stale_tor(self) -> None:
+        files = TorFiles(keys.tor_dir(self._data_dir))
+        pid = stale_tor_pid(files)
+        if pid is None:
+            return
+        self._events.emit(
+            "tor.stale_killed", reason="left_running", detail="a Tor from an earlier run was still running"
+        )
+        for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 2.0)):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                return
+            deadline = self._now() + wait
+            while self._now() < deadline:
+                if not os.path.exists(f"/proc/{pid}"):
+                    return
+                await task.deferLater(self._reactor, 0.1, lambda: None)
+
+    def _spawn(self, attempt: _Attempt) -> None:
+        binary = find_tor_binary(self._tor_binary)
+        tor_dir = keys.tor_dir(self._data_dir)
+        keys.ensure_private_dir(tor_dir)
+        files = TorFiles(tor_dir)
+        remove_stale_files(files)
+        write_torrc(files, self._tor_options, os.getpid())
+        proto = TorProcessProtocol(
+            on_control_listener=partial(self._control_listener_up, attempt),
+            on_ended=partial(self._process_ended, attempt),
+        )
+        attempt.files = files
+        attempt.process = proto
+        self._reactor.spawnProcess(proto, binary, args=tor_args(binary, files), env={"HOME": tor_dir}, path=tor_dir)
+        self.tor_pid = proto.pid
+        self._events.emit("tor.launching", detail=f"attempt {attempt.number}")
+        _log.info("launched Tor (pid {pid}) with DataDirectory {dir}", pid=proto.pid, dir=tor_dir)
+
+    def _control_listener_up(self, attempt: _Attempt) -> None:
+        if not attempt.alive or attempt.connected.called:
+            return
+        files = attempt.files
+        if files.use_unix_socket:
+            endpoint = ControlEndpoint("unix", path=files.control_socket)
+        else:
+            found = read_control_port_file(files)
+            if found is None:
+                return self._retry_control(attempt, "the control port file is not written yet")
+            endpoint = ControlEndpoint("tcp", host=found[0], port=found[1])
+        d = self._connect(endpoint)
+
+        def connected(proto):
+            if attempt.alive and not attempt.connected.called:
+                attempt.connected.callback(proto)
+            elif proto.transport is not None:
+                proto.transport.loseConnection()
+
+        def failed(f):
+            self._retry_control(attempt, _one_line(f.getErrorMessage()))
+
+        d.addCallbacks(connected, failed)
+
+    def _retry_control(self, attempt: _Attempt, why: str) -> None:
+        if not attempt.alive:
+            return
+        attempt.connect_tries += 1
+        if attempt.connect_tries >= self._tuning.connect_tries:
+            self._fail(
+                attempt, "control_unreachable", f"cannot connect to the control port of the Tor we launched: {why}"
+            )
+            return
+        attempt.timers.append(
+            self._reactor.callLater(self._tuning.connect_retry, self._control_listener_up, attempt)
+        )
+
+    async def _connect_attached(self):
+        endpoint = self._control_endpoint
+        try:
+            return await self._connect(endpoint)
+        except Exception as e:
+            why = _one_line(str(e)) or type(e).__name__
+            raise TorStartError(
+                f"cannot connect to the Tor control port {endpoint.describe()}: {why}", "control_unreachable"
+            ) from None
+
+    # -- what Tor tells us ------------------------------------------------------------------
+
+    def _status_client(self, attempt: _Attempt, text: str) -> None:
+        self._progress(attempt, _control.parse_bootstrap(text))
+
+    def _progress(self, attempt: _Attempt, info: dict | None) -> None:
+        if info is None or not attempt.alive:
+            return
+        if info["warning"]:
+            attempt.warning = _one_line(info["warning"])
+        progress, summary = info["progress"], info["summary"]
+        if progress != attempt.progress:
+            attempt.progress, attempt.summary = progress, summary
+            self._events.emit("tor.bootstrap", progress=progress, summary=summary)
+            _log.info("Tor bootstrap {progress}%: {summary}", progress=progress, summary=summary)
+            self._say(f"Tor bootstrap {progress}%: {summary}")
+        if progress >= 100 and not attempt.bootstrapped.called:
+            attempt.bootstrapped.callback(None)
+
+    def _hs_desc(self, attempt: _Attempt, text: str) -> None:
+        event = _control.parse_hs_desc(text)
+        if event is None or not attempt.alive:
+            return
+        onion = next((o for o in attempt.onions.values() if o.key.service_id == event["address"]), None)
+        if onion is None:
+            return
+        public = onion.key.address if onion.which == SOURCE else None
+        if event["action"] == "UPLOADED":
+            onion.uploaded_at = self._now()
+            if not onion.published:
+                onion.published = True
+                self._events.emit("tor.onion.published", onion=public, detail=onion.which)
+                _log.info("{which} onion service published: {address}", which=onion.which, address=onion.key.address)
+                if onion.which == SOURCE:
+                    self._say(f"Source onion service published: http://{onion.key.address}/")
+                    self._source_live = True
+                    waiters, self._ready_waiters = self._ready_waiters, []
+                    for d in waiters:
+                        d.callback(onion.key.address)
+        elif event["action"] == "FAILED" and not onion.published and not onion.failure_reported:
+            onion.failure_reported = True
+            self._events.emit("tor.onion.upload_failed", onion=public, detail=onion.which, reason=event["reason"])
+
+    def _process_ended(self, attempt: _Attempt, exit_reason: str, summary: str | None) -> None:
+        if self._attempt is attempt:
+            self.tor_pid = None
+        if not attempt.alive:
+            return
+        how = describe_exit(exit_reason)
+        if attempt.ready:
+            message = f"Tor exited unexpectedly ({how})" + (f": {summary}" if summary else "")
+        else:
+            why = summary or "it printed no error; see its log lines above"
+            message = f"Tor exited during startup ({how}): {why}"
+        self._fail(attempt, exit_reason, message, event="tor.exited")
+
+    def _control_lost(self, attempt: _Attempt) -> None:
+        if not attempt.alive or self._stopping:
+            return
+        if attempt.process is not None and not attempt.process.ended:
+            # Usually Tor died: let its exit status arrive so the event names the real cause.
+            grace = self._tuning.control_grace
+            attempt.timers.append(self._reactor.callLater(grace, self._control_lost_confirmed, attempt))
+            return
+        self._control_lost_confirmed(attempt)
+
+    def _control_lost_confirmed(self, attempt: _Attempt) -> None:
+        if attempt.alive:
+            self._fail(attempt, "control_lost", "the Tor control connection was lost", event="tor.control.lost")
+
+    # -- ending attempts ------------------------------------------------------------------
+
+    def _cancel_timers(self, attempt: _Attempt) -> None:
+        for call in attempt.timers:
+            if call.active():
+                call.cancel()
+        attempt.timers = []
+
+    def _end_attempt(self, attempt: _Attempt, why: str) -> None:
+        """Stop everything the attempt holds; its process goes away (TERM, then KILL)."""
+        if not attempt.alive:
+            return
+        attempt.alive = False
+        self._cancel_timers(attempt)
+        for d in (attempt.connected, attempt.bootstrapped):
+            if not d.called:
+                d.errback(Failure(_Aborted(why)))
+                d.addErrback(lambda _: None)
+        if self._source_live:
+            self._source_live = False
+        if attempt.control is not None and attempt.control.transport is not None:
+            attempt.control.transport.loseConnection()
+        process = attempt.process
+        if process is not None and not process.ended:
+            process.signal("TERM")
+            kill = self._reactor.callLater(self._tuning.stop_timeout, process.signal, "KILL")
+            gone = process.when_ended()
+
+            def cancel_kill(result):
+                if kill.active():
+                    kill.cancel()
+                return result
+
+            self._previous_gone = gone.addBoth(cancel_kill)
+
+    def _fail(self, attempt: _Attempt, reason: str, message: str, event: str | None = None) -> None:
+        if not attempt.alive:
+            return
+        message = _one_line(message)
+        was_ready = attempt.ready
+        self._end_attempt(attempt, message)
+        if self._stopping:
+            return
+        if not self._ever_ready:
+            self._fatal(reason, message)
+            return
+        if was_ready:
+            self._events.emit(event or "tor.control.lost", reason=reason, detail=message)
+        else:
+            self._events.emit("tor.restart.failed", reason=reason, detail=message)
+        _log.warn("Tor: {message}", message=message)
+        self._schedule_retry(attempt)
+
+    def _fatal(self, reason: str, message: str) -> None:
+        self.state = "failed"
+        if self._fatal_called:
+            return
+        self._fatal_called = True
+        self._events.emit("tor.fatal", reason=reason, detail=message)
+        _log.error("Tor cannot be started: {message}", message=message)
+        waiters, self._ready_waiters = self._ready_waiters, []
+        for d in waiters:
+            d.errback(TorStartError(message, reason))
+        self._on_fatal(message)
+
+    def _schedule_retry(self, attempt: _Attempt) -> None:
+        if attempt.ready_at is not None and self._now() - attempt.ready_at >= self._tuning.stable_after:
+            self._failures = 0
+        self._failures += 1
+        delay = min(self._tuning.retry_initial * 2 ** (self._failures - 1), self._tuning.retry_max)
+        self.state = "restarting"
+        self._events.emit("tor.restart", delay=delay, detail="relaunch" if self._mode == "launch" else "reconnect")
+        self._say(f"Tor is down; trying again in {delay:g} s")
+        self._retry_call = self._reactor.callLater(delay, self._start_attempt)
+
+    def _became_ready(self, attempt: _Attempt) -> None:
+        attempt.ready = True
+        attempt.ready_at = self._now()
+        self._ever_ready = True
+        self.state = "ready"
+        self._events.emit("tor.ready", detail=f"attempt {attempt.number}")
+
+    # -- onions ---------------------------------------------------------------------------
+
+    def _target(self, which: str) -> str:
+        value = self._source_target if which == SOURCE else self._journalist_target
+        if callable(value):
+            try:
+                value = value()
+            except Exception as e:
+                raise ValueError(f"the {which} listener's address is not known: {type(e).__name__}: {e}") from None
+        if not isinstance(value, str):
+            raise ValueError(f"the {which} onion target must be a string like 127.0.0.1:PORT, not {value!r}")
+        return normalise_target(value)
+
+    async def _publish(self, attempt: _Attempt, which: str) -> None:
+        """(Re)publish one onion on this attempt's Tor; the caller holds ``attempt.lock``."""
+        if not attempt.alive:
+            return
+        control = attempt.control
+        clients: dict[str, str] = {}
+        if which == SOURCE:
+            key = self._source_key
+        else:
+            try:
+                clients = keys.list_clients(self._data_dir)
+            except keys.OnionKeyError as e:
+                # Fail closed: a client file we cannot read may be a revocation we would miss.
+                await self._take_down(attempt, which)
+                if attempt.journalist_status != str(e):
+                    attempt.journalist_status = str(e)
+                    self._events.emit("tor.journalist.clients_invalid", detail=_one_line(str(e)))
+                return
+            if not clients:
+                await self._take_down(attempt, which)
+                if attempt.journalist_status != "no_clients":
+                    attempt.journalist_status = "no_clients"
+                    self._events.emit(
+                        "tor.journalist.waiting",
+                        count=0,
+                        detail="no authorised clients: journalist onion not published",
+                    )
+                return
+            if self._journalist_key is None:
+                self._journalist_key, _ = keys.load_or_create_onion_key(keys.service_dir(self._data_dir, JOURNALIST))
+            key = self._journalist_key
+        target = self._target(which)
+        await self._take_down(attempt, which)
+        if which == JOURNALIST:
+            command = _control.add_onion_command(key, target, list(clients.values()), self._journalist_onion_port)
+        else:
+            command = _control.add_onion_command(key, target)
+        onion = _Onion(which, key, clients=dict(clients), added_at=self._now())
+        attempt.onions[which] = onion  # before the reply: upload events may follow at once
+        _log.debug("control: {command}", command=_control.redact(command))
+        reply = await control.queue_command(command)
+        service_id = _control.parse_keywords(reply).get("ServiceID")
+        if service_id != key.service_id:
+            raise TorStartError(f"Tor published {service_id}.onion but our key is for {key.address}", "key_mismatch")
+        onion.added_at = self._now()
+        if which == SOURCE:
+            self.onion_address = key.address
+            self._write_source_onion_file(key.address)
+            self._events.emit("tor.onion.added", onion=key.address, detail=SOURCE)
+        else:
+            self.journalist_onion_address = key.address
+            attempt.journalist_status = "published"
+            self._events.emit("tor.onion.added", detail=JOURNALIST, count=len(clients))
+
+    async def _take_down(self, attempt: _Attempt, which: str) -> None:
+        onion = attempt.onions.pop(which, None)
+        if onion is None or not attempt.alive:
+            return
+        try:
+            await attempt.control.queue_command(f"DEL_ONION {onion.key.service_id}")
+        except TorProtocolError:
+            pass  # already gone
+        if which == JOURNALIST:
+            self.journalist_onion_address = None
+
+    def _write_source_onion_file(self, address: str) -> None:
+        path = keys.source_onion_file(self._data_dir)
+        try:
+            with open(path) as f:
+                previous = f.read().strip()
+        except FileNotFoundError:
+            previous = None
+        if previous == address:
+            return
+        if previous:
+            self._events.emit("tor.onion.address_changed", onion=address, detail="the source onion key was replaced")
+        keys.write_file_atomically(path, (address + "\n").encode("ascii"), 0o644)
+
+    async def _republish(self, attempt: _Attempt, which: str, reason: str) -> None:
+        onion = attempt.onions.get(which)
+        public = onion.key.address if onion is not None and which == SOURCE else None
+        self._events.emit("tor.onion.republish", onion=public, detail=which, reason=reason)
+        await self._publish(attempt, which)
+
+    # -- periodic checks --------------------------------------------------------------------
+
+    def _loop_failed(self, failure: Failure) -> None:
+        _log.failure("Tor periodic check stopped", failure)
+
+    def _locked_publish(self, attempt: _Attempt, which: str, reason: str | None = None) -> Deferred:
+        if reason is None:
+            return attempt.lock.run(lambda: ensureDeferred(self._publish(attempt, which)))
+        return attempt.lock.run(lambda: ensureDeferred(self._republish(attempt, which, reason)))
+
+    def _check_descriptors(self):
+        attempt = self._attempt
+        if attempt is None or not attempt.alive or not attempt.ready or attempt.lock.locked:
+            return None
+        d = attempt.lock.run(lambda: ensureDeferred(self._verify_descriptors(attempt)))
+        return d.addErrback(self._check_error, attempt)
+
+    async def _verify_descriptors(self, attempt: _Attempt) -> None:
+        reply = await attempt.control.get_info_raw("onions/current")
+        current = set(reply.split("=", 1)[-1].split()) if "=" in reply else set()
+        now = self._now()
+        for which, onion in list(attempt.onions.items()):
+            if not attempt.alive:
+                return
+            if onion.key.service_id not in current:
+                reason = "missing"
+            elif onion.uploaded_at is None and now - onion.added_at >= self._tuning.publish_grace:
+                reason = "not_uploaded"
+            elif onion.uploaded_at is not None and now - onion.uploaded_at >= self._tuning.stale_after:
+                reason = "stale"
+            else:
+                continue
+            await self._republish(attempt, which, reason)
+
+    def _check_clients(self):
+        """Re-read the authorised clients; republish the journalist onion if they changed."""
+        attempt = self._attempt
+        if attempt is None or not attempt.alive or not attempt.ready or attempt.lock.locked:
+            return None
+        try:
+            clients = keys.list_clients(self._data_dir)
+        except keys.OnionKeyError as e:
+            if attempt.journalist_status == str(e):
+                return None
+        else:
+            published = attempt.onions.get(JOURNALIST)
+            if not clients and attempt.journalist_status == "no_clients":
+                return None
+            if clients and published is not None and published.clients == clients:
+                return None
+            self._events.emit("tor.journalist.clients", count=len(clients), reason="changed")
+        d = self._locked_publish(attempt, JOURNALIST)
+        return d.addErrback(self._check_error, attempt)
+
+    def _check_error(self, failure: Failure, attempt: _Attempt) -> None:
+        if not attempt.alive:
+            return None  # the connection went away; supervision handles it
+        if failure.check(TorProtocolError, TorStartError, ValueError, keys.OnionKeyError):
+            self._events.emit("tor.onion.publish_failed", detail=_one_line(failure.getErrorMessage()))
+            return None
+        _log.failure("Tor periodic check failed", failure)
+        return None
+
+    # -- console --------------------------------------------------------------------------
+
+    def _say(self, line: str) -> None:
+        if self._report is not None:
+            try:
+                self._report(line)
+            except Exception:
+                _log.failure("Tor progress report failed")
+
+
+__all__ = ["TorOnionService", "Tuning"]

@@ -1,0 +1,416 @@
+"""The journalist JSON API, ``/api/v1``, in SecureDrop's shape (for workstation clients).
+
+``POST /api/v1/token`` exchanges username, passphrase and one-time code for a token sent
+back as ``Authorization: Token <token>``. Tokens live server-side (hashed) and expire; logout
+revokes one, and a credential change revokes them all. The API never sets a cookie and never
+reads one. Every error is ``{"error": ..., "message": ...}``.
+
+A journalist client never receives a codename, a filesystem id or anything derived from
+them: a source is its random ``uuid``, its designation and its public key.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import uuid as uuidlib
+from dataclasses import dataclass
+from typing import Any
+
+from klein import Klein
+from twisted.internet.defer import inlineCallbacks
+
+from deaddrop.events import SecurityEvents
+from deaddrop.journalist_desk import (
+    Desk, DuplicateReply, KeyNotReady, NotEncryptedToSource, NotFound, ReplyView, SourceView, SubmissionView,
+)
+from deaddrop.journalists import Accounts, Journalist, LoginFailed
+from deaddrop.web._common.site import log_failure_safely
+from deaddrop.web.journalist._files import FileResponse
+from deaddrop.web.source.app import shield
+
+PREFIX = "/api/v1"
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, error: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.error, self.message = status, error, message
+
+
+def iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass
+class JournalistAPI:
+    accounts: Accounts
+    desk: Desk
+    events: SecurityEvents
+
+    app = Klein()
+
+    def resource(self) -> Any:
+        return self.app.resource()
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    @staticmethod
+    def _json(request: Any, data: Any, status: int = 200) -> bytes:
+        request.setResponseCode(status)
+        request.setHeader(b"content-type", b"application/json")
+        return json.dumps(data, sort_keys=True).encode("utf-8")
+
+    def _body(self, request: Any) -> dict[str, Any]:
+        request.content.seek(0)
+        raw = request.content.read()
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            raise ApiError(400, "Bad Request", "The request body must be a JSON object.") from None
+        if not isinstance(data, dict):
+            raise ApiError(400, "Bad Request", "The request body must be a JSON object.")
+        return data
+
+    @staticmethod
+    def _bearer(request: Any) -> str | None:
+        header = request.getHeader(b"authorization")
+        if not header:
+            return None
+        scheme, _, value = header.partition(b" ")
+        if scheme.lower() != b"token" or not value.strip():
+            return None
+        try:
+            return value.strip().decode("ascii")
+        except UnicodeDecodeError:
+            return None
+
+    @inlineCallbacks
+    def _journalist(self, request: Any):
+        journalist = yield self.accounts.journalist_for_token(self._bearer(request))
+        if journalist is None:
+            raise ApiError(403, "Forbidden", "Token authentication failed: missing, expired or revoked token.")
+        return journalist
+
+    @inlineCallbacks
+    def _source(self, uuid: str):
+        source = yield self.desk.source(uuid)
+        if source is None:
+            raise ApiError(404, "Not Found", "No such source.")
+        return source
+
+    # -- serialisation ---------------------------------------------------------------------
+
+    @staticmethod
+    def source_json(s: SourceView) -> dict[str, Any]:
+        url = f"{PREFIX}/sources/{s.uuid}"
+        return {
+            "uuid": s.uuid,
+            "url": url,
+            "journalist_designation": s.designation,
+            "is_flagged": False,
+            "is_starred": s.is_starred,
+            "last_updated": iso(s.last_updated),
+            "interaction_count": s.interaction_count,
+            "number_of_documents": s.documents,
+            "number_of_messages": s.messages,
+            "public_key": s.public_key,
+            "key": {"type": "PGP", "public": s.public_key, "fingerprint": s.key_fingerprint},
+            "submissions_url": f"{url}/submissions",
+            "replies_url": f"{url}/replies",
+            "add_star_url": f"{url}/add_star",
+            "remove_star_url": f"{url}/remove_star",
+        }
+
+    @staticmethod
+    def submission_json(x: SubmissionView) -> dict[str, Any]:
+        url = f"{PREFIX}/sources/{x.source_uuid}/submissions/{x.uuid}"
+        return {
+            "uuid": x.uuid,
+            "filename": x.filename,
+            "size": x.size,
+            "is_file": not x.is_message,
+            "is_message": x.is_message,
+            "is_read": x.is_read,
+            "seen_by": list(x.seen_by),
+            "source_uuid": x.source_uuid,
+            "source_url": f"{PREFIX}/sources/{x.source_uuid}",
+            "submission_url": url,
+            "download_url": f"{url}/download",
+        }
+
+    @staticmethod
+    def reply_json(r: ReplyView) -> dict[str, Any]:
+        url = f"{PREFIX}/sources/{r.source_uuid}/replies/{r.uuid}"
+        return {
+            "uuid": r.uuid,
+            "filename": r.filename,
+            "size": r.size,
+            "journalist_uuid": r.journalist_uuid or "deleted",
+            "journalist_username": r.journalist_username or "deleted",
+            "journalist_first_name": "",
+            "journalist_last_name": "",
+            "is_deleted_by_source": r.deleted_by_source,
+            "seen_by": list(r.seen_by),
+            "source_uuid": r.source_uuid,
+            "source_url": f"{PREFIX}/sources/{r.source_uuid}",
+            "reply_url": url,
+            "download_url": None if r.deleted_by_source else f"{url}/download",
+        }
+
+    @staticmethod
+    def user_json(j: Journalist) -> dict[str, Any]:
+        return {"uuid": j.uuid, "username": j.username, "is_admin": j.is_admin,
+                "first_name": None, "last_name": None, "last_login": iso(j.last_login_at)}
+
+    # -- endpoints -------------------------------------------------------------------------
+
+    @app.route("/", methods=["GET"])
+    def root(self, request: Any) -> bytes:
+        return self._json(request, {
+            "token_url": f"{PREFIX}/token", "sources_url": f"{PREFIX}/sources",
+            "submissions_url": f"{PREFIX}/submissions", "replies_url": f"{PREFIX}/replies",
+            "seen_url": f"{PREFIX}/seen", "user_url": f"{PREFIX}/user", "current_user_url": f"{PREFIX}/user",
+            "all_users_url": f"{PREFIX}/users", "logout_url": f"{PREFIX}/logout",
+        })
+
+    @app.route("/token", methods=["POST"])
+    @inlineCallbacks
+    def token(self, request: Any):
+        body = self._body(request)
+        try:
+            journalist = yield shield(self.accounts.authenticate(
+                body.get("username"), body.get("passphrase"), body.get("one_time_code")))
+        except LoginFailed as failure:
+            if failure.throttled:
+                raise ApiError(429, "Too Many Requests", "Too many failed attempts for this account; wait a minute.")
+            raise ApiError(403, "Forbidden", "Token authentication failed.") from None
+        token, expires = yield self.accounts.issue_token(journalist)
+        return self._json(request, {"token": token, "expiration": iso(expires), "journalist_uuid": journalist.uuid,
+                                    "journalist_first_name": None, "journalist_last_name": None})
+
+    @app.route("/logout", methods=["POST"])
+    @inlineCallbacks
+    def logout(self, request: Any):
+        yield self._journalist(request)
+        yield self.accounts.revoke_token(self._bearer(request))
+        return self._json(request, {"message": "Your token has been revoked."})
+
+    @app.route("/user", methods=["GET"])
+    @inlineCallbacks
+    def user(self, request: Any):
+        journalist = yield self._journalist(request)
+        return self._json(request, self.user_json(journalist))
+
+    @app.route("/users", methods=["GET"])
+    @inlineCallbacks
+    def users(self, request: Any):
+        yield self._journalist(request)
+        everyone = yield self.accounts.list()
+        return self._json(request, {"users": [{"uuid": j.uuid, "username": j.username, "first_name": None,
+                                               "last_name": None} for j in everyone]})
+
+    @app.route("/sources", methods=["GET"])
+    @inlineCallbacks
+    def sources(self, request: Any):
+        yield self._journalist(request)
+        sources = yield self.desk.sources()
+        return self._json(request, {"sources": [self.source_json(s) for s in sources]})
+
+    @app.route("/sources/<uuid>", methods=["GET"])
+    @inlineCallbacks
+    def source(self, request: Any, uuid: str):
+        yield self._journalist(request)
+        source = yield self._source(uuid)
+        return self._json(request, self.source_json(source))
+
+    @app.route("/sources/<uuid>", methods=["DELETE"])
+    @inlineCallbacks
+    def delete_source(self, request: Any, uuid: str):
+        journalist = yield self._journalist(request)
+        source = yield self._source(uuid)
+        yield shield(self.desk.delete_source(source))
+        self.events.emit("journalist.source.deleted", username=journalist.username)
+        return self._json(request, {"message": "Source and submissions deleted"})
+
+    @app.route("/sources/<uuid>/add_star", methods=["POST"])
+    @inlineCallbacks
+    def add_star(self, request: Any, uuid: str):
+        yield self._journalist(request)
+        source = yield self._source(uuid)
+        yield self.desk.set_starred(source, True)
+        return self._json(request, {"message": "Star added"}, 201)
+
+    @app.route("/sources/<uuid>/remove_star", methods=["DELETE"])
+    @inlineCallbacks
+    def remove_star(self, request: Any, uuid: str):
+        yield self._journalist(request)
+        source = yield self._source(uuid)
+        yield self.desk.set_starred(source, False)
+        return self._json(request, {"message": "Star removed"})
+
+    # -- submissions
+
+    @app.route("/submissions", methods=["GET"])
+    @inlineCallbacks
+    def all_submissions(self, request: Any):
+        yield self._journalist(request)
+        items = yield self.desk.all_submissions()
+        return self._json(request, {"submissions": [self.submission_json(x) for x in items]})
+
+    @app.route("/sources/<uuid>/submissions", methods=["GET"])
+    @inlineCallbacks
+    def submissions(self, request: Any, uuid: str):
+        yield self._journalist(request)
+        source = yield self._source(uuid)
+        items = yield self.desk.submissions(source)
+        return self._json(request, {"submissions": [self.submission_json(x) for x in items]})
+
+    @inlineCallbacks
+    def _submission(self, request: Any, uuid: str, item: str):
+        journalist = yield self._journalist(request)
+        source = yield self._source(uuid)
+        submission = yield self.desk.submission(source, item)
+        if submission is None:
+            raise ApiError(404, "Not Found", "No such submission.")
+        return journalist, source, submission
+
+    @app.route("/sources/<uuid>/submissions/<item>", methods=["GET"])
+    @inlineCallbacks
+    def submission(self, request: Any, uuid: str, item: str):
+        _, _, submission = yield self._submission(request, uuid, item)
+        return self._json(request, self.submission_json(submission))
+
+    @app.route("/sources/<uuid>/submissions/<item>", methods=["DELETE"])
+    @inlineCallbacks
+    def delete_submission(self, request: Any, uuid: str, item: str):
+        _, source, submission = yield self._submission(request, uuid, item)
+        yield shield(self.desk.delete_submissions(source, [submission.uuid]))
+        return self._json(request, {"message": "Submission deleted"})
+
+    @app.route("/sources/<uuid>/submissions/<item>/download", methods=["GET"])
+    @inlineCallbacks
+    def download_submission(self, request: Any, uuid: str, item: str):
+        journalist, source, submission = yield self._submission(request, uuid, item)
+        try:
+            download = yield self.desk.open_submission(source, submission, journalist.id)
+        except NotFound:
+            raise ApiError(404, "Not Found", "The file is gone.") from None
+        return FileResponse(download, etag=True, unsatisfiable=self._unsatisfiable)
+
+    def _unsatisfiable(self, request: Any) -> bytes:
+        request.setHeader(b"content-type", b"application/json")
+        return json.dumps({"error": "Range Not Satisfiable", "message": "The requested range is outside the file."}).encode()
+
+    # -- replies
+
+    @app.route("/replies", methods=["GET"])
+    @inlineCallbacks
+    def all_replies(self, request: Any):
+        yield self._journalist(request)
+        items = yield self.desk.all_replies()
+        return self._json(request, {"replies": [self.reply_json(r) for r in items]})
+
+    @app.route("/sources/<uuid>/replies", methods=["GET"])
+    @inlineCallbacks
+    def replies(self, request: Any, uuid: str):
+        yield self._journalist(request)
+        source = yield self._source(uuid)
+        items = yield self.desk.replies(source)
+        return self._json(request, {"replies": [self.reply_json(r) for r in items]})
+
+    @app.route("/sources/<uuid>/replies", methods=["POST"])
+    @inlineCallbacks
+    def post_reply(self, request: Any, uuid: str):
+        journalist = yield self._journalist(request)
+        source = yield self._source(uuid)
+        body = self._body(request)
+        reply_uuid = body.get("uuid")
+        if reply_uuid is not None:
+            try:
+                reply_uuid = str(uuidlib.UUID(reply_uuid))
+            except (TypeError, ValueError, AttributeError):
+                raise ApiError(400, "Bad Request", "'uuid' must be a UUID.") from None
+        if "reply" not in body:
+            raise ApiError(400, "Bad Request", "'reply' not found in the request body.")
+        try:
+            row = yield shield(self.desk.reply_encrypted(source, body["reply"], reply_uuid, journalist.id))
+        except NotEncryptedToSource as e:
+            raise ApiError(400, "Bad Request", f"{e}: you must encrypt replies client side.") from None
+        except DuplicateReply:
+            raise ApiError(409, "Conflict", "A reply with this uuid already exists.") from None
+        except KeyNotReady:
+            raise ApiError(409, "Conflict", "The source has no key yet; try again after they log in.") from None
+        return self._json(request, {"message": "Your reply has been stored", "uuid": row["uuid"],
+                                    "filename": row["filename"]}, 201)
+
+    @inlineCallbacks
+    def _reply(self, request: Any, uuid: str, item: str):
+        journalist = yield self._journalist(request)
+        source = yield self._source(uuid)
+        reply = yield self.desk.reply(source, item)
+        if reply is None:
+            raise ApiError(404, "Not Found", "No such reply.")
+        return journalist, source, reply
+
+    @app.route("/sources/<uuid>/replies/<item>", methods=["GET"])
+    @inlineCallbacks
+    def reply(self, request: Any, uuid: str, item: str):
+        _, _, reply = yield self._reply(request, uuid, item)
+        return self._json(request, self.reply_json(reply))
+
+    @app.route("/sources/<uuid>/replies/<item>", methods=["DELETE"])
+    @inlineCallbacks
+    def delete_reply(self, request: Any, uuid: str, item: str):
+        _, source, reply = yield self._reply(request, uuid, item)
+        yield shield(self.desk.delete_reply(source, reply.uuid))
+        return self._json(request, {"message": "Reply deleted"})
+
+    @app.route("/sources/<uuid>/replies/<item>/download", methods=["GET"])
+    @inlineCallbacks
+    def download_reply(self, request: Any, uuid: str, item: str):
+        journalist, source, reply = yield self._reply(request, uuid, item)
+        try:
+            download = yield self.desk.open_reply(source, reply, journalist.id)
+        except NotFound:
+            raise ApiError(404, "Not Found", "This reply was deleted by the source.") from None
+        return FileResponse(download, etag=True, unsatisfiable=self._unsatisfiable)
+
+    # -- seen
+
+    @app.route("/seen", methods=["POST"])
+    @inlineCallbacks
+    def seen(self, request: Any):
+        journalist = yield self._journalist(request)
+        body = self._body(request)
+        lists = {}
+        for key in ("files", "messages", "replies"):
+            value = body.get(key, [])
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value) or len(value) > 10_000:
+                raise ApiError(400, "Bad Request", f"'{key}' must be a list of uuids.")
+            lists[key] = value
+        if not any(lists.values()):
+            raise ApiError(400, "Bad Request", "Give at least one of 'files', 'messages' or 'replies'.")
+        try:
+            yield self.desk.mark_seen(journalist.id, lists["files"] + lists["messages"], lists["replies"])
+        except NotFound:
+            raise ApiError(404, "Not Found", "At least one of those uuids is not a submission or reply.") from None
+        return self._json(request, {"message": "resources marked seen"})
+
+    # -- errors
+
+    @app.handle_errors(Exception)
+    def _errors(self, request: Any, failure: Any) -> bytes:
+        from werkzeug.exceptions import HTTPException
+
+        if failure.check(ApiError):
+            e = failure.value
+            return self._json(request, {"error": e.error, "message": e.message}, e.status)
+        if failure.check(HTTPException):
+            code = failure.value.code or 500
+            names = {404: "Not Found", 405: "Method Not Allowed"}
+            return self._json(request, {"error": names.get(code, "Bad Request"),
+                                        "message": "No such endpoint, or not with this method."}, code)
+        log_failure_safely(failure)
+        return self._json(request, {"error": "Internal Server Error", "message": "The request could not be handled."}, 500)

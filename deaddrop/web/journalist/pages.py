@@ -1,0 +1,315 @@
+"""The journalist interface's pages: plain HTML forms, no JavaScript, nothing loaded from elsewhere.
+
+Pages show a source only by its designation; they never show (or hold in a form) anything
+derived from a codename.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable
+
+import qrcode
+from twisted.web.template import Tag, tags
+
+from deaddrop.journalist_desk import ReplyView, SourceView, SubmissionView
+from deaddrop.journalists import Journalist
+from deaddrop.settings import InstanceSettings
+from deaddrop.web._common.pages import csrf_field, layout
+from deaddrop.web._common.sessions import Session
+
+GENERIC_LOGIN_ERROR = "Login failed. Check your username, passphrase and one-time code."
+THROTTLED_LOGIN_ERROR = "Too many failed attempts for this account. Wait a minute, then try again."
+
+
+def _page(site_name: str, title: str, body: list[Any], session: Session | None,
+          journalist: Journalist | None = None) -> Tag:
+    nav: list[Any] = []
+    if journalist is not None and session is not None:
+        nav = [tags.a("Sources", href="/sources"), tags.a("Account", href="/account")]
+        if journalist.is_admin:
+            nav += [tags.a("Users", href="/admin/users"), tags.a("Settings", href="/admin/settings")]
+        nav.append(tags.form(method="post", action="/logout")(
+            csrf_field(session), tags.button(f"Log out ({journalist.username})", type="submit", class_="secondary")))
+    return layout(title=title, site_name=f"{site_name} · Newsroom", body=body, nav=nav,
+                  flashes=session.pop_flashes() if session else ())
+
+
+def _error(message: str | None) -> Any:
+    return tags.p(message, class_="flash flash-error", role="alert") if message else ""
+
+
+def when(ts: float | None) -> str:
+    if ts is None:
+        return "never"
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts))
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def human_size(n: int) -> str:
+    size = float(n)
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{int(size)} bytes" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(n)
+
+
+# -- login --------------------------------------------------------------------------------
+
+def login(site_name: str, session: Session, error: str | None, username: str = "") -> Tag:
+    return _page(site_name, "Log in", [
+        tags.h1("Journalist log in"),
+        _error(error),
+        tags.form(method="post", action="/login", class_="card")(
+            csrf_field(session),
+            tags.label("Username", for_="username"),
+            tags.input(type="text", name="username", id="username", value=username, autocomplete="username",
+                       autocapitalize="off", spellcheck="false", maxlength="64", required="", autofocus=""),
+            tags.label("Passphrase", for_="passphrase"),
+            tags.input(type="password", name="passphrase", id="passphrase", autocomplete="current-password",
+                       maxlength="1024", required=""),
+            tags.label("One-time code", for_="one_time_code"),
+            tags.input(type="text", name="one_time_code", id="one_time_code", autocomplete="one-time-code",
+                       inputmode="numeric", pattern="[0-9 ]{6,7}", maxlength="7", required=""),
+            tags.div(class_="actions")(tags.button("Log in", type="submit")),
+        ),
+    ], session)
+
+
+# -- sources ------------------------------------------------------------------------------
+
+def source_list(site_name: str, session: Session, journalist: Journalist, sources: list[SourceView]) -> Tag:
+    body: list[Any] = [tags.h1("Sources")]
+    if not sources:
+        body.append(tags.p("No source has submitted anything yet.", class_="hint"))
+    else:
+        rows = []
+        for s in sources:
+            rows.append(tags.tr(
+                tags.td(tags.span("★ ", class_="star", title="starred") if s.is_starred else "",
+                        tags.a(s.designation, href=f"/sources/{s.uuid}", class_="designation")),
+                tags.td(tags.span(f"{s.unread} unread", class_="badge" if s.unread else "hint")),
+                tags.td(f"{_count(s.messages, 'message')}, {_count(s.documents, 'document')}"),
+                tags.td(when(s.last_updated)),
+            ))
+        body.append(tags.table(
+            tags.thead(tags.tr(tags.th("Source"), tags.th("Unread"), tags.th("Submissions"),
+                               tags.th("Last activity"))),
+            tags.tbody(*rows),
+        ))
+    return _page(site_name, "Sources", body, session, journalist)
+
+
+def source_page(site_name: str, session: Session, journalist: Journalist, source: SourceView,
+                submissions: list[SubmissionView], replies: list[ReplyView], *,
+                reply_text: str = "", error: str | None = None) -> Tag:
+    base = f"/sources/{source.uuid}"
+    star_label = "Unstar" if source.is_starred else "Star"
+    body: list[Any] = [
+        tags.h1(("★ " if source.is_starred else ""), source.designation),
+        _error(error),
+        tags.div(class_="actions")(
+            tags.form(method="post", action=f"{base}/star")(
+                csrf_field(session),
+                tags.input(type="hidden", name="starred", value="0" if source.is_starred else "1"),
+                tags.button(star_label, type="submit", class_="secondary"),
+            ),
+            tags.form(method="post", action=f"{base}/download-unread")(
+                csrf_field(session),
+                tags.button(f"Download all unread ({source.unread})", type="submit", class_="secondary"),
+            ),
+            tags.a("Delete this source…", href=f"{base}/delete", class_="button secondary"),
+        ),
+        tags.h2("Submissions"),
+    ]
+    if not submissions:
+        body.append(tags.p("No submissions left.", class_="hint"))
+    else:
+        rows = []
+        for item in submissions:
+            rows.append(tags.tr(
+                tags.td(tags.input(type="checkbox", name="submission", value=item.uuid,
+                                   id=f"s-{item.uuid}", **{"aria-label": f"select {item.filename}"})),
+                tags.td(tags.a(item.filename, href=f"{base}/submissions/{item.uuid}/download")),
+                tags.td("message" if item.is_message else "document"),
+                tags.td(human_size(item.size)),
+                tags.td("read" if item.is_read else tags.span("unread", class_="badge")),
+            ))
+        body.append(tags.form(method="post", action=f"{base}/selected")(
+            csrf_field(session),
+            tags.table(tags.thead(tags.tr(tags.th(""), tags.th("File"), tags.th("Kind"), tags.th("Size"),
+                                          tags.th("Status"))), tags.tbody(*rows)),
+            tags.div(class_="actions")(
+                tags.button("Download selected", type="submit", name="action", value="download"),
+                tags.button("Delete selected", type="submit", name="action", value="delete", class_="danger"),
+            ),
+            tags.p("Files download as stored: encrypted. Decrypt them on the Secure Viewing Station.",
+                   class_="hint"),
+        ))
+    body.append(tags.h2("Replies"))
+    if not replies:
+        body.append(tags.p("No replies yet.", class_="hint"))
+    else:
+        items = []
+        for r in replies:
+            who = r.journalist_username or "a deleted account"
+            if r.deleted_by_source:
+                items.append(tags.li(f"{r.filename} (by {who}; deleted by the source)"))
+            else:
+                items.append(tags.li(tags.a(r.filename, href=f"{base}/replies/{r.uuid}/download"), f" (by {who})"))
+        body.append(tags.ul(*items))
+    body.append(tags.form(method="post", action=f"{base}/reply", class_="card")(
+        csrf_field(session),
+        tags.label("Reply", for_="reply"),
+        tags.textarea(reply_text, name="reply", id="reply", maxlength="100000", required=""),
+        tags.p("The reply is encrypted to the source's key (and the submission key) as soon as it arrives; "
+               "its text is never stored.", class_="hint"),
+        tags.div(class_="actions")(tags.button("Send reply", type="submit")),
+    ))
+    return _page(site_name, source.designation, body, session, journalist)
+
+
+def confirm_delete_source(site_name: str, session: Session, journalist: Journalist, source: SourceView) -> Tag:
+    return _page(site_name, "Delete source", [
+        tags.h1(f"Delete {source.designation}?"),
+        tags.p("This deletes every submission and reply of this source and its encryption key. "
+               "The source's codename will no longer work. This cannot be undone."),
+        tags.form(method="post", action=f"/sources/{source.uuid}/delete")(
+            csrf_field(session),
+            tags.div(class_="actions")(
+                tags.button("Yes, delete this source", type="submit", class_="danger"),
+                tags.a("Cancel", href=f"/sources/{source.uuid}", class_="button secondary"),
+            ),
+        ),
+    ], session, journalist)
+
+
+# -- account ------------------------------------------------------------------------------
+
+def account(site_name: str, session: Session, journalist: Journalist, *, new_passphrase: str | None = None,
+            error: str | None = None) -> Tag:
+    body: list[Any] = [tags.h1("Your account"), _error(error),
+                       tags.p(f"Username: {journalist.username}", " (administrator)" if journalist.is_admin else "")]
+    if new_passphrase:
+        body += [
+            tags.p("Your new passphrase (shown once; your other sessions and API tokens have ended):",
+                   class_="flash flash-ok"),
+            tags.p(new_passphrase, class_="codename", id="new-passphrase"),
+        ]
+    body.append(tags.form(method="post", action="/account/new-passphrase", class_="card")(
+        csrf_field(session),
+        tags.h2("Get a new passphrase"),
+        tags.p("A new passphrase is generated for you. Confirm it is you first.", class_="hint"),
+        tags.label("Current passphrase", for_="passphrase"),
+        tags.input(type="password", name="passphrase", id="passphrase", maxlength="1024", required="",
+                   autocomplete="current-password"),
+        tags.label("One-time code", for_="one_time_code"),
+        tags.input(type="text", name="one_time_code", id="one_time_code", inputmode="numeric", maxlength="7",
+                   required="", autocomplete="one-time-code"),
+        tags.div(class_="actions")(tags.button("Generate a new passphrase", type="submit")),
+    ))
+    return _page(site_name, "Account", body, session, journalist)
+
+
+# -- admin --------------------------------------------------------------------------------
+
+def users(site_name: str, session: Session, journalist: Journalist, accounts: list[Journalist],
+          error: str | None = None) -> Tag:
+    rows = []
+    for a in accounts:
+        actions = tags.div(class_="actions")(
+            _post_button(session, f"/admin/users/{a.uuid}/reset-password", "New passphrase", "secondary"),
+            _post_button(session, f"/admin/users/{a.uuid}/reset-2fa", "New two-factor secret", "secondary"),
+        )
+        if a.id != journalist.id:
+            actions(_post_button(session, f"/admin/users/{a.uuid}/delete", "Delete", "danger"))
+        rows.append(tags.tr(tags.td(a.username), tags.td("admin" if a.is_admin else "journalist"),
+                            tags.td(when(a.last_login_at)), tags.td(actions)))
+    return _page(site_name, "Users", [
+        tags.h1("Users"),
+        _error(error),
+        tags.table(tags.thead(tags.tr(tags.th("Username"), tags.th("Role"), tags.th("Last login"), tags.th(""))),
+                   tags.tbody(*rows)),
+        tags.form(method="post", action="/admin/users", class_="card")(
+            csrf_field(session),
+            tags.h2("Add a user"),
+            tags.label("Username", for_="username"),
+            tags.input(type="text", name="username", id="username", maxlength="64", required="",
+                       autocapitalize="off", spellcheck="false"),
+            tags.label(tags.input(type="checkbox", name="is_admin", value="1"), " Administrator"),
+            tags.p("A passphrase and a two-factor secret are generated and shown once.", class_="hint"),
+            tags.div(class_="actions")(tags.button("Add user", type="submit")),
+        ),
+    ], session, journalist)
+
+
+def _post_button(session: Session, action: str, label: str, css: str) -> Tag:
+    return tags.form(method="post", action=action)(csrf_field(session), tags.button(label, type="submit", class_=css))
+
+
+def credentials(site_name: str, session: Session, journalist: Journalist, username: str, *,
+                passphrase: str | None, totp_secret: str | None, totp_uri: str | None, heading: str) -> Tag:
+    body: list[Any] = [
+        tags.h1(heading),
+        tags.p(f"Give these to {username} in person. They are shown only this once.", class_="flash flash-warning"),
+    ]
+    if passphrase:
+        body += [tags.h2("Passphrase"), tags.p(passphrase, class_="codename", id="passphrase")]
+    if totp_secret and totp_uri:
+        body += [
+            tags.h2("Two-factor authentication"),
+            tags.p("Scan this code with an authenticator app (FreeOTP, Aegis, Google Authenticator…), "
+                   "or type the secret in by hand."),
+            qr_svg(totp_uri),
+            tags.p("Secret: ", tags.code(totp_secret, id="totp-secret")),
+            tags.p("URI: ", tags.code(totp_uri, id="totp-uri"), class_="hint"),
+        ]
+    body.append(tags.p(tags.a("Back to users", href="/admin/users")))
+    return _page(site_name, heading, body, session, journalist)
+
+
+def qr_svg(data: str, scale: int = 6) -> Tag:
+    """The QR code as inline SVG: part of the page, so CSP's img-src never comes into it."""
+    qr = qrcode.QRCode(border=4, error_correction=qrcode.constants.ERROR_CORRECT_M)
+    qr.add_data(data)
+    qr.make(fit=True)
+    matrix = qr.get_matrix()
+    n = len(matrix)
+    path = "".join(f"M{x},{y}h1v1h-1z" for y, row in enumerate(matrix) for x, dark in enumerate(row) if dark)
+    return Tag("svg")(
+        Tag("rect")(width=str(n), height=str(n), fill="#ffffff"),
+        Tag("path")(d=path, fill="#000000"),
+        xmlns="http://www.w3.org/2000/svg", viewBox=f"0 0 {n} {n}", width=str(n * scale), height=str(n * scale),
+        role="img", class_="qr", **{"aria-label": "QR code of the two-factor secret",
+                                    "shape-rendering": "crispEdges"},
+    )
+
+
+def settings_page(site_name: str, session: Session, journalist: Journalist, settings: InstanceSettings,
+                  error: str | None = None) -> Tag:
+    refuse = tags.input(type="checkbox", name="refuse_uploads", value="1", id="refuse_uploads")
+    if not settings.allow_uploads:
+        refuse(checked="")
+    return _page(site_name, "Settings", [
+        tags.h1("Instance settings"),
+        _error(error),
+        tags.form(method="post", action="/admin/settings", class_="card")(
+            csrf_field(session),
+            tags.label("Organisation name", for_="organisation_name"),
+            tags.input(type="text", name="organisation_name", id="organisation_name",
+                       value=settings.organisation_name, maxlength="100", required=""),
+            tags.label("Largest upload, in MiB", for_="max_upload_mib"),
+            tags.input(type="number", name="max_upload_mib", id="max_upload_mib", min="1", max="102400",
+                       value=str(max(1, settings.max_upload_size // (1024 * 1024))), required=""),
+            tags.label(refuse, " Refuse file uploads (sources can still send messages)"),
+            tags.div(class_="actions")(tags.button("Save", type="submit")),
+        ),
+    ], session, journalist)
+
+
+def plain(site_name: str, session: Session | None, journalist: Journalist | None, title: str,
+          paragraphs: Iterable[str]) -> Tag:
+    return _page(site_name, title, [tags.h1(title), *[tags.p(p) for p in paragraphs]], session, journalist)

@@ -1,0 +1,120 @@
+"""Composition of the journalist side: accounts, desk, web interface, API and the mTLS listener.
+
+Called once from ``build_service`` (before Tor). The listener needs a CA to verify client
+certificates: ``--journalist-ca`` (plus ``--journalist-crl``), or else the demo CA that
+``deaddrop-admin ca init`` makes in ``DATA/ca``. Without either, the journalist listener does
+not start (the source side still does) and one warning line says how to enable it.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from twisted.application.internet import TimerService
+from twisted.application.service import Service
+from twisted.logger import Logger
+
+from deaddrop.config import Config
+from deaddrop.journalist_desk import Desk
+from deaddrop.journalists import Accounts
+from deaddrop.web._common.sessions import SessionStore
+from deaddrop.web.journalist.api import JournalistAPI
+from deaddrop.web.journalist.app import COOKIE, JournalistInterface
+from deaddrop.web.journalist.tls import JournalistTLS, ensure_server_certificate
+
+_log = Logger()
+
+DISABLED_HELP = (
+    "journalist interface NOT started: no client-certificate CA. Enable it with "
+    "--journalist-ca CA.pem --journalist-crl CRL.pem (CA kept offline), or for a demo run "
+    "`deaddrop-admin ca init --data-dir {data_dir}` and restart"
+)
+
+
+def find_ca(config: Config) -> tuple[str, str | None] | None:
+    """(CA certificate, CRL or None) to verify journalists against, or None if there is none."""
+    if config.journalist_ca:
+        return os.path.abspath(config.journalist_ca), (
+            os.path.abspath(config.journalist_crl) if config.journalist_crl else None)
+    demo_ca = config.path("ca", "ca.pem")
+    if os.path.isfile(demo_ca):
+        crl = config.journalist_crl or config.path("ca", "crl.pem")
+        return demo_ca, os.path.abspath(crl)
+    return None
+
+
+class _SighupService(Service):
+    """Reload the CRL on SIGHUP while running (only where signals can be installed)."""
+
+    def __init__(self, tls: JournalistTLS) -> None:
+        self._tls = tls
+        self._uninstall: Any = None
+
+    def startService(self) -> None:
+        super().startService()
+        if threading.current_thread() is threading.main_thread():
+            self._uninstall = self._tls.install_sighup()
+
+    def stopService(self) -> Any:
+        super().stopService()
+        if self._uninstall is not None:
+            self._uninstall()
+            self._uninstall = None
+
+
+def add_journalist_interface(top: Any, config: Config, reactor: Any) -> None:
+    from deaddrop.server import ListenerService  # import here: server imports this module's caller
+
+    newsroom = top.newsroom
+    accounts = Accounts(
+        db=top.db, crypto_pool=newsroom.crypto_pool, events=top.events, cost=config.kdf_cost,
+        issuer=lambda: top.settings.organisation_name,
+    )
+    desk = Desk(newsroom)
+    top.accounts = accounts
+    top.desk = desk
+    top.journalist = None
+    top.journalist_listener = None
+    top.journalist_tls = None
+
+    found = find_ca(config)
+    if found is None:
+        _log.warn(DISABLED_HELP.format(data_dir=config.data_dir))
+        return
+    ca_path, crl_path = found
+    if crl_path is None:
+        _log.warn("journalist interface: no --journalist-crl, so revoked client certificates are still accepted")
+    if bool(config.journalist_tls_key) != bool(config.journalist_tls_cert):
+        raise ValueError("give both --journalist-tls-cert and --journalist-tls-key, or neither")
+    if config.journalist_tls_key and config.journalist_tls_cert:
+        key_path, cert_path = config.journalist_tls_key, config.journalist_tls_cert
+    else:
+        key_path, cert_path = ensure_server_certificate(config.data_dir)
+    tls = JournalistTLS(key_path, cert_path, ca_path, crl_path, top.events, reactor)
+    tls.service.setServiceParent(top)
+    _SighupService(tls).setServiceParent(top)
+    top.journalist_tls = tls
+
+    sessions = SessionStore(COOKIE, config.journalist_session_idle, config.journalist_session_lifetime)
+    api = JournalistAPI(accounts=accounts, desk=desk, events=top.events)
+    interface = JournalistInterface(accounts=accounts, desk=desk, sessions=sessions, settings=top.settings,
+                                    events=top.events, api=api)
+    top.journalist = interface
+    top.journalist_sessions = sessions
+    listener = ListenerService(reactor, config.journalist_listen, tls.wrap_factory(interface.site(reactor)), top.fatal)
+    listener.setServiceParent(top)
+    top.journalist_listener = listener
+
+    sweeper = TimerService(60.0, sessions.sweep)
+    sweeper.clock = reactor
+    sweeper.setServiceParent(top)
+    purger = TimerService(600.0, _purge_quietly, accounts)
+    purger.clock = reactor
+    purger.setServiceParent(top)
+    _log.info("journalist interface on {endpoint} (client certificates from {ca}, CRL {crl})",
+              endpoint=config.journalist_listen, ca=ca_path, crl=crl_path or "none")
+
+
+def _purge_quietly(accounts: Accounts) -> None:
+    accounts.purge_tokens().addErrback(lambda f: _log.failure("purging API tokens", f))

@@ -1,0 +1,177 @@
+"""``deaddrop-journalist``: the journalist workstation's command line (treq over mutual TLS)."""
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import sys
+from typing import Any, Sequence
+
+from twisted.internet.defer import inlineCallbacks
+from twisted.internet.task import react
+
+from deaddrop.workstation.api import ApiError, Credentials, JournalistApi
+from deaddrop.workstation.reply import ReplyError, send_reply
+from deaddrop.workstation.sync import Progress, SyncError, Syncer
+from deaddrop.workstation.tls import ClientTLSError, NewsroomTLSPolicy, load_client_certificate, load_trust_root
+
+DEFAULT_SESSION = os.path.join(os.path.expanduser("~"), ".cache", "deaddrop-journalist", "session.json")
+
+
+class UsageProblem(Exception):
+    pass
+
+
+def _common_options(suppress: bool) -> argparse.ArgumentParser:
+    """The connection options, accepted before or after the command.
+
+    After the command they default to SUPPRESS, so they never clobber values given before it.
+    """
+    common = argparse.ArgumentParser(add_help=False)
+
+    def add(*names: str, default: Any = None, **kw: Any) -> None:
+        common.add_argument(*names, default=argparse.SUPPRESS if suppress else default, **kw)
+
+    add("--url", default=os.environ.get("DEADDROP_URL"), help="https://HOST:8443 (or $DEADDROP_URL)")
+    add("--cert", default=os.environ.get("DEADDROP_CERT"), help="your client certificate: NAME.p12 or NAME.cert.pem")
+    add("--key", help="PEM private key (default: NAME.key.pem next to a PEM --cert)")
+    add("--cert-password-file", help="file holding the .p12 password")
+    add("--ca", default=os.environ.get("DEADDROP_CA"), help="the server's certificate or its CA (PEM)")
+    add("--username", default=os.environ.get("DEADDROP_USERNAME"))
+    add("--password-file", help="file holding your passphrase (default: ask)")
+    add("--totp", help="the current six-digit code (default: ask)")
+    add("--totp-secret-file", help="compute codes from this TOTP secret (automation only)")
+    add("--session-file", default=DEFAULT_SESSION, help="where the API token is cached (0600)")
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common_options(suppress=True)
+    parser = argparse.ArgumentParser(prog="deaddrop-journalist", description="Talk to a DeadDrop journalist API.",
+                                     parents=[_common_options(suppress=False)])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    p = sub.add_parser("sync", parents=[common], help="download every unread submission (encrypted) into --out")
+    p.add_argument("--out", required=True, help="folder for DESIGNATION/N-designation-kind.gpg files")
+    p.add_argument("--progress", action="store_true", help="show progress even when not on a terminal")
+    p = sub.add_parser("reply", parents=[common], help="encrypt a reply here and send it")
+    p.add_argument("designation", help='the source\'s designation, e.g. "brave otter" or brave_otter')
+    p.add_argument("--message-file", required=True, help="the reply text (UTF-8); '-' for standard input")
+    sub.add_parser("sources", parents=[common], help="a table of sources")
+    sub.add_parser("logout", parents=[common], help="revoke the cached token")
+    return parser
+
+
+def _read_first_line(path: str, what: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.readline().rstrip("\r\n")
+    except OSError as e:
+        raise UsageProblem(f"cannot read {what} {path}: {e.strerror}")
+
+
+def credentials_from(args: Any) -> Credentials:
+    if not args.username:
+        raise UsageProblem("--username is required")
+    passphrase = _read_first_line(args.password_file, "--password-file") if args.password_file else getpass.getpass("Passphrase: ")
+
+    def code() -> str:
+        if args.totp:
+            return args.totp
+        if args.totp_secret_file:
+            import pyotp
+
+            return pyotp.TOTP(_read_first_line(args.totp_secret_file, "--totp-secret-file")).now()
+        return input("One-time code: ").strip()
+
+    return Credentials(args.username, passphrase, code)
+
+
+def make_api(reactor: Any, args: Any) -> JournalistApi:
+    for option in ("url", "cert", "ca"):
+        if not getattr(args, option):
+            raise UsageProblem(f"--{option} is required")
+    if not args.url.startswith("https://"):
+        raise UsageProblem("--url must start with https://")
+    password = None
+    if args.cert_password_file:
+        password = _read_first_line(args.cert_password_file, "--cert-password-file").encode("utf-8")
+    client = load_client_certificate(args.cert, args.key, password)
+    policy = NewsroomTLSPolicy(load_trust_root(args.ca), client)
+    return JournalistApi(reactor, args.url, policy, session_file=args.session_file)
+
+
+@inlineCallbacks
+def run(reactor: Any, args: Any, out=sys.stdout):
+    api = make_api(reactor, args)
+    try:
+        if args.command == "logout":
+            api.token = api._load_saved_token()
+            yield api.log_out()
+            out.write("logged out\n")
+            return 0
+        yield api.log_in(lambda: credentials_from(args))
+        if args.command == "sync":
+            progress = Progress(sys.stderr, args.progress or sys.stderr.isatty())
+            report = yield Syncer(api, args.out, progress).run()
+            out.write(
+                f"{len(report.downloaded)} downloaded, {len(report.already_present)} already present, "
+                f"{len(report.resumed)} resumed, {len(report.refetched)} re-fetched after a bad checksum, "
+                f"{report.marked_seen} marked seen\n")
+        elif args.command == "reply":
+            if args.message_file == "-":
+                message = sys.stdin.read()
+            else:
+                try:
+                    with open(args.message_file, encoding="utf-8") as f:
+                        message = f.read()
+                except (OSError, UnicodeDecodeError) as e:
+                    raise UsageProblem(f"cannot read --message-file {args.message_file}: {e}")
+            result = yield send_reply(api, args.designation, message)
+            out.write(f"reply sent ({result.get('filename', result.get('uuid', 'ok'))})\n")
+        elif args.command == "sources":
+            listing = yield api.get_json("/sources")
+            rows = []
+            for s in listing.get("sources", []):
+                subs = yield api.get_json(f"/sources/{s['uuid']}/submissions")
+                unread = sum(1 for x in subs.get("submissions", []) if not x.get("is_read"))
+                rows.append((("* " if s.get("is_starred") else "  ") + s["journalist_designation"], str(unread), s.get("last_updated") or ""))
+            out.write(f"{'SOURCE':32} {'UNREAD':>6}  LAST ACTIVITY\n")
+            for name, unread, last in rows:
+                out.write(f"{name:32} {unread:>6}  {last}\n")
+        return 0
+    finally:
+        yield api.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    status = [1]
+
+    def go(reactor: Any):
+        d = run(reactor, args)
+
+        def ok(code: int) -> None:
+            status[0] = code
+
+        def failed(failure: Any) -> None:
+            e = failure.value
+            if isinstance(e, (UsageProblem, ClientTLSError, SyncError, ReplyError)):
+                sys.stderr.write(f"deaddrop-journalist: error: {e}\n")
+            elif isinstance(e, ApiError):
+                sys.stderr.write(f"deaddrop-journalist: the server said {e.status}: {e.message}\n")
+            else:
+                sys.stderr.write(f"deaddrop-journalist: error: {failure.getErrorMessage() or failure.type.__name__}\n")
+            status[0] = 1
+
+        return d.addCallbacks(ok, failed)
+
+    try:
+        react(go)
+    except SystemExit:
+        pass
+    return status[0]
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

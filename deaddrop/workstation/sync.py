@@ -1,0 +1,178 @@
+"""``deaddrop-journalist sync``: fetch every unread submission, encrypted, exactly as stored.
+
+Each file is verified against the server's ``sha256:`` ETag, resumed with a Range request if a
+previous run was interrupted, made durable (fsync, rename), and only then marked seen.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import treq
+from twisted.internet.defer import inlineCallbacks
+
+from deaddrop.workstation.api import ApiError, JournalistApi
+
+_SAFE_NAME = re.compile(r"^[1-9][0-9]*-[a-z]+_[a-z]+-(msg|doc\.gz|reply)\.gpg$")
+_SAFE_DIR = re.compile(r"^[a-z]+_[a-z]+$")
+
+
+class SyncError(Exception):
+    pass
+
+
+@dataclass
+class SyncReport:
+    downloaded: list[str] = field(default_factory=list)
+    already_present: list[str] = field(default_factory=list)
+    resumed: list[str] = field(default_factory=list)
+    refetched: list[str] = field(default_factory=list)
+    marked_seen: int = 0
+
+
+def sha256_of(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _etag_digest(response: Any) -> str | None:
+    values = response.headers.getRawHeaders(b"etag") or []
+    for value in values:
+        value = value.decode("ascii", "replace").strip().strip('"')
+        if value.startswith("sha256:"):
+            return value[len("sha256:"):].lower()
+    return None
+
+
+class Progress:
+    def __init__(self, stream: TextIO, enabled: bool) -> None:
+        self._stream = stream
+        self._enabled = enabled
+
+    def update(self, label: str, done: int, total: int) -> None:
+        if not self._enabled:
+            return
+        width = 30
+        fraction = done / total if total else 1.0
+        bar = "#" * int(fraction * width)
+        self._stream.write(f"\r{label[:40]:40} [{bar:<{width}}] {fraction * 100:5.1f}%")
+        self._stream.flush()
+
+    def done(self) -> None:
+        if self._enabled:
+            self._stream.write("\n")
+
+
+class Syncer:
+    def __init__(self, api: JournalistApi, out_dir: str, progress: Progress | None = None) -> None:
+        self.api = api
+        self.out_dir = out_dir
+        self.progress = progress or Progress(sys.stderr, sys.stderr.isatty())
+
+    @inlineCallbacks
+    def run(self):
+        report = SyncReport()
+        os.makedirs(self.out_dir, mode=0o700, exist_ok=True)
+        listing = yield self.api.get_json("/sources")
+        for source in listing.get("sources", []):
+            designation = source["journalist_designation"].replace(" ", "_")
+            if not _SAFE_DIR.match(designation):
+                raise SyncError(f"refusing an unexpected designation from the server: {designation!r}")
+            subs = yield self.api.get_json(f"/sources/{source['uuid']}/submissions")
+            fetched: list[dict] = []
+            for sub in subs.get("submissions", []):
+                if sub.get("is_read"):
+                    continue
+                yield self._fetch(sub, os.path.join(self.out_dir, designation), report)
+                fetched.append(sub)
+            if fetched:
+                files = [s["uuid"] for s in fetched if not s.get("is_message")]
+                messages = [s["uuid"] for s in fetched if s.get("is_message")]
+                yield self.api.request_json("POST", "/seen", {"files": files, "messages": messages})
+                report.marked_seen += len(fetched)
+        return report
+
+    @inlineCallbacks
+    def _fetch(self, sub: dict, directory: str, report: SyncReport):
+        name = sub["filename"]
+        if not _SAFE_NAME.match(name):
+            raise SyncError(f"refusing an unexpected file name from the server: {name!r}")
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        final = os.path.join(directory, name)
+        part = final + ".part"
+        if os.path.exists(final):
+            expected = yield self._etag_only(sub)
+            if expected and sha256_of(final) == expected:
+                report.already_present.append(name)
+                return
+            os.replace(final, part)  # a damaged copy: verify/replace it like a partial one
+        for attempt in range(2):
+            offset = os.path.getsize(part) if os.path.exists(part) else 0
+            if offset:
+                report.resumed.append(name)
+            expected = yield self._download(sub, part, offset)
+            if expected is None:
+                raise SyncError(f"{name}: the server sent no sha256 ETag")
+            if sha256_of(part) == expected:
+                _fsync_and_rename(part, final)
+                report.downloaded.append(name)
+                return
+            # Corrupt (a bad partial file or a damaged transfer): start again from zero once.
+            os.remove(part)
+            report.refetched.append(name)
+        raise SyncError(f"{name}: downloaded twice and the checksum never matched; not marked seen")
+
+    @inlineCallbacks
+    def _etag_only(self, sub: dict):
+        response = yield self.api.get_stream(sub["download_url"], {"Range": "bytes=0-0"})
+        yield treq.content(response)
+        return _etag_digest(response)
+
+    @inlineCallbacks
+    def _download(self, sub: dict, part: str, offset: int):
+        headers = {"Range": f"bytes={offset}-"} if offset else {}
+        response = yield self.api.get_stream(sub["download_url"], headers)
+        if response.code == 416:  # our partial file is already whole (or longer): check it as is
+            yield treq.content(response)
+            head = yield self._etag_only(sub)
+            return head
+        if response.code not in (200, 206):
+            body = yield treq.content(response)
+            raise ApiError(response.code, body[:200].decode("utf-8", "replace"))
+        mode = "ab" if response.code == 206 else "wb"
+        total = int(sub.get("size") or 0)
+        done = [offset if response.code == 206 else 0]
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT, 0o600)
+        with os.fdopen(fd, mode) as f:
+            if mode == "wb":
+                f.truncate(0)
+
+            def write(data: bytes) -> None:
+                f.write(data)
+                done[0] += len(data)
+                self.progress.update(sub["filename"], done[0], total)
+
+            yield treq.collect(response, write)
+        self.progress.done()
+        return _etag_digest(response)
+
+
+def _fsync_and_rename(part: str, final: str) -> None:
+    fd = os.open(part, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(part, final)
+    dfd = os.open(os.path.dirname(final), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)

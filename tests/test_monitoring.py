@@ -1,0 +1,169 @@
+"""The Wazuh/OSSEC decoder and rules in docs/wazuh against the events DeadDrop really writes.
+
+``wazuh-logtest`` cannot be installed here, so this checks what it would catch first: the
+files are well-formed, every field a rule reads is a key of our JSON lines, every event
+pattern matches an event the code emits, the ids hang together, and real event lines (written
+by ``SecurityEvents``) land on the intended rules.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from twisted.trial import unittest
+
+import deaddrop
+from deaddrop.events import ALLOWED_FIELDS, SecurityEvents
+
+ROOT = Path(__file__).resolve().parents[1]
+WAZUH = ROOT / "docs" / "wazuh"
+JSON_KEYS = set(ALLOWED_FIELDS) | {"timestamp", "event", "program"}
+_EVENT_RE = re.compile(r"^(journalist|admin|tls|crl|tor|source|submission)\.[a-z0-9_.]+$")
+
+
+def parse(name: str) -> ET.Element:
+    # Wazuh files hold several top-level elements (and comments): wrap them to parse.
+    text = (WAZUH / name).read_text("utf-8")
+    return ET.fromstring(f"<root>{text}</root>")
+
+
+def emitted_events() -> set[str]:
+    """Every string literal in the package that looks like an event name."""
+    found = set()
+    for path in Path(deaddrop.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and _EVENT_RE.match(node.value):
+                found.add(node.value)
+    return found
+
+
+def os_regex(pattern: str) -> re.Pattern:
+    """The subset of OSSEC's regex the rules use: literal text, ^, $ and | (a "." is literal)."""
+    alternatives = []
+    for alt in pattern.split("|"):
+        core = alt.removeprefix("^").removesuffix("$")
+        assert re.fullmatch(r"[a-z0-9_.]+", core), f"pattern outside the checked subset: {pattern!r}"
+        alternatives.append(("^" if alt.startswith("^") else "") + re.escape(core) + ("$" if alt.endswith("$") else ""))
+    return re.compile("|".join(alternatives))
+
+
+class Rule:
+    def __init__(self, element: ET.Element) -> None:
+        self.id = int(element.get("id"))
+        self.level = int(element.get("level"))
+        self.frequency = element.get("frequency")
+        self.timeframe = element.get("timeframe")
+        self.if_sid = [int(x) for x in re.split(r"[,\s]+", (element.findtext("if_sid") or "").strip()) if x]
+        self.if_matched_sid = int(element.findtext("if_matched_sid")) if element.find("if_matched_sid") is not None else None
+        self.decoded_as = element.findtext("decoded_as")
+        self.fields = {f.get("name"): f.text or "" for f in element.findall("field")}
+        self.same_fields = [f.text for f in element.findall("same_field")]
+        self.description = element.findtext("description") or ""
+
+    def matches(self, event: dict) -> bool:
+        return all(name in event and os_regex(pattern).search(str(event[name])) for name, pattern in self.fields.items())
+
+
+class WazuhRulesTests(unittest.TestCase):
+    def setUp(self):
+        self.decoders = parse("deaddrop_decoders.xml").findall("decoder")
+        groups = parse("deaddrop_rules.xml").findall("group")
+        self.rules = {int(r.get("id")): Rule(r) for g in groups for r in g.findall("rule")}
+        self.events = emitted_events()
+
+    def test_files_are_well_formed_and_ids_hang_together(self):
+        self.assertEqual([d.get("name") for d in self.decoders], ["deaddrop"])
+        decoder = self.decoders[0]
+        self.assertEqual(decoder.findtext("program_name"), "^deaddrop$")
+        self.assertEqual(decoder.findtext("plugin_decoder"), "JSON_Decoder")
+        groups = parse("deaddrop_rules.xml").findall("group")
+        ids = [int(r.get("id")) for g in groups for r in g.findall("rule")]
+        self.assertEqual(len(ids), len(set(ids)), "duplicate rule ids")
+        self.assertTrue(all(100000 <= i <= 120000 for i in ids), "local rules belong in 100000-120000")
+        for rule in self.rules.values():
+            self.assertTrue(0 <= rule.level <= 16, rule.id)
+            for parent in rule.if_sid + ([rule.if_matched_sid] if rule.if_matched_sid else []):
+                self.assertIn(parent, self.rules, f"rule {rule.id} refers to unknown rule {parent}")
+                self.assertLess(parent, rule.id)
+            if rule.decoded_as is not None:
+                self.assertIn(rule.decoded_as, {"json", "deaddrop"}, rule.id)
+            self.assertTrue(rule.if_sid or rule.if_matched_sid or rule.decoded_as, f"rule {rule.id} matches everything")
+            if rule.frequency is not None:
+                self.assertIsNotNone(rule.if_matched_sid, rule.id)
+                self.assertGreater(int(rule.frequency), 1)
+                self.assertGreater(int(rule.timeframe), 0)
+            for name in re.findall(r"\$\((\w+)\)", rule.description):
+                self.assertIn(name, JSON_KEYS, f"rule {rule.id} describes with unknown field {name}")
+
+    def test_rules_read_only_keys_deaddrop_writes(self):
+        for rule in self.rules.values():
+            for name in list(rule.fields) + rule.same_fields:
+                self.assertIn(name, JSON_KEYS, f"rule {rule.id} reads {name!r}, which no event has")
+
+    def test_every_event_pattern_matches_a_real_event(self):
+        self.assertIn("journalist.login.fail", self.events)  # the scan works
+        self.assertIn("tor.fatal", self.events)
+        self.assertIn("tls.client_cert.refused", self.events)
+        for rule in self.rules.values():
+            pattern = rule.fields.get("event")
+            if pattern is None:
+                continue
+            for alternative in pattern.split("|"):
+                regex = os_regex(alternative)
+                self.assertTrue(any(regex.search(e) for e in self.events),
+                                f"rule {rule.id}: {alternative!r} matches no event the code emits")
+
+    def most_specific(self, event: dict) -> int | None:
+        """A small model of rule evaluation: base rules, then children; frequency rules aside."""
+        matched: set[int] = set()
+        for rule_id in sorted(self.rules):
+            rule = self.rules[rule_id]
+            if rule.frequency is not None:
+                continue
+            if rule.decoded_as == "json" and rule.matches(event):
+                matched.add(rule_id)
+            elif rule.if_sid and any(p in matched for p in rule.if_sid) and rule.matches(event):
+                matched.add(rule_id)
+        return max(matched, default=None)
+
+    def test_real_event_lines_land_on_the_intended_rules(self):
+        path = os.path.join(self.mktemp(), "security.jsonl")
+        events = SecurityEvents(path)
+        self.addCleanup(events.close)
+        emitted = [
+            (("journalist.login.fail",), dict(username="alice", reason="bad_totp"), 100711),
+            (("journalist.login.throttled",), dict(username="alice"), 100713),
+            (("journalist.totp.reused",), dict(username="alice"), 100715),
+            (("tls.client_cert.refused",), dict(reason="no_certificate"), 100730),
+            (("tls.client_cert.refused",), dict(reason="revoked", subject="bob", serial="5c1f"), 100731),
+            (("crl.reload_failed",), dict(reason="bad_signature"), 100734),
+            (("crl.reloaded",), dict(count=2), 100733),
+            (("tor.control.lost",), dict(reason="control_lost", detail="lost"), 100741),
+            (("tor.restart.failed",), dict(reason="exited", detail="tor exited"), 100741),
+            (("tor.fatal",), dict(reason="no_binary", detail="tor not found"), 100742),
+            (("source.login.throttled",), {}, 100720),
+            (("admin.journalist.added",), dict(target="carol"), 100750),
+            (("journalist.login.ok",), dict(username="alice"), 100710),
+        ]
+        for (name,), fields, _ in emitted:
+            events.emit(name, **fields)
+        with open(path) as f:
+            lines = [json.loads(line) for line in f]
+        for line, (_, _, expected) in zip(lines, emitted):
+            self.assertEqual(self.most_specific(line), expected, line)
+        self.assertIsNone(self.most_specific({"event": "journalist.login.fail", "program": "something-else"}))
+
+    def test_required_alerts_exist(self):
+        def rules_for(event: str) -> list[Rule]:
+            return [r for r in self.rules.values() if "event" in r.fields and os_regex(r.fields["event"]).search(event)]
+
+        for event in ["journalist.login.fail", "journalist.login.throttled", "journalist.totp.reused",
+                      "tls.client_cert.refused", "crl.reload_failed", "tor.control.lost", "tor.fatal"]:
+            self.assertTrue(any(r.level >= 5 for r in rules_for(event)), event)
+        frequency_parents = {r.if_matched_sid for r in self.rules.values() if r.frequency}
+        for event in ["journalist.login.fail", "journalist.login.throttled", "tls.client_cert.refused"]:
+            self.assertTrue(any(r.id in frequency_parents for r in rules_for(event)), f"no frequency rule for {event}")
