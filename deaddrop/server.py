@@ -92,6 +92,9 @@ class DeadDropService(MultiService):
 
     def stopService(self) -> Any:
         d = super().stopService()
+        newsroom = getattr(self, "newsroom", None)
+        if newsroom is not None:
+            newsroom.abort_streams()
 
         def cleanup(result: Any) -> Any:
             for pool in self.pools:

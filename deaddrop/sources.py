@@ -12,6 +12,7 @@ import os
 import sqlite3
 import time
 import uuid as uuidlib
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -94,7 +95,13 @@ class Newsroom:
     events: SecurityEvents
     clock: Callable[[], float] = time.time
     _keygen: dict[int, Deferred] = field(default_factory=dict)
+    # Stored filenames whose row is committed but whose file is not in the store yet. Readers
+    # skip those rows, or a download would 404 and /lookup show an unreadable reply. (Safe
+    # because the one database thread answers in order: an insert's result reaches the
+    # reactor, which adds its names here, before the result of any later query.)
+    _placing: set[str] = field(default_factory=set)
     _source_deleted_hooks: list[Callable[[int], None]] = field(default_factory=list)
+    _streams: "weakref.WeakSet[StreamEncryption]" = field(default_factory=lambda: weakref.WeakSet())
 
     # -- accounts ------------------------------------------------------------------------
 
@@ -115,7 +122,7 @@ class Newsroom:
             break
         else:
             raise RuntimeError("could not find a free designation")
-        yield self.crypto_pool.run(self.store.make_source_dir, fid)
+        yield self.stream_pool.run(self.store.make_source_dir, fid)
         identity = SourceIdentity(source_id, fid, designation)
         # Key generation runs after /create answers; replies wait for it (key_ready).
         self.ensure_key(identity, passphrase)
@@ -195,10 +202,17 @@ class Newsroom:
 
     def encrypt_stream(self, *, gzip_name: str | None, compress: bool,
                        on_pause: Callable[[], None], on_resume: Callable[[], None]) -> StreamEncryption:
-        return StreamEncryption(
+        stream = StreamEncryption(
             self.reactor, self.stream_pool, self.encryption, self.store.new_temp_path(),
             gzip_name=gzip_name, compress=compress, on_pause=on_pause, on_resume=on_resume,
         )
+        self._streams.add(stream)
+        return stream
+
+    def abort_streams(self) -> None:
+        """At shutdown: stop every upload in flight, or its pump thread would block pool.stop()."""
+        for stream in list(self._streams):
+            stream.abort()
 
     @inlineCallbacks
     def encrypt_message(self, text: str):
@@ -222,17 +236,20 @@ class Newsroom:
             )
             if names is None:
                 raise SourceNotFound()
+            self._placing.update(names)
             try:
                 for part, name in zip(parts, names):
-                    yield self.crypto_pool.run(self.store.place, part.temp_path, identity.filesystem_id, name)
+                    yield self.stream_pool.run(self.store.place, part.temp_path, identity.filesystem_id, name)
                     placed.append(name)
             except BaseException:
                 # Parts already moved into the store go too: an unacknowledged submission must
                 # not stay half visible (a file without its row) until the next restart.
                 for name in placed:
-                    yield self.crypto_pool.run(self.store.remove, identity.filesystem_id, name)
+                    yield self.stream_pool.run(self.store.remove, identity.filesystem_id, name)
                 yield self.db.run(queries.delete_submissions_by_filename, names)
                 raise
+            finally:
+                self._placing.difference_update(names)
         except (OSError, sqlite3.Error) as e:
             for part in parts:
                 self.store.discard_temp(part.temp_path)
@@ -250,6 +267,10 @@ class Newsroom:
                 _log.error("security event submission.stored not written: {error}", error=os.strerror(e.errno or 0))
         return names
 
+    def is_placed(self, filename: str) -> bool:
+        """False while a committed submission or reply is still being moved into the store."""
+        return filename not in self._placing
+
     # -- replies -------------------------------------------------------------------------
 
     @inlineCallbacks
@@ -257,6 +278,8 @@ class Newsroom:
         rows = yield self.db.run(queries.replies_for_source, identity.source_id)
         replies = []
         for row in rows:
+            if not self.is_placed(row["filename"]):
+                continue
             text = yield self.crypto_pool.run(self._read_reply, identity.filesystem_id, row["filename"], passphrase)
             replies.append(Reply(row["filename"], text))
         return replies
@@ -301,7 +324,7 @@ class Newsroom:
     def store_encrypted_reply(self, source_id: int, ciphertext: bytes, journalist_id: int | None = None,
                               reply_uuid: str | None = None):
         temp = self.store.new_temp_path()
-        yield self.crypto_pool.run(_write_temp, temp, ciphertext)
+        yield self.stream_pool.run(_write_temp, temp, ciphertext)
         try:
             row = yield self.db.run(
                 queries.insert_reply, source_id, reply_uuid or str(uuidlib.uuid4()), len(ciphertext),
@@ -309,11 +332,14 @@ class Newsroom:
             )
             if row is None:
                 raise SourceNotFound()
+            self._placing.add(row["filename"])
             try:
-                yield self.crypto_pool.run(self.store.place, temp, row["filesystem_id"], row["filename"])
+                yield self.stream_pool.run(self.store.place, temp, row["filesystem_id"], row["filename"])
             except BaseException:
                 yield self.db.run(queries.delete_reply_row, row["filename"])
                 raise
+            finally:
+                self._placing.discard(row["filename"])
         except BaseException:
             self.store.discard_temp(temp)
             raise

@@ -82,3 +82,20 @@ class GzipFramerTests(unittest.TestCase):
         data = b"hello " * 10000
         blob = framer.header() + framer.compress(data[:100]) + framer.compress(data[100:]) + framer.trailer()
         self.assertEqual(gzip.decompress(blob), data)
+
+
+class ShutdownTests(unittest.TestCase):
+    @inlineCallbacks
+    def test_stopping_the_service_ends_an_upload_in_flight(self):
+        """A pump thread blocked on an unfinished upload must not hang the process at exit."""
+        from tests._support import start_server
+
+        server = yield start_server(self)
+        newsroom = server.service.newsroom
+        stream = newsroom.encrypt_stream(gzip_name="x", compress=False, on_pause=lambda: None, on_resume=lambda: None)
+        stream.write(b"half an upload")
+        from twisted.internet.task import deferLater
+
+        yield deferLater(reactor, 0.2, lambda: None)
+        yield server.stop()  # would block forever in ThreadPool.stop() without abort_streams()
+        self.assertFalse(os.path.exists(stream.out_path))

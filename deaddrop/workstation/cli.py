@@ -10,7 +10,7 @@ from typing import Any, Sequence
 from twisted.internet.defer import inlineCallbacks
 from twisted.internet.task import react
 
-from deaddrop.workstation.api import ApiError, Credentials, JournalistApi
+from deaddrop.workstation.api import ApiError, Credentials, JournalistApi  # noqa: F401 (re-exported)
 from deaddrop.workstation.reply import ReplyError, send_reply
 from deaddrop.workstation.sync import Progress, SyncError, Syncer
 from deaddrop.workstation.tls import ClientTLSError, NewsroomTLSPolicy, load_client_certificate, load_trust_root

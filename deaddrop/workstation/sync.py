@@ -32,6 +32,7 @@ class SyncReport:
     resumed: list[str] = field(default_factory=list)
     refetched: list[str] = field(default_factory=list)
     marked_seen: int = 0
+    partial_responses: int = 0  # 206 answers to our Range requests
 
 
 def sha256_of(path: str) -> str:
@@ -117,7 +118,7 @@ class Syncer:
             offset = os.path.getsize(part) if os.path.exists(part) else 0
             if offset:
                 report.resumed.append(name)
-            expected = yield self._download(sub, part, offset)
+            expected = yield self._download(sub, part, offset, report)
             if expected is None:
                 raise SyncError(f"{name}: the server sent no sha256 ETag")
             if sha256_of(part) == expected:
@@ -136,7 +137,7 @@ class Syncer:
         return _etag_digest(response)
 
     @inlineCallbacks
-    def _download(self, sub: dict, part: str, offset: int):
+    def _download(self, sub: dict, part: str, offset: int, report: SyncReport):
         headers = {"Range": f"bytes={offset}-"} if offset else {}
         response = yield self.api.get_stream(sub["download_url"], headers)
         if response.code == 416:  # our partial file is already whole (or longer): check it as is
@@ -146,6 +147,8 @@ class Syncer:
         if response.code not in (200, 206):
             body = yield treq.content(response)
             raise ApiError(response.code, body[:200].decode("utf-8", "replace"))
+        if response.code == 206:
+            report.partial_responses += 1
         mode = "ab" if response.code == 206 else "wb"
         total = int(sub.get("size") or 0)
         done = [offset if response.code == 206 else 0]

@@ -48,6 +48,7 @@ class JournalistAPI:
     accounts: Accounts
     desk: Desk
     events: SecurityEvents
+    submission_key_armored: str = ""
 
     app = Klein()
 
@@ -174,6 +175,15 @@ class JournalistAPI:
             "seen_url": f"{PREFIX}/seen", "user_url": f"{PREFIX}/user", "current_user_url": f"{PREFIX}/user",
             "all_users_url": f"{PREFIX}/users", "logout_url": f"{PREFIX}/logout",
         })
+
+    @app.route("/instance", methods=["GET"])
+    @inlineCallbacks
+    def instance(self, request: Any):
+        """The submission public key, so workstations encrypt replies to it as well."""
+        yield self._journalist(request)
+        return self._json(request, {"submission_key": {
+            "type": "PGP", "fingerprint": self.desk.newsroom.submission_fingerprint,
+            "public": self.submission_key_armored}})
 
     @app.route("/token", methods=["POST"])
     @inlineCallbacks

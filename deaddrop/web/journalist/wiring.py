@@ -97,7 +97,8 @@ def add_journalist_interface(top: Any, config: Config, reactor: Any) -> None:
     top.journalist_tls = tls
 
     sessions = SessionStore(COOKIE, config.journalist_session_idle, config.journalist_session_lifetime)
-    api = JournalistAPI(accounts=accounts, desk=desk, events=top.events)
+    api = JournalistAPI(accounts=accounts, desk=desk, events=top.events,
+                        submission_key_armored=top.source.submission_key_armored)
     interface = JournalistInterface(accounts=accounts, desk=desk, sessions=sessions, settings=top.settings,
                                     events=top.events, api=api)
     top.journalist = interface

@@ -1,0 +1,195 @@
+"""The whole loop on the real stack: source → server → `deaddrop-journalist sync` over mutual TLS
+→ `deaddrop-svs decrypt` → `export` to a personal key; and `deaddrop-journalist reply` → source."""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import subprocess
+
+from twisted.internet import reactor
+from twisted.internet.defer import inlineCallbacks
+from twisted.internet.threads import deferToThread
+from twisted.trial import unittest
+
+from deaddrop.svs import cli as svs_cli
+from deaddrop.workstation import cli as ws_cli
+from deaddrop.workstation.api import ApiError, JournalistApi
+from deaddrop.workstation.sync import Syncer, Progress
+from deaddrop.workstation.tls import NewsroomTLSPolicy, load_client_certificate, load_trust_root
+from tests._support import (Browser, TotpDevice, add_journalist, issue_client_cert, kill_gpg_agent, short_tempdir,
+                            start_journalist_server, test_svs)
+
+
+def sha256_file(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+class WorkstationTests(unittest.TestCase):
+    timeout = 180
+
+    @inlineCallbacks
+    def setUp(self):
+        self.server = yield start_journalist_server(self)
+        self.account = yield add_journalist(self.server, "dana")
+        self.device = TotpDevice(self.server, self.account.totp_secret)
+        self.key_pem, self.cert_pem = issue_client_cert(self.server, "dana")
+        self.p12 = os.path.join(self.server.data_dir, "clients", "dana.p12")
+        self.work = short_tempdir("dd-ws-")
+        self.password_file = self._write("password", self.account.passphrase)
+        self.p12_password_file = self._write("p12password", "test-password")
+        self.session_file = os.path.join(self.work, "session.json")
+        self.source = Browser(self.server.source_url)
+        self.addCleanup(self.source.close)
+
+    def _write(self, name: str, text: str) -> str:
+        path = os.path.join(self.work, name)
+        with open(path, "w") as f:
+            f.write(text + "\n")
+        return path
+
+    def cli(self, *command: str, use_p12: bool = True):
+        cert = ["--cert", self.p12, "--cert-password-file", self.p12_password_file] if use_p12 else \
+            ["--cert", self.cert_pem, "--key", self.key_pem]
+        argv = ["--url", self.server.journalist_url, "--ca", self.server.server_cert, *cert,
+                "--username", "dana", "--password-file", self.password_file, "--totp", self.device.code(),
+                "--session-file", self.session_file, *command]
+        out = io.StringIO()
+        d = ws_cli.run(reactor, ws_cli.build_parser().parse_args(argv), out=out)
+        return d.addCallback(lambda status: (status, out.getvalue()))
+
+    def api(self) -> JournalistApi:
+        policy = NewsroomTLSPolicy(load_trust_root(self.server.server_cert), load_client_certificate(self.cert_pem, self.key_pem))
+        api = JournalistApi(reactor, self.server.journalist_url, policy, session_file=self.session_file)
+        self.addCleanup(api.close)
+        return api
+
+    @inlineCallbacks
+    def submit(self, message: str, files: list[tuple[str, bytes]]):
+        yield self.source.create_source()
+        response, html = yield self.source.submit(message, files)
+        self.assertEqual(response.code, 200, html[:300])
+
+    def designation_dir(self, out: str) -> str:
+        [name] = os.listdir(out)
+        return os.path.join(out, name)
+
+    @inlineCallbacks
+    def test_round_trip_sync_decrypt_export_and_reply(self):
+        document = os.urandom(5 * 1024 * 1024)
+        yield self.submit("WS-MESSAGE-MARKER hello", [("rapport été.pdf", document), ("../../escape.txt", b"hostile")])
+        out = os.path.join(self.work, "download")
+        status, text = yield self.cli("sync", "--out", out)
+        self.assertEqual(status, 0)
+        self.assertIn("3 downloaded", text)
+        folder = self.designation_dir(out)
+        names = sorted(os.listdir(folder))
+        self.assertEqual(len(names), 3)
+        store = os.path.join(self.server.data_dir, "store")
+        [fid] = os.listdir(store)
+        for name in names:  # byte-identical to what the server stores: still encrypted
+            self.assertEqual(sha256_file(os.path.join(folder, name)), sha256_file(os.path.join(store, fid, name)))
+
+        # Marked seen only once on disk; a second run is a no-op.
+        status, text = yield self.cli("sync", "--out", out)
+        self.assertIn("0 downloaded", text)
+        self.assertIn("0 marked seen", text)
+        status, text = yield self.cli("sources")
+        self.assertIn(os.path.basename(folder).replace("_", " "), text)
+
+        # On the SVS: decrypt (also straight from the folder), byte-identical, names kept, nothing escapes.
+        svs_home = short_tempdir("dd-svsh-")
+        os.symlink(test_svs().homedir, os.path.join(svs_home, "gnupg"))
+        plain = os.path.join(self.work, "plain")
+        code = yield deferToThread(svs_cli.main, ["--home", svs_home, "decrypt", out, "--out", plain])
+        self.assertEqual(code, 0)
+        decrypted = os.path.join(plain, os.path.basename(folder))
+        files = sorted(os.listdir(decrypted))
+        self.assertIn("rapport été.pdf", files)
+        with open(os.path.join(decrypted, "rapport été.pdf"), "rb") as f:
+            self.assertEqual(f.read(), document)
+        [msg] = [n for n in files if n.endswith("-msg.txt")]
+        with open(os.path.join(decrypted, msg)) as f:
+            self.assertEqual(f.read(), "WS-MESSAGE-MARKER hello")
+        self.assertIn("escape.txt", files)  # "../../escape.txt" was neutralised to a plain name
+        escaped = [root for root, _dirs, entries in os.walk(os.path.dirname(self.work)) if "escape.txt" in entries]
+        self.assertEqual(escaped, [decrypted])
+
+        # Export to a journalist's personal key: only that key opens it.
+        personal = short_tempdir("dd-pers-")
+        self.addCleanup(kill_gpg_agent, personal)
+        subprocess.run(["gpg", "--homedir", personal, "--batch", "--passphrase", "", "--quick-gen-key", "Dana personal",
+                        "future-default", "default", "never"], check=True, capture_output=True)
+        personal_key = os.path.join(self.work, "dana.asc")
+        with open(personal_key, "wb") as f:
+            f.write(subprocess.run(["gpg", "--homedir", personal, "--armor", "--export"], check=True, capture_output=True).stdout)
+        exported = os.path.join(self.work, "exported")
+        code = yield deferToThread(svs_cli.main, ["--home", svs_home, "export", os.path.join(decrypted, "rapport été.pdf"),
+                                                  "--to-key", personal_key, "--out", exported])
+        self.assertEqual(code, 0)
+        [blob_name] = os.listdir(exported)
+        with open(os.path.join(exported, blob_name), "rb") as f:
+            blob = f.read()
+        opened = subprocess.run(["gpg", "--homedir", personal, "--batch", "-q", "-d"], input=blob, capture_output=True)
+        self.assertEqual(opened.stdout, document)
+        refused = subprocess.run(["gpg", "--homedir", test_svs().homedir, "--batch", "-q", "-d"], input=blob, capture_output=True)
+        self.assertNotEqual(refused.returncode, 0)
+
+        # A reply encrypted on the workstation reaches the source.
+        reply_file = self._write("reply.txt", "WS-REPLY-MARKER thank you")
+        status, text = yield self.cli("reply", os.path.basename(folder), "--message-file", reply_file, use_p12=False)
+        self.assertEqual(status, 0, text)
+        response, html = yield self.source.get("/lookup")
+        self.assertIn("WS-REPLY-MARKER thank you", html)
+
+    @inlineCallbacks
+    def _sync_with_existing_part(self, make_part):
+        payload = os.urandom(2 * 1024 * 1024)
+        yield self.submit("", [("a.bin", payload)])
+        store = os.path.join(self.server.data_dir, "store")
+        [fid] = os.listdir(store)
+        [name] = os.listdir(os.path.join(store, fid))
+        with open(os.path.join(store, fid, name), "rb") as f:
+            stored = f.read()
+        out = os.path.join(self.work, "download")
+        designation = name.split("-")[1]
+        os.makedirs(os.path.join(out, designation))
+        with open(os.path.join(out, designation, name + ".part"), "wb") as f:
+            f.write(make_part(stored))
+        api = self.api()
+        yield api.log_in(lambda: ws_cli.Credentials("dana", self.account.passphrase, self.device.code))
+        report = yield Syncer(api, out, Progress(io.StringIO(), False)).run()
+        with open(os.path.join(out, designation, name), "rb") as f:
+            self.assertEqual(f.read(), stored)
+        self.assertFalse(os.path.exists(os.path.join(out, designation, name + ".part")))
+        return report
+
+    @inlineCallbacks
+    def test_an_interrupted_sync_resumes_with_a_range_request(self):
+        report = yield self._sync_with_existing_part(lambda stored: stored[: len(stored) // 2])
+        self.assertEqual(len(report.resumed), 1)
+        self.assertEqual(report.partial_responses, 1)
+        self.assertEqual(report.refetched, [])
+        self.assertEqual(report.marked_seen, 1)
+
+    @inlineCallbacks
+    def test_a_corrupted_download_is_detected_and_fetched_again(self):
+        report = yield self._sync_with_existing_part(lambda stored: b"\x00" * 1000 + stored[1000: len(stored) // 2])
+        self.assertEqual(len(report.refetched), 1)
+        self.assertEqual(len(report.downloaded), 1)
+
+    @inlineCallbacks
+    def test_bad_credentials_and_wrong_server_certificate_fail_clearly(self):
+        wrong = self._write("wrong", "not the passphrase")
+        argv = ["--url", self.server.journalist_url, "--ca", self.server.server_cert, "--cert", self.cert_pem,
+                "--key", self.key_pem, "--username", "dana", "--password-file", wrong, "--totp", self.device.code(),
+                "--session-file", self.session_file, "sources"]
+        with self.assertRaises(ws_cli.ApiError) as e:
+            yield ws_cli.run(reactor, ws_cli.build_parser().parse_args(argv), out=io.StringIO())
+        self.assertEqual(e.exception.status, 403)
+        other_ca = self.server.ca_dir + "/ca.pem"  # not the server's certificate
+        argv[argv.index("--ca") + 1] = other_ca
+        with self.assertRaises(Exception) as e:
+            yield ws_cli.run(reactor, ws_cli.build_parser().parse_args(argv), out=io.StringIO())
+        self.assertNotIsInstance(e.exception, ws_cli.ApiError)
