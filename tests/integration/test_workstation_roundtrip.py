@@ -113,7 +113,7 @@ class WorkstationTests(unittest.TestCase):
         with open(os.path.join(decrypted, msg)) as f:
             self.assertEqual(f.read(), "WS-MESSAGE-MARKER hello")
         self.assertIn("escape.txt", files)  # "../../escape.txt" was neutralised to a plain name
-        escaped = [root for root, _dirs, entries in os.walk(os.path.dirname(self.work)) if "escape.txt" in entries]
+        escaped = [root for root, _dirs, entries in os.walk(self.work) if "escape.txt" in entries]
         self.assertEqual(escaped, [decrypted])
 
         # Export to a journalist's personal key: only that key opens it.
