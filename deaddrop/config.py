@@ -81,7 +81,8 @@ class Config:
                 )
             if self.journalist_onion and not is_loopback_endpoint(self.journalist_listen):
                 raise ConfigError("--journalist-onion needs a loopback --journalist-listen")
-        return replace(self, data_dir=os.path.abspath(self.data_dir), submission_key=os.path.abspath(self.submission_key))
+        return replace(self, tor=tor, data_dir=os.path.abspath(self.data_dir),
+                       submission_key=os.path.abspath(self.submission_key))
 
     def with_changes(self, **changes: Any) -> "Config":
         return replace(self, **changes)

@@ -152,12 +152,12 @@ class Desk:
     @inlineCallbacks
     def submissions(self, source: SourceView):
         rows = yield self.db.run(jq.submissions_of, source.id)
-        return [_submission(r, source.uuid) for r in rows]
+        return [_submission(r, source.uuid) for r in rows if self.newsroom.is_placed(r["filename"])]
 
     @inlineCallbacks
     def all_submissions(self):
         rows = yield self.db.run(jq.all_visible_submissions)
-        return [_submission(r, r["source_uuid"]) for r in rows]
+        return [_submission(r, r["source_uuid"]) for r in rows if self.newsroom.is_placed(r["filename"])]
 
     @inlineCallbacks
     def submission(self, source: SourceView, uuid: str):
@@ -170,13 +170,13 @@ class Desk:
     def replies(self, source: SourceView):
         rows = yield self.db.run(jq.replies_of, source.id)
         names = yield self.db.run(jq.usernames_by_id)
-        return [_reply(r, source.uuid, names) for r in rows]
+        return [_reply(r, source.uuid, names) for r in rows if self.newsroom.is_placed(r["filename"])]
 
     @inlineCallbacks
     def all_replies(self):
         rows = yield self.db.run(jq.all_visible_replies)
         names = yield self.db.run(jq.usernames_by_id)
-        return [_reply(r, r["source_uuid"], names) for r in rows]
+        return [_reply(r, r["source_uuid"], names) for r in rows if self.newsroom.is_placed(r["filename"])]
 
     @inlineCallbacks
     def reply(self, source: SourceView, uuid: str):

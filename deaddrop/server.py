@@ -129,6 +129,8 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
     top = DeadDropService(config, reactor)
     os.makedirs(config.data_dir, mode=0o700, exist_ok=True)
     os.chmod(config.data_dir, 0o700)
+    # One server per data dir: a second one would run crash recovery on live uploads.
+    top.closers.append(_lock_data_dir(config.data_dir))
 
     events = SecurityEvents(config.path("logs", "security.jsonl"))
     top.events = events
@@ -206,6 +208,27 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
     return top
 
 
+def _lock_data_dir(data_dir: str) -> Callable[[], None]:
+    """Hold an exclusive lock on ``DATA/server.lock`` for the server's lifetime."""
+    import fcntl
+
+    path = os.path.join(data_dir, "server.lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise ConfigError(f"another DeadDrop server is already running on {data_dir} (it holds {path})")
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+
+    def release() -> None:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+    return release
+
+
 def _add_tor(top: DeadDropService, config: Config, reactor: Any) -> None:
     """Publish the source interface (and optionally the journalist one) as onion services."""
     if config.tor == "none":
@@ -231,6 +254,7 @@ def _add_tor(top: DeadDropService, config: Config, reactor: Any) -> None:
         journalist_onion_port=443,
         events=top.events,
         on_fatal=top.fatal,
-        report=lambda line: sys.stderr.write(f"deaddrop: {line}\n"),
+        # Progress and the published address, for the admin watching the console (twistd -n).
+        report=lambda line: _log.info("{line}", line=line),
     )
     top.tor.setServiceParent(top)

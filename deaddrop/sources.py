@@ -27,7 +27,7 @@ from deaddrop.crypto.streaming import EncryptionTarget, StreamEncryption
 from deaddrop.events import SecurityEvents
 from deaddrop.store import queries
 from deaddrop.store.db import Database
-from deaddrop.store.files import Store, stored_filename
+from deaddrop.store.files import Store
 
 _log = Logger()
 

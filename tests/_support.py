@@ -6,7 +6,6 @@ SQLite, listening on 127.0.0.1:0.
 from __future__ import annotations
 
 import atexit
-import io
 import os
 import re
 import shutil

@@ -682,6 +682,51 @@ class FatalTests(_Base):
         self.assertEqual(h.reactor.processes, [])
         self.assertEqual(h.events.named("tor.fatal")[0]["reason"], "binary_missing")
 
+    def test_tor_of_another_running_server_is_left_alone(self):
+        import signal
+        import subprocess
+        import sys
+
+        from deaddrop.tor._process import TorFiles, tor_owner_pid
+
+        h = self.harness()
+        files = TorFiles(keys.tor_dir(h.data_dir))
+        os.makedirs(files.tor_dir, 0o700, exist_ok=True)
+        # Another server on this data directory: its child runs on our torrc, as its Tor would.
+        script = ("import subprocess, sys, time\n"
+                  "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', sys.argv[1]])\n"
+                  "print(p.pid, flush=True)\n"
+                  "time.sleep(60)\n")
+        server = subprocess.Popen([sys.executable, "-c", script, files.torrc], stdout=subprocess.PIPE)
+        tor_pid = int(server.stdout.readline())
+
+        def cleanup():
+            for pid in (tor_pid, server.pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            server.wait()
+            server.stdout.close()
+
+        self.addCleanup(cleanup)
+        with open(files.torrc, "w") as f:
+            f.write(f"DataDirectory {files.tor_dir}\n__OwningControllerProcess {server.pid}\n")
+        with open(files.pid_file, "w") as f:
+            f.write(f"{tor_pid}\n")
+        h.start()
+        self.assertEqual(h.fatal, [
+            f"another DeadDrop server (pid {server.pid}) is running on this data directory "
+            f"(its Tor is pid {tor_pid}); stop it first or use another --data-dir"])
+        self.assertEqual(h.events.named("tor.fatal")[0]["reason"], "data_dir_in_use")
+        self.assertEqual(h.events.named("tor.stale_killed"), [])
+        self.assertEqual(h.reactor.processes, [])
+        os.kill(tor_pid, 0)  # still running
+        # Once that server is gone (its Tor reparented), the Tor counts as left over by a crash.
+        server.kill()
+        server.wait()
+        self.assertIsNone(tor_owner_pid(files, tor_pid))
+
     def test_bootstrap_timeout(self):
         h = self.harness(bootstrap=(45, "loading_keys", "Loading authority key certs"))
         h.launch_ready()
@@ -788,7 +833,8 @@ class ConfigTests(unittest.TestCase):
         self.assertEqual(parse_tor_option("DirAuthority=a orport=1 v3ident=AB 127.0.0.1:2 CD"),
                          ("DirAuthority", "a orport=1 v3ident=AB 127.0.0.1:2 CD"))
         for bad in ("NoEquals", "=1", "DataDirectory=/tmp/x", "controlport=9051", "HiddenServiceDir=/x",
-                    "Foo=a\nControlPort 1", "Foo=a # b", "Foo=", "__OwningControllerProcess=1"):
+                    "Foo=a\nControlPort 1", "Foo=a # b", "Foo=", "__OwningControllerProcess=1",
+                    "HiddenServiceNonAnonymousMode=1", "hiddenservicesinglehopmode=1"):
             with self.assertRaises(ValueError, msg=bad):
                 parse_tor_option(bad)
 

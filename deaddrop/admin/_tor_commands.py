@@ -202,7 +202,7 @@ def _client_add(args, out) -> int:
         raise AdminError(str(e)) from None
     line = keys.tor_browser_line(address, pair.private_b32)
     text = "\n".join([
-        f"Authorised client {args.name!r} for the journalist onion service http://{address}/",
+        f"Authorised client {args.name!r} for the journalist onion service https://{address}/",
         "Give this line to the journalist over a secure channel; it is shown only once and not stored:",
         "",
         f"  {line}",

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 import gnupg
 
@@ -50,8 +53,64 @@ def prepare_homedir(homedir: str) -> None:
         raise GpgError(f"GnuPG home path is too long for gpg-agent's socket: {homedir}")
 
 
+class _ReadWriteLock:
+    """Any number of readers, or one writer alone; a waiting writer holds off new readers.
+
+    gpg replaces ``pubring.kbx`` by renaming files, so a gpg started while another one writes
+    the keyring can find no keyring at all: it then fails to generate ("no writable public
+    keyring found"), to decrypt ("no secret key"), to encrypt ("invalid recipient") or to list
+    and export keys. Every gpg run on this home therefore takes this lock (in this process,
+    the only one that uses the home).
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writing = False
+        self._writers_waiting = 0
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        with self._cond:
+            while self._writing or self._writers_waiting:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        with self._cond:
+            self._writers_waiting += 1
+            try:
+                while self._writing or self._readers:
+                    self._cond.wait()
+            finally:
+                self._writers_waiting -= 1
+            self._writing = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writing = False
+                self._cond.notify_all()
+
+
+# Every gpg run would otherwise lock HOME/random_seed with fcntl on start and exit, and a run
+# that finds it locked sleeps 0.25, 1.25, 2.25 ... up to 10.25 s between tries: under load
+# (uploads, key generation and decryption at once) one run waited over a minute. The seed
+# file only speeds up seeding; libgcrypt seeds from the kernel (getrandom) without it.
+_NO_SEED_FILE = "--no-random-seed-file"
+
+
 def gpg_base_argv(gpg_binary: str, homedir: str) -> list[str]:
-    return [gpg_binary, "--homedir", homedir, "--batch", "--no-tty", "--quiet", "--yes", "--trust-model", "always"]
+    return [gpg_binary, "--homedir", homedir, "--batch", "--no-tty", "--quiet", "--yes", "--trust-model", "always",
+            _NO_SEED_FILE]
 
 
 class Keyring:
@@ -59,8 +118,9 @@ class Keyring:
         prepare_homedir(homedir)
         self.homedir = homedir
         self.gpg_binary = gpg_binary
-        self._gpg = gnupg.GPG(gpgbinary=gpg_binary, gnupghome=homedir, options=["--trust-model", "always"])
+        self._gpg = gnupg.GPG(gpgbinary=gpg_binary, gnupghome=homedir, options=["--trust-model", "always", _NO_SEED_FILE])
         self._gpg.encoding = "utf-8"
+        self._lock = _ReadWriteLock()
 
     # -- the submission key -------------------------------------------------------------
 
@@ -74,12 +134,14 @@ class Keyring:
             )
         if "BEGIN PGP PUBLIC KEY BLOCK" not in armored:
             raise SubmissionKeyError("the submission key file is not an ASCII-armored OpenPGP public key")
-        result = self._gpg.import_keys(armored)
+        with self._lock.writing():
+            result = self._gpg.import_keys(armored)
         fingerprints = sorted(set(result.fingerprints))
         if len(fingerprints) != 1:
             raise SubmissionKeyError(f"the submission key file must hold exactly one key, found {len(fingerprints)}")
         fingerprint = fingerprints[0]
-        keys = self._gpg.list_keys(keys=[fingerprint])
+        with self._lock.reading():
+            keys = self._gpg.list_keys(keys=[fingerprint])
         if not keys:
             raise SubmissionKeyError("the submission key could not be imported")
         key = keys[0]
@@ -109,11 +171,12 @@ class Keyring:
             os.write(write_end, passphrase.encode("ascii") + b"\n")
             os.close(write_end)
             write_end = -1
-            proc = subprocess.run(
-                gpg_base_argv(self.gpg_binary, self.homedir)
-                + ["--pinentry-mode", "loopback", "--passphrase-fd", str(read_end), "--status-fd", "1", "--gen-key"],
-                input=params.encode("ascii"), pass_fds=(read_end,), capture_output=True,
-            )
+            with self._lock.writing():
+                proc = subprocess.run(
+                    gpg_base_argv(self.gpg_binary, self.homedir)
+                    + ["--pinentry-mode", "loopback", "--passphrase-fd", str(read_end), "--status-fd", "1", "--gen-key"],
+                    input=params.encode("ascii"), pass_fds=(read_end,), capture_output=True,
+                )
         finally:
             os.close(read_end)
             if write_end != -1:
@@ -128,36 +191,42 @@ class Keyring:
 
     def export_public_key(self, fingerprint: str) -> str:
         forbid_reactor_thread("gpg")
-        armored = self._gpg.export_keys(fingerprint)
+        with self._lock.reading():
+            armored = self._gpg.export_keys(fingerprint)
         if "BEGIN PGP PUBLIC KEY BLOCK" not in armored:
             raise GpgError("public key export failed")
         return armored
 
     def has_secret_key(self, fingerprint: str) -> bool:
         forbid_reactor_thread("gpg")
-        return any(k["fingerprint"] == fingerprint for k in self._gpg.list_keys(secret=True, keys=[fingerprint]))
+        with self._lock.reading():
+            keys = self._gpg.list_keys(secret=True, keys=[fingerprint])
+        return any(k["fingerprint"] == fingerprint for k in keys)
 
     def delete_key_pair(self, fingerprint: str) -> None:
         forbid_reactor_thread("gpg")
         # python-gnupg insists on a passphrase for secret deletion; with --batch --yes and a
         # full fingerprint, gpg 2.2 deletes without one, so call it directly.
         argv = gpg_base_argv(self.gpg_binary, self.homedir) + ["--delete-secret-and-public-key", fingerprint]
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True)
-        if proc.returncode != 0 and self._gpg.list_keys(keys=[fingerprint]):
-            raise GpgError("could not delete a source key")
+        with self._lock.writing():
+            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True)
+            if proc.returncode != 0 and self._gpg.list_keys(keys=[fingerprint]):
+                raise GpgError("could not delete a source key")
 
     # -- encryption ----------------------------------------------------------------------
 
     def encrypt(self, plaintext: bytes, fingerprints: list[str], armor: bool = False) -> bytes:
         forbid_reactor_thread("gpg")
-        result = self._gpg.encrypt(plaintext, fingerprints, armor=armor, always_trust=True)
+        with self._lock.reading():
+            result = self._gpg.encrypt(plaintext, fingerprints, armor=armor, always_trust=True)
         if not result.ok:
             raise GpgError(f"encryption failed: {result.status}")
         return result.data
 
     def decrypt(self, ciphertext: bytes, passphrase: str) -> bytes:
         forbid_reactor_thread("gpg")
-        result = self._gpg.decrypt(ciphertext, passphrase=passphrase)
+        with self._lock.reading():
+            result = self._gpg.decrypt(ciphertext, passphrase=passphrase)
         if not result.ok:
             raise GpgError(f"decryption failed: {result.status}")
         return result.data
@@ -165,10 +234,11 @@ class Keyring:
     def recipients_of(self, armored_message: str) -> list[str]:
         """Key ids an OpenPGP message is encrypted to (empty if it is not one)."""
         forbid_reactor_thread("gpg")
-        proc = subprocess.run(
-            gpg_base_argv(self.gpg_binary, self.homedir) + ["--list-packets", "--list-only"],
-            input=armored_message.encode("utf-8"), capture_output=True,
-        )
+        with self._lock.reading():
+            proc = subprocess.run(
+                gpg_base_argv(self.gpg_binary, self.homedir) + ["--list-packets", "--list-only"],
+                input=armored_message.encode("utf-8"), capture_output=True,
+            )
         ids = []
         for line in proc.stdout.decode("utf-8", "replace").splitlines():
             if line.startswith(":pubkey enc packet:") and "keyid " in line:
@@ -177,7 +247,8 @@ class Keyring:
 
     def subkey_ids(self, fingerprint: str) -> list[str]:
         forbid_reactor_thread("gpg")
-        keys = self._gpg.list_keys(keys=[fingerprint])
+        with self._lock.reading():
+            keys = self._gpg.list_keys(keys=[fingerprint])
         if not keys:
             return []
         key = keys[0]

@@ -136,6 +136,9 @@ def check_tor_option(key: str, value: str) -> tuple[str, str]:
         raise ValueError(f"--tor-option {key!r}: not a torrc option name")
     if key.lower() in MANAGED_OPTIONS:
         raise ValueError(f"--tor-option {key}: DeadDrop sets this itself; it cannot be overridden")
+    if key.lower().startswith("hiddenservice"):
+        # HiddenServiceNonAnonymousMode/SingleHopMode would make the onions non-anonymous.
+        raise ValueError(f"--tor-option {key}: DeadDrop manages its onion services; HiddenService* options are refused")
     if any(c in value for c in "\r\n\x00#"):
         raise ValueError(f"--tor-option {key}: the value may not contain a newline, NUL or '#'")
     if not value:

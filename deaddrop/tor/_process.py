@@ -123,6 +123,25 @@ def stale_tor_pid(files: TorFiles) -> int | None:
     return None
 
 
+def tor_owner_pid(files: TorFiles, tor_pid: int) -> int | None:
+    """The server that launched the running Tor ``tor_pid``, if that server is still running.
+
+    That is the ``__OwningControllerProcess`` of the torrc on disk (read before it is
+    rewritten) if it is still Tor's parent: a Tor whose server died has been reparented. A live
+    owner other than us means another server uses this data directory, not a crash.
+    """
+    try:
+        with open(files.torrc) as f:
+            match = re.search(r"^__OwningControllerProcess (\d+)\s*$", f.read(), re.M)
+        with open(f"/proc/{tor_pid}/stat", "rb") as f:
+            parent = int(f.read().rsplit(b")", 1)[-1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    if match is None or int(match.group(1)) != parent:
+        return None
+    return parent
+
+
 def read_control_port_file(files: TorFiles) -> tuple[str, int] | None:
     try:
         with open(files.control_port_file) as f:

@@ -33,6 +33,7 @@ from deaddrop.tor._process import (
     remove_stale_files,
     stale_tor_pid,
     tor_args,
+    tor_owner_pid,
     write_torrc,
 )
 
@@ -312,6 +313,15 @@ class TorOnionService(service.Service):
         pid = stale_tor_pid(files)
         if pid is None:
             return
+        owner = tor_owner_pid(files, pid)
+        if owner is not None and owner != os.getpid():
+            # Not left over by a crash: another server runs on this data directory. Killing its
+            # Tor would only start a tug of war (it relaunches and kills ours).
+            raise TorStartError(
+                f"another DeadDrop server (pid {owner}) is running on this data directory "
+                f"(its Tor is pid {pid}); stop it first or use another --data-dir",
+                "data_dir_in_use",
+            )
         self._events.emit(
             "tor.stale_killed", reason="left_running", detail="a Tor from an earlier run was still running"
         )

@@ -20,6 +20,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -249,9 +250,11 @@ def screenshot(driver: Any, name: str) -> str:
     shot = driver.execute_cdp_cmd("Page.captureScreenshot",
                                   {"format": "png", "captureBeyondViewport": True, "clip": clip})
     path = os.path.join(SCREENSHOT_DIR, f"{name}-{size.name}.png")
-    with open(path + ".tmp", "wb") as f:
+    # A temporary name of our own: another test run in the same checkout may be saving this page too.
+    tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"
+    with open(tmp, "wb") as f:
         f.write(base64.b64decode(shot["data"]))
-    os.replace(path + ".tmp", path)
+    os.replace(tmp, path)
     return path
 
 
@@ -273,3 +276,39 @@ def overflowing_elements(driver: Any, limit: int = 5) -> list[str]:
         }
         return out.slice(0, arguments[1]);
     """, width, limit)
+
+
+def _document_id(driver) -> str:
+    """The loader id of the page's current document: a new one for every page that replaces it."""
+    return driver.execute_cdp_cmd("Page.getFrameTree", {})["frameTree"]["frame"]["loaderId"]
+
+
+def follow(driver, selector: str, timeout: float = 20) -> None:
+    """Click the link or submit button ``selector`` and wait until the next page has replaced this one.
+
+    The wait follows the document's loader id, not selenium's ``staleness_of``: when a click
+    replaces the page, chromedriver 156 sometimes answers a command about an element of the old
+    page -- or the click itself, once the next page is on its way -- with "unhandled inspector
+    error: Node with given id does not belong to the document" instead of a stale-element error
+    (seen in 5 of ~60 runs, under load).
+    """
+    from selenium.common.exceptions import TimeoutException, WebDriverException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    before = _document_id(driver)
+
+    def replaced(_driver) -> bool:
+        return _document_id(driver) != before and driver.execute_script("return document.readyState") == "complete"
+
+    try:
+        driver.find_element(By.CSS_SELECTOR, selector).click()
+    except WebDriverException as e:
+        if "does not belong to the document" not in (e.msg or ""):
+            raise
+        try:
+            WebDriverWait(driver, 5).until(replaced)
+            return  # the click did go through
+        except TimeoutException:
+            driver.find_element(By.CSS_SELECTOR, selector).click()  # it did not: the page is unchanged
+    WebDriverWait(driver, timeout).until(replaced)

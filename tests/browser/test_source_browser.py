@@ -20,6 +20,7 @@ from twisted.trial import unittest
 from deaddrop.web.source.app import NOT_RECOGNIZED
 from tests._support import start_server, test_svs
 from tests.browser._chromium import (
+    follow,
     DESKTOP, PHONE, WindowSize, horizontal_overflow, javascript_runs, overflowing_elements, quit_driver, require_chromium,
     screenshot, start_driver,
 )
@@ -27,8 +28,6 @@ from tests.integration.test_source_flow import gunzip_with_name, stored_files
 
 try:
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
-    from selenium.webdriver.support.ui import WebDriverWait
 except ImportError:  # require_chromium() skips with the reason
     pass
 
@@ -46,13 +45,6 @@ def _css(driver, selector: str):
 
 def _text(driver, selector: str = "main") -> str:
     return _css(driver, selector).text
-
-
-def _follow(driver, element, timeout: float = 20) -> None:
-    """Click a link or a submit button and wait until the next page has replaced this one."""
-    old = driver.find_element(By.TAG_NAME, "html")
-    element.click()
-    WebDriverWait(driver, timeout).until(expected_conditions.staleness_of(old))
 
 
 class SourceBrowserTests(unittest.TestCase):
@@ -91,12 +83,12 @@ class SourceBrowserTests(unittest.TestCase):
     def _first_visit(self, driver) -> str:
         driver.get(self.url + "/")
         self.assertIn("Share information with", self._page(driver, "index"))
-        _follow(driver, _css(driver, "a[href='/generate']"))
+        follow(driver, "a[href='/generate']")
         self.assertTrue(driver.current_url.endswith("/generate"), driver.current_url)
         codename = _text(driver, "#codename")
         self._page(driver, "generate")
         self.assertEqual(len(codename.split()), 7, codename)
-        _follow(driver, _css(driver, "form[action='/create'] button[type=submit]"))
+        follow(driver, "form[action='/create'] button[type=submit]")
         self.assertTrue(driver.current_url.endswith("/lookup"), driver.current_url)
         text = self._page(driver, "lookup-empty")
         self.assertIn("Your codename is active", text)
@@ -106,27 +98,27 @@ class SourceBrowserTests(unittest.TestCase):
     def _submit(self, driver, attachment: str) -> None:
         _css(driver, "#msg").send_keys(MESSAGE)
         _css(driver, "#fh").send_keys(attachment)  # the file chooser, without a dialog
-        _follow(driver, _css(driver, "form[action='/submit'] button[type=submit]"))
+        follow(driver, "form[action='/submit'] button[type=submit]")
         self.assertTrue(driver.current_url.endswith("/lookup"), driver.current_url)
         text = self._page(driver, "lookup-submitted")
         self.assertIn("We received your message and document", text)
         self.assertEqual(_css(driver, "#msg").get_attribute("value"), "")
 
     def _log_out_and_back_in(self, driver, codename: str) -> None:
-        _follow(driver, _css(driver, "header a[href='/logout']"))
+        follow(driver, "header a[href='/logout']")
         self.assertIn("You are logged out", self._page(driver, "logged-out"))
         self.assertEqual(driver.get_cookies(), [])
         driver.get(self.url + "/lookup")  # the session is really gone
         self.assertTrue(driver.current_url.endswith("/login"), driver.current_url)
         driver.get(self.url + "/")
-        _follow(driver, _css(driver, "a[href='/login']"))
+        follow(driver, "a[href='/login']")
         self.assertIn("Log in with your codename", self._page(driver, "login"))
         words = codename.split()
         _css(driver, "#codename").send_keys(" ".join(reversed(words)))
-        _follow(driver, _css(driver, "form[action='/login'] button[type=submit]"))
+        follow(driver, "form[action='/login'] button[type=submit]")
         self.assertIn(NOT_RECOGNIZED, self._page(driver, "login-error"))
         _css(driver, "#codename").send_keys(f"  {codename}  ")
-        _follow(driver, _css(driver, "form[action='/login'] button[type=submit]"))
+        follow(driver, "form[action='/login'] button[type=submit]")
         self.assertTrue(driver.current_url.endswith("/lookup"), driver.current_url)
         self.assertIn("Submit files or messages", _text(driver))
 
@@ -135,7 +127,7 @@ class SourceBrowserTests(unittest.TestCase):
         [reply] = driver.find_elements(By.CSS_SELECTOR, ".reply")
         self.assertEqual(reply.text, REPLY)
         self._page(driver, "lookup-reply")
-        _follow(driver, _css(driver, "form[action='/delete'] button[type=submit]"))
+        follow(driver, "form[action='/delete'] button[type=submit]")
         text = self._page(driver, "lookup-reply-deleted")
         self.assertIn("Reply deleted.", text)
         self.assertNotIn("REPLY-MARKER-91c2", driver.page_source)

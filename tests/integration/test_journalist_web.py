@@ -399,6 +399,8 @@ class JournalistWebTests(unittest.TestCase):
         b = yield self.logged_in()
         response, html = yield b.get("/sources")
         source_uuid = _SOURCE_LINK.search(html).group(1)
+        [(source_id,)] = db_rows(self.server, "SELECT id FROM sources")
+        yield self.server.service.newsroom.key_ready(source_id)  # made after /create answered
         [(fingerprint,)] = db_rows(self.server, "SELECT key_fingerprint FROM sources")
         self.assertTrue(fingerprint)
         yield self.server.service.db.run(lambda conn: conn.execute("UPDATE sources SET key_fingerprint = NULL"))

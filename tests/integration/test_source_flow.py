@@ -273,3 +273,22 @@ class SourceFlowTests(unittest.TestCase):
             self.assertIn(value, response.headers.getRawHeaders(header)[0])
         self.assertIsNone(response.headers.getRawHeaders(b"server"))
         self.assertNotIn("<script", body)
+
+
+class DataDirLockTests(unittest.TestCase):
+    @inlineCallbacks
+    def test_a_second_server_on_the_same_data_dir_is_refused(self):
+        from twisted.internet import reactor
+        from twisted.internet.threads import deferToThread
+
+        from deaddrop.config import ConfigError
+        from deaddrop.server import build_service
+
+        server = yield start_server(self)
+        with self.assertRaises(ConfigError) as e:
+            yield deferToThread(build_service, server.config, reactor)
+        self.assertIn("already running", str(e.exception))
+        yield server.stop()
+        second = yield deferToThread(build_service, server.config, reactor)  # lock released at stop
+        second.startService()
+        yield second.stopService()

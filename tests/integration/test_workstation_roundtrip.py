@@ -14,7 +14,7 @@ from twisted.trial import unittest
 
 from deaddrop.svs import cli as svs_cli
 from deaddrop.workstation import cli as ws_cli
-from deaddrop.workstation.api import ApiError, JournalistApi
+from deaddrop.workstation.api import JournalistApi
 from deaddrop.workstation.sync import Syncer, Progress
 from deaddrop.workstation.tls import NewsroomTLSPolicy, load_client_certificate, load_trust_root
 from tests._support import (Browser, TotpDevice, add_journalist, issue_client_cert, kill_gpg_agent, short_tempdir,

@@ -39,7 +39,7 @@ import tempfile
 import time
 import urllib.request
 
-VOTE_INTERVALS = (8, 9, 10, 12, 15, 16, 18, 20)  # divide a day; 8-20 s per the notes
+VOTE_INTERVALS = (8, 9, 10, 12, 15, 18, 20)  # 8-20 s per the notes; Tor wants divisors of 30 minutes (not 16)
 VOTE_LEAD = 4.0  # VoteDelay + DistDelay: the vote happens this long before the boundary
 FIRST_VOTE_MARGIN = 2.5  # relay descriptors must reach the authorities before the first vote
 

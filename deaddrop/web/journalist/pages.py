@@ -31,7 +31,7 @@ def _page(site_name: str, title: str, body: list[Any], session: Session | None,
         nav.append(tags.form(method="post", action="/logout")(
             csrf_field(session), tags.button(f"Log out ({journalist.username})", type="submit", class_="secondary")))
     return layout(title=title, site_name=f"{site_name} · Newsroom", body=body, nav=nav,
-                  flashes=session.pop_flashes() if session else ())
+                  flashes=session.pop_flashes() if session else (), body_class="newsroom")
 
 
 def _error(message: str | None) -> Any:
@@ -90,12 +90,13 @@ def source_list(site_name: str, session: Session, journalist: Journalist, source
         for s in sources:
             rows.append(tags.tr(
                 tags.td(tags.span("★ ", class_="star", title="starred") if s.is_starred else "",
-                        tags.a(s.designation, href=f"/sources/{s.uuid}", class_="designation")),
+                        tags.a(s.designation, href=f"/sources/{s.uuid}", class_="designation"), class_="lead"),
                 tags.td(tags.span(f"{s.unread} unread", class_="badge" if s.unread else "hint")),
-                tags.td(f"{_count(s.messages, 'message')}, {_count(s.documents, 'document')}"),
-                tags.td(when(s.last_updated)),
+                tags.td(f"{_count(s.messages, 'message')}, {_count(s.documents, 'document')}",
+                        **{"data-label": "Submissions"}),
+                tags.td(when(s.last_updated), **{"data-label": "Last activity"}),
             ))
-        body.append(tags.table(
+        body.append(tags.table(class_="rows")(
             tags.thead(tags.tr(tags.th("Source"), tags.th("Unread"), tags.th("Submissions"),
                                tags.th("Last activity"))),
             tags.tbody(*rows),
@@ -108,8 +109,11 @@ def source_page(site_name: str, session: Session, journalist: Journalist, source
                 reply_text: str = "", error: str | None = None) -> Tag:
     base = f"/sources/{source.uuid}"
     star_label = "Unstar" if source.is_starred else "Star"
+    unread = tags.button(f"Download all unread ({source.unread})", type="submit", class_="secondary")
+    if not source.unread:
+        unread(disabled="")
     body: list[Any] = [
-        tags.h1(("★ " if source.is_starred else ""), source.designation),
+        tags.h1(tags.span("★ ", class_="star") if source.is_starred else "", source.designation),
         _error(error),
         tags.div(class_="actions")(
             tags.form(method="post", action=f"{base}/star")(
@@ -117,11 +121,7 @@ def source_page(site_name: str, session: Session, journalist: Journalist, source
                 tags.input(type="hidden", name="starred", value="0" if source.is_starred else "1"),
                 tags.button(star_label, type="submit", class_="secondary"),
             ),
-            tags.form(method="post", action=f"{base}/download-unread")(
-                csrf_field(session),
-                tags.button(f"Download all unread ({source.unread})", type="submit", class_="secondary"),
-            ),
-            tags.a("Delete this source…", href=f"{base}/delete", class_="button secondary"),
+            tags.form(method="post", action=f"{base}/download-unread")(csrf_field(session), unread),
         ),
         tags.h2("Submissions"),
     ]
@@ -132,16 +132,17 @@ def source_page(site_name: str, session: Session, journalist: Journalist, source
         for item in submissions:
             rows.append(tags.tr(
                 tags.td(tags.input(type="checkbox", name="submission", value=item.uuid,
-                                   id=f"s-{item.uuid}", **{"aria-label": f"select {item.filename}"})),
-                tags.td(tags.a(item.filename, href=f"{base}/submissions/{item.uuid}/download")),
-                tags.td("message" if item.is_message else "document"),
-                tags.td(human_size(item.size)),
-                tags.td("read" if item.is_read else tags.span("unread", class_="badge")),
+                                   id=f"s-{item.uuid}", **{"aria-label": f"select {item.filename}"}),
+                        class_="pick"),
+                tags.td(tags.a(item.filename, href=f"{base}/submissions/{item.uuid}/download"), class_="lead"),
+                tags.td("message" if item.is_message else "document", **{"data-label": "Kind"}),
+                tags.td(human_size(item.size), **{"data-label": "Size"}),
+                tags.td("read" if item.is_read else tags.span("unread", class_="badge"), class_="aside"),
             ))
         body.append(tags.form(method="post", action=f"{base}/selected")(
             csrf_field(session),
-            tags.table(tags.thead(tags.tr(tags.th(""), tags.th("File"), tags.th("Kind"), tags.th("Size"),
-                                          tags.th("Status"))), tags.tbody(*rows)),
+            tags.table(class_="rows")(tags.thead(tags.tr(tags.th(""), tags.th("File"), tags.th("Kind"),
+                                                         tags.th("Size"), tags.th("Status"))), tags.tbody(*rows)),
             tags.div(class_="actions")(
                 tags.button("Download selected", type="submit", name="action", value="download"),
                 tags.button("Delete selected", type="submit", name="action", value="delete", class_="danger"),
@@ -169,6 +170,9 @@ def source_page(site_name: str, session: Session, journalist: Journalist, source
                "its text is never stored.", class_="hint"),
         tags.div(class_="actions")(tags.button("Send reply", type="submit")),
     ))
+    # Away from the everyday buttons; the link leads to a confirmation page.
+    body.append(tags.div(class_="actions source-delete")(
+        tags.a("Delete this source…", href=f"{base}/delete", class_="button danger")))
     return _page(site_name, source.designation, body, session, journalist)
 
 
@@ -226,13 +230,15 @@ def users(site_name: str, session: Session, journalist: Journalist, accounts: li
         )
         if a.id != journalist.id:
             actions(_post_button(session, f"/admin/users/{a.uuid}/delete", "Delete", "danger"))
-        rows.append(tags.tr(tags.td(a.username), tags.td("admin" if a.is_admin else "journalist"),
-                            tags.td(when(a.last_login_at)), tags.td(actions)))
+        role = (" ", tags.span("admin", class_="role")) if a.is_admin else ()
+        rows.append(tags.tr(tags.td(a.username, *role, class_="lead"),
+                            tags.td(when(a.last_login_at), **{"data-label": "Last login"}), tags.td(actions)))
     return _page(site_name, "Users", [
         tags.h1("Users"),
         _error(error),
-        tags.table(tags.thead(tags.tr(tags.th("Username"), tags.th("Role"), tags.th("Last login"), tags.th(""))),
-                   tags.tbody(*rows)),
+        tags.table(class_="rows")(
+            tags.thead(tags.tr(tags.th("Username"), tags.th("Last login"), tags.th(""))),
+            tags.tbody(*rows)),
         tags.form(method="post", action="/admin/users", class_="card")(
             csrf_field(session),
             tags.h2("Add a user"),
