@@ -5,24 +5,14 @@ must use ``parents=[common_parent]`` (for ``--data-dir`` and ``--json``) and set
 """
 from __future__ import annotations
 
-import importlib
 from typing import Any, Callable
-
-_MODULES = [
-    "deaddrop.admin._ca_commands",  # ca init, cert issue|revoke, crl
-    "deaddrop.admin._journalist_commands",  # journalist add|list|delete|reset-2fa|reset-password
-    "deaddrop.admin._tor_commands",  # status, onion-client add|remove|list
-]
 
 
 def registrars() -> list[Callable[[Any, Any], None]]:
-    found = []
-    for name in _MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name != name:
-                raise
-            continue  # area not built yet
-        found.append(module.register)
-    return found
+    from deaddrop.admin import _ca_commands, _journalist_commands, _tor_commands
+
+    return [
+        _ca_commands.register,  # ca init, cert issue|revoke, crl
+        _journalist_commands.register,  # journalist add|list|delete|reset-2fa|reset-password
+        _tor_commands.register,  # status, onion-client add|remove|list
+    ]

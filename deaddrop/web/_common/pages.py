@@ -82,3 +82,17 @@ def error_page_bytes(site_name: str, status: int, title: str, message: str) -> b
             body_class="error",
         )
     )
+
+
+def http_error_page_text(failure: Any) -> tuple[int, str, str] | None:
+    """(status, title, message) for a routing error (404, 405...), None for anything else."""
+    from werkzeug.exceptions import HTTPException
+
+    if not failure.check(HTTPException):
+        return None
+    code = failure.value.code or 500
+    if code == 404:
+        return 404, "Not found", "There is nothing at this address."
+    if code == 405:
+        return 405, "Not allowed", "That action is not available this way."
+    return code, "Request refused", "The request could not be handled."

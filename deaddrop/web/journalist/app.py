@@ -17,7 +17,7 @@ from deaddrop.events import SecurityEvents
 from deaddrop.journalist_desk import Desk, KeyNotReady, MAX_REPLY_CHARS, SourceView, valid_uuid
 from deaddrop.journalists import Accounts, AccountError, Journalist, LoginFailed
 from deaddrop.settings import InstanceSettings
-from deaddrop.web._common.pages import error_page_bytes, render, set_html
+from deaddrop.web._common.pages import error_page_bytes, render, set_html, http_error_page_text
 from deaddrop.web._common.sessions import Session, SessionStore
 from deaddrop.web._common.site import BodyPolicy, DeadDropSite, log_failure_safely
 from deaddrop.web._common.static import serve_static
@@ -529,15 +529,9 @@ class JournalistInterface:
 
     @app.handle_errors(Exception)
     def _errors(self, request: Any, failure: Any) -> bytes:
-        from werkzeug.exceptions import HTTPException
-
-        if failure.check(HTTPException):
-            code = failure.value.code or 500
-            if code == 404:
-                return self._error(request, 404, "Not found", "There is nothing at this address.")
-            if code == 405:
-                return self._error(request, 405, "Not allowed", "That action is not available this way.")
-            return self._error(request, code, "Request refused", "The request could not be handled.")
+        routing = http_error_page_text(failure)
+        if routing is not None:
+            return self._error(request, *routing)
         log_failure_safely(failure)
         return self._error(request, 500, "Something went wrong", "The server could not handle that request.")
 

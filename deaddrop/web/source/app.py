@@ -18,7 +18,7 @@ from deaddrop.crypto.streaming import EncryptionFailed
 from deaddrop.events import SecurityEvents
 from deaddrop.settings import InstanceSettings
 from deaddrop.sources import EncryptedPart, Newsroom, SourceIdentity, StorageFailed, is_disk_full
-from deaddrop.web._common.pages import error_page_bytes, render, set_html
+from deaddrop.web._common.pages import error_page_bytes, render, set_html, http_error_page_text
 from deaddrop.web._common.sessions import Session, SessionStore
 from deaddrop.web._common.site import BodyPolicy, DeadDropRequest, DeadDropSite, log_failure_safely
 from deaddrop.web._common.static import serve_static
@@ -369,15 +369,9 @@ class SourceInterface:
 
     @app.handle_errors(Exception)
     def _errors(self, request: Any, failure: Any) -> bytes:
-        from werkzeug.exceptions import HTTPException
-
-        if failure.check(HTTPException):
-            code = failure.value.code or 500
-            if code == 404:
-                return self._error(request, 404, "Not found", "There is nothing at this address.")
-            if code == 405:
-                return self._error(request, 405, "Not allowed", "That action is not available this way.")
-            return self._error(request, code, "Request refused", "The request could not be handled.")
+        routing = http_error_page_text(failure)
+        if routing is not None:
+            return self._error(request, *routing)
         if is_disk_full(failure.value):  # e.g. /create when SQLite cannot grow its WAL
             _log.error("the disk is full: a request could not be completed")
             return self._error(request, 507, "The server is out of space",
