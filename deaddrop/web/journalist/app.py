@@ -424,16 +424,24 @@ class JournalistInterface:
             return self._error(request, 404, "Not found", "There is no such user.")
         return target
 
-    @app.route("/admin/users/<uuid>/reset-password", methods=["POST"])
     @inlineCallbacks
-    def reset_password(self, request: Any, uuid: str):
+    def _admin_acting_on(self, request: Any, uuid: str):
+        """-> (session, admin, target journalist), or the refusal page to return instead."""
         current = yield self._logged_in(request, admin=True, post=True)
         if not isinstance(current, tuple):
             return current
         target = yield self._target(request, uuid)
         if not isinstance(target, Journalist):
             return target
-        session, admin = current
+        return (*current, target)
+
+    @app.route("/admin/users/<uuid>/reset-password", methods=["POST"])
+    @inlineCallbacks
+    def reset_password(self, request: Any, uuid: str):
+        found = yield self._admin_acting_on(request, uuid)
+        if not isinstance(found, tuple):
+            return found
+        session, admin, target = found
         creds = yield shield(self.accounts.reset_passphrase(target.id))
         self._end_other_sessions(session if target.id == admin.id else None, creds.journalist)
         self.events.emit("admin.journalist.password_reset", username=admin.username, target=target.username)
@@ -444,13 +452,10 @@ class JournalistInterface:
     @app.route("/admin/users/<uuid>/reset-2fa", methods=["POST"])
     @inlineCallbacks
     def reset_2fa(self, request: Any, uuid: str):
-        current = yield self._logged_in(request, admin=True, post=True)
-        if not isinstance(current, tuple):
-            return current
-        target = yield self._target(request, uuid)
-        if not isinstance(target, Journalist):
-            return target
-        session, admin = current
+        found = yield self._admin_acting_on(request, uuid)
+        if not isinstance(found, tuple):
+            return found
+        session, admin, target = found
         creds = yield shield(self.accounts.reset_totp(target.id))
         self._end_other_sessions(session if target.id == admin.id else None, creds.journalist)
         self.events.emit("admin.journalist.2fa_reset", username=admin.username, target=target.username)
@@ -462,15 +467,12 @@ class JournalistInterface:
     @app.route("/admin/users/<uuid>/delete", methods=["POST"])
     @inlineCallbacks
     def delete_user(self, request: Any, uuid: str):
-        current = yield self._logged_in(request, admin=True, post=True)
-        if not isinstance(current, tuple):
-            return current
-        target = yield self._target(request, uuid)
-        if not isinstance(target, Journalist):
-            return target
-        session, admin = current
+        found = yield self._admin_acting_on(request, uuid)
+        if not isinstance(found, tuple):
+            return found
+        session, admin, target = found
         if target.id == admin.id:
-            return (yield self._users_page(request, current, 400, "You cannot delete your own account."))
+            return (yield self._users_page(request, (session, admin), 400, "You cannot delete your own account."))
         yield shield(self.accounts.delete(target.id))
         self.sessions.destroy_where(lambda s: s.data.get("journalist_id") == target.id)
         self.events.emit("admin.journalist.deleted", username=admin.username, target=target.username)
