@@ -35,7 +35,8 @@ class Config:
     codename_words: int = 7
     max_upload_size: int = 500 * MiB
     crypto_threads: int = 4
-    stream_threads: int = 64
+    stream_threads: int = 256  # mostly idle pumps waiting for a slow Tor upload
+    uploads_per_session: int = 2
     kdf_cost: KdfCost = field(default_factory=lambda: KdfCost.parse("default"))
     gpg_binary: str = "gpg"
     journalist_ca: str | None = None

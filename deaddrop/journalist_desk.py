@@ -196,7 +196,7 @@ class Desk:
         known = yield self.db.run(_submission_sha256, item.id)
         path = self.store.path_of(fid, item.filename)
         try:
-            f, size, digest = yield self.newsroom.stream_pool.run(_open_and_hash, path, known is None)
+            f, size, digest = yield self.newsroom.io_pool.run(_open_and_hash, path, known is None)
         except FileNotFoundError:
             raise NotFound() from None
         if known is None:
@@ -214,7 +214,7 @@ class Desk:
         known = yield self.db.run(_reply_sha256, item.id)
         path = self.store.path_of(fid, item.filename)
         try:
-            f, size, digest = yield self.newsroom.stream_pool.run(_open_and_hash, path, known is None)
+            f, size, digest = yield self.newsroom.io_pool.run(_open_and_hash, path, known is None)
         except FileNotFoundError:
             raise NotFound() from None
         if known is None:
@@ -243,7 +243,7 @@ class Desk:
             raise NotFound()
         entries = [(self.store.path_of(fid, i.filename), f"{source.folder_name}/{i.filename}") for i in chosen]
         temp = os.path.join(self.store.tmp, f"{secrets.token_hex(16)}.zip.part")
-        f, size = yield self.newsroom.stream_pool.run(_build_zip, temp, entries)
+        f, size = yield self.newsroom.io_pool.run(_build_zip, temp, entries)
         yield self.db.run(jq.mark_seen, journalist_id, [i.id for i in chosen])
         name = f"{source.folder_name}.zip"
         return Download(f, size, name, content_type="application/zip")

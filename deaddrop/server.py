@@ -156,7 +156,8 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
 
     crypto_pool = WorkerPool(reactor, "deaddrop-crypto", max_threads=config.crypto_threads)
     stream_pool = WorkerPool(reactor, "deaddrop-stream", max_threads=config.stream_threads)
-    top.pools += [crypto_pool, stream_pool]
+    io_pool = WorkerPool(reactor, "deaddrop-io", max_threads=8)
+    top.pools += [crypto_pool, stream_pool, io_pool]
 
     newsroom = Newsroom(
         reactor=reactor,
@@ -166,6 +167,7 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
         kdf=CodenameKdf(Peppers.load_or_create(config.data_dir), config.kdf_cost),
         crypto_pool=crypto_pool,
         stream_pool=stream_pool,
+        io_pool=io_pool,
         encryption=EncryptionTarget(config.gpg_binary, keyring.homedir, key_copy),
         submission_fingerprint=fingerprint,
         events=events,
@@ -194,6 +196,7 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
         codename_words=config.codename_words,
         login_throttle=FailureThrottle(config.source_login_failures_per_minute, 60.0),
         demo=config.demo,
+        uploads_per_session=config.uploads_per_session,
     )
     top.source = source
     top.source_listener = ListenerService(reactor, config.source_listen, source.site(reactor), top.fatal)

@@ -89,7 +89,8 @@ class Newsroom:
     keyring: Keyring
     kdf: CodenameKdf
     crypto_pool: WorkerPool
-    stream_pool: WorkerPool
+    stream_pool: WorkerPool  # one thread per upload in flight, pumping it into gpg
+    io_pool: WorkerPool  # short file-system work (renames, fsyncs, reads): never behind uploads
     encryption: EncryptionTarget
     submission_fingerprint: str
     events: SecurityEvents
@@ -122,7 +123,7 @@ class Newsroom:
             break
         else:
             raise RuntimeError("could not find a free designation")
-        yield self.stream_pool.run(self.store.make_source_dir, fid)
+        yield self.io_pool.run(self.store.make_source_dir, fid)
         identity = SourceIdentity(source_id, fid, designation)
         # Key generation runs after /create answers; replies wait for it (key_ready).
         self.ensure_key(identity, passphrase)
@@ -239,13 +240,13 @@ class Newsroom:
             self._placing.update(names)
             try:
                 for part, name in zip(parts, names):
-                    yield self.stream_pool.run(self.store.place, part.temp_path, identity.filesystem_id, name)
+                    yield self.io_pool.run(self.store.place, part.temp_path, identity.filesystem_id, name)
                     placed.append(name)
             except BaseException:
                 # Parts already moved into the store go too: an unacknowledged submission must
                 # not stay half visible (a file without its row) until the next restart.
                 for name in placed:
-                    yield self.stream_pool.run(self.store.remove, identity.filesystem_id, name)
+                    yield self.io_pool.run(self.store.remove, identity.filesystem_id, name)
                 yield self.db.run(queries.delete_submissions_by_filename, names)
                 raise
             finally:
@@ -324,7 +325,7 @@ class Newsroom:
     def store_encrypted_reply(self, source_id: int, ciphertext: bytes, journalist_id: int | None = None,
                               reply_uuid: str | None = None):
         temp = self.store.new_temp_path()
-        yield self.stream_pool.run(_write_temp, temp, ciphertext)
+        yield self.io_pool.run(_write_temp, temp, ciphertext)
         try:
             row = yield self.db.run(
                 queries.insert_reply, source_id, reply_uuid or str(uuidlib.uuid4()), len(ciphertext),
@@ -334,7 +335,7 @@ class Newsroom:
                 raise SourceNotFound()
             self._placing.add(row["filename"])
             try:
-                yield self.stream_pool.run(self.store.place, temp, row["filesystem_id"], row["filename"])
+                yield self.io_pool.run(self.store.place, temp, row["filesystem_id"], row["filename"])
             except BaseException:
                 yield self.db.run(queries.delete_reply_row, row["filename"])
                 raise

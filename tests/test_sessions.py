@@ -72,3 +72,15 @@ class ThrottleTests(unittest.TestCase):
         self.assertFalse(throttle.blocked("b"))
         clock.advance(61)
         self.assertFalse(throttle.blocked("a"))
+
+
+class EvictionTests(unittest.TestCase):
+    def test_a_flood_of_anonymous_sessions_does_not_evict_logged_in_ones(self):
+        clock = Clock()
+        store = SessionStore("c", 600, 3600, clock=clock.seconds, max_sessions=5)
+        token, session = store.create()
+        session.data["source"] = object()
+        for _ in range(50):
+            clock.advance(1)
+            store.create()
+        self.assertIs(store.lookup(token), session)

@@ -106,3 +106,31 @@ class UploadTests(unittest.TestCase):
         failures = []
         upload.result.addErrback(failures.append)
         self.assertEqual((sinks, failures[0].value.status), ([], 403))
+
+
+class EarlyCsrfTests(unittest.TestCase):
+    def run_with_token(self, raw):
+        sinks = []
+
+        def open_sink(name, pause, resume):
+            sinks.append(MemorySink(name))
+            return sinks[-1]
+
+        upload = MultipartUpload(BOUNDARY, UploadTests.limits, open_sink, lambda: None, lambda: None, csrf_token="good")
+        upload.feed(raw)
+        upload.end()
+        outcome = []
+        upload.result.addBoth(outcome.append)
+        return outcome[0], sinks
+
+    def test_wrong_or_late_token_refuses_before_any_file_byte_is_encrypted(self):
+        for raw in [body([field(b"csrf_token", b"bad"), file(b"fh", b"a", b"secret")]),
+                    body([file(b"fh", b"a", b"secret"), field(b"csrf_token", b"good")]),
+                    body([file(b"fh", b"a", b"secret")])]:
+            outcome, sinks = self.run_with_token(raw)
+            self.assertEqual(outcome.value.status, 403)
+            self.assertEqual(sinks, [])
+
+    def test_right_token_first_is_accepted(self):
+        outcome, sinks = self.run_with_token(body([field(b"csrf_token", b"good"), file(b"fh", b"a", b"data")]))
+        self.assertEqual(bytes(sinks[0].data), b"data")

@@ -232,18 +232,30 @@ class Keyring:
         return result.data
 
     def recipients_of(self, armored_message: str) -> list[str]:
-        """Key ids an OpenPGP message is encrypted to (empty if it is not one)."""
+        """Key ids an OpenPGP message is encrypted to; empty unless it is *only* that.
+
+        The message must be public-key encrypted session keys followed by exactly one
+        encrypted data packet (tag 18 or 20) and nothing else, so a plaintext literal packet
+        smuggled after a session-key packet is refused.
+        """
         forbid_reactor_thread("gpg")
         with self._lock.reading():
             proc = subprocess.run(
                 gpg_base_argv(self.gpg_binary, self.homedir) + ["--list-packets", "--list-only"],
                 input=armored_message.encode("utf-8"), capture_output=True,
             )
-        ids = []
+        ids: list[str] = []
+        tags: list[int] = []
         for line in proc.stdout.decode("utf-8", "replace").splitlines():
-            if line.startswith(":pubkey enc packet:") and "keyid " in line:
+            if line.startswith("# off=") and " tag=" in line:
+                tags.append(int(line.split(" tag=", 1)[1].split()[0]))
+            elif line.startswith(":pubkey enc packet:") and "keyid " in line:
                 ids.append(line.split("keyid ", 1)[1].split()[0].upper())
-        return ids
+        shape_ok = (
+            proc.returncode == 0 and len(tags) >= 2 and tags[-1] in (18, 20)
+            and all(tag == 1 for tag in tags[:-1]) and len(ids) == len(tags) - 1
+        )
+        return ids if shape_ok else []
 
     def subkey_ids(self, fingerprint: str) -> list[str]:
         forbid_reactor_thread("gpg")

@@ -40,12 +40,12 @@ class Store:
             os.makedirs(path, mode=0o700, exist_ok=True)
 
     def source_dir(self, filesystem_id: str) -> str:
-        if not _FILESYSTEM_ID.match(filesystem_id):
+        if not _FILESYSTEM_ID.fullmatch(filesystem_id):
             raise ValueError("not a filesystem id")
         return os.path.join(self.root, filesystem_id)
 
     def path_of(self, filesystem_id: str, filename: str) -> str:
-        if not _STORED_NAME.match(filename):
+        if not _STORED_NAME.fullmatch(filename):
             raise ValueError("not a stored file name")
         return os.path.join(self.source_dir(filesystem_id), filename)
 

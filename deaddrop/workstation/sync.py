@@ -84,7 +84,7 @@ class Syncer:
         listing = yield self.api.get_json("/sources")
         for source in listing.get("sources", []):
             designation = source["journalist_designation"].replace(" ", "_")
-            if not _SAFE_DIR.match(designation):
+            if not _SAFE_DIR.fullmatch(designation):
                 raise SyncError(f"refusing an unexpected designation from the server: {designation!r}")
             subs = yield self.api.get_json(f"/sources/{source['uuid']}/submissions")
             fetched: list[dict] = []
@@ -103,7 +103,7 @@ class Syncer:
     @inlineCallbacks
     def _fetch(self, sub: dict, directory: str, report: SyncReport):
         name = sub["filename"]
-        if not _SAFE_NAME.match(name):
+        if not _SAFE_NAME.fullmatch(name):
             raise SyncError(f"refusing an unexpected file name from the server: {name!r}")
         os.makedirs(directory, mode=0o700, exist_ok=True)
         final = os.path.join(directory, name)

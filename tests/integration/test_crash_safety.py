@@ -39,7 +39,7 @@ from tests.integration.test_source_flow import gunzip_with_name
 
 ROUNDS = 3
 UPLOADS_PER_ROUND = 50
-SOURCES = 10
+SOURCES = 25  # two uploads at once per source: the per-session limit
 MIN_FILE, MAX_FILE = 1024, 5 * 1024 * 1024
 _STORED = re.compile(r"^([1-9][0-9]*)-[a-z]+_[a-z]+-(msg|doc\.gz)\.gpg$")
 

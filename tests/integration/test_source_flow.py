@@ -292,3 +292,71 @@ class DataDirLockTests(unittest.TestCase):
         second = yield deferToThread(build_service, server.config, reactor)  # lock released at stop
         second.startService()
         yield second.stopService()
+
+
+class AbuseLimitTests(unittest.TestCase):
+    timeout = 60
+
+    @inlineCallbacks
+    def setUp(self):
+        self.server = yield start_server(self, source_login_failures_per_minute=5)
+        self.browser = Browser(self.server.source_url)
+        self.addCleanup(self.browser.close)
+
+    @inlineCallbacks
+    def test_malformed_codenames_cannot_lock_real_sources_out(self):
+        codename = yield self.browser.create_source()
+        for _ in range(20):
+            attacker = Browser(self.server.source_url)
+            self.addCleanup(attacker.close)
+            response, html = yield attacker.login("not a codename")
+            self.assertEqual(response.code, 403)
+        source = Browser(self.server.source_url)
+        self.addCleanup(source.close)
+        response, html = yield source.login(codename)
+        self.assertIn("Submit files or messages", html)
+
+    @inlineCallbacks
+    def test_well_formed_wrong_codenames_are_throttled(self):
+        from deaddrop import codenames
+
+        statuses = []
+        for _ in range(7):
+            attacker = Browser(self.server.source_url)
+            self.addCleanup(attacker.close)
+            response, html = yield attacker.login(codenames.generate_codename(7))
+            statuses.append(response.code)
+        self.assertEqual(statuses[:5], [403] * 5)
+        self.assertEqual(statuses[5:], [429, 429])
+
+    @inlineCallbacks
+    def test_one_session_cannot_hold_more_than_two_uploads_open(self):
+        """Each upload in flight holds a pump thread; one account must not take them all."""
+        import socket
+
+        from tests._support import multipart_body
+
+        yield self.browser.create_source()
+        response, html = yield self.browser.get("/lookup")
+        body, content_type = multipart_body([("csrf_token", self.browser.csrf(html))], [("big.bin", b"x" * 100_000)])
+        cookie = "; ".join(f"{c.name}={c.value}" for c in self.browser.cookies)
+        port = int(self.server.source_url.rsplit(":", 1)[1])
+        open_uploads = []
+        for _ in range(2):  # two uploads that never finish
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall((f"POST /submit HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\nContent-Type: {content_type}\r\n"
+                       f"Content-Length: {len(body)}\r\n\r\n").encode() + body[:50_000])
+            open_uploads.append(s)
+        self.addCleanup(lambda: [s.close() for s in open_uploads])
+        from twisted.internet import reactor
+        from twisted.internet.task import deferLater
+
+        yield deferLater(reactor, 0.3, lambda: None)
+        response, html = yield self.browser.submit("third at once")
+        self.assertEqual(response.code, 429)
+        self.assertIn("still being received", html)
+        for s in open_uploads:
+            s.close()
+        yield deferLater(reactor, 0.3, lambda: None)
+        response, html = yield self.browser.submit("after the others ended")
+        self.assertEqual(response.code, 200)

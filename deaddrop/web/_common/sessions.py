@@ -17,6 +17,8 @@ import nacl.exceptions
 import nacl.secret
 
 _TOKEN_BYTES = 32
+# Session data keys that mean "logged in" (source and journalist interfaces).
+LOGGED_IN_KEYS = frozenset({"source", "journalist_id"})
 
 
 def _token_hash(token: str) -> bytes:
@@ -76,8 +78,10 @@ class SessionStore:
         if len(self._sessions) >= self._max:
             self.sweep()
             if len(self._sessions) >= self._max:
-                # Under a flood of anonymous sessions, drop the oldest instead of all memory.
-                oldest = min(self._sessions.values(), key=lambda s: s.last_seen)
+                # Under a flood of anonymous sessions, drop the oldest anonymous one (a
+                # logged-in source or journalist only if there is no other kind left).
+                anonymous = [s for s in self._sessions.values() if not s.data.keys() & LOGGED_IN_KEYS]
+                oldest = min(anonymous or self._sessions.values(), key=lambda s: s.last_seen)
                 self.destroy(oldest)
         token = secrets.token_urlsafe(_TOKEN_BYTES)
         now = self._clock()

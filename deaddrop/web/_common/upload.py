@@ -6,6 +6,7 @@ while the encryptor catches up. Nothing becomes visible in the store until the r
 """
 from __future__ import annotations
 
+import hmac
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -68,7 +69,10 @@ class MultipartUpload:
         pause_transport: Callable[[], None],
         resume_transport: Callable[[], None],
         refused: UploadError | None = None,
+        csrf_token: str | None = None,
     ) -> None:
+        """``csrf_token``: if given, the ``csrf_token`` field must match it and come before any
+        file part, so a forged or stale form is refused before a single file byte is encrypted."""
         self._limits = limits
         self._open_sink = open_sink
         self._pause_transport = pause_transport
@@ -85,6 +89,8 @@ class MultipartUpload:
                 )
             except multipart.MultipartError:
                 self._error = UploadError(400, "The form data could not be read (bad boundary).")
+        self._csrf_token = csrf_token
+        self._csrf_seen = csrf_token is None
         self._fields: dict[str, bytearray] = {}
         self._segment: Any = None
         self._segment_sink: FileSink | None = None
@@ -157,6 +163,8 @@ class MultipartUpload:
             # A file field sent without a filename (some clients do) is still a file.
             if name not in self._limits.file_fields:
                 raise UploadError(400, "Unexpected file field.")
+            if not self._csrf_seen:
+                raise UploadError(403, "The form was stale. Please submit again.")
             self._segment_sink = None
             self._segment_text = None
             self._pending_filename = sanitise_filename(segment.filename)
@@ -184,6 +192,11 @@ class MultipartUpload:
     def _end_segment(self) -> None:
         if self._segment_text is not None:
             self._fields[self._segment_name] = self._segment_text
+            if self._segment_name == "csrf_token" and self._csrf_token is not None:
+                presented = bytes(self._segment_text)
+                if not hmac.compare_digest(presented, self._csrf_token.encode()):
+                    raise UploadError(403, "The form was stale. Please submit again.")
+                self._csrf_seen = True
         elif self._segment_sink is not None:
             # Only closes the input; the outcome is collected (and reported) in _finish_sinks.
             # Without the errback a failed encryption was also logged as an "Unhandled error".

@@ -61,6 +61,7 @@ class SourceInterface:
     codename_words: int
     login_throttle: FailureThrottle
     demo: bool = False
+    uploads_per_session: int = 2
 
     app = Klein()
 
@@ -189,7 +190,10 @@ class SourceInterface:
         if codename is not None:
             found = yield shield(self.newsroom.login(codename))
         if found is None:
-            self.login_throttle.failed()
+            if codename is not None:
+                # Only attempts that cost a KDF count: malformed ones cannot match any source,
+                # and counting them would let anyone lock every source out for free.
+                self.login_throttle.failed()
             return self._html(request, pages.login(self._name, session, NOT_RECOGNIZED, self.demo), 403)
         identity, passphrase = found
         token, fresh = self._new_session(request, replacing=session)
@@ -390,13 +394,28 @@ class SourceInterface:
             file_fields=frozenset({"fh"}),
         )
         refused = None
-        if self._logged_in(request) is None:
+        current = self._logged_in(request)
+        session = current[0] if current else None
+        if session is None:
             refused = UploadError(403, "Your session expired; please log in again.")
+        elif session.data.get("uploads_in_flight", 0) >= self.uploads_per_session:
+            # Each upload holds a pump thread: one account must not be able to take them all.
+            refused = UploadError(429, "Another submission from you is still being received. Please wait for it to finish.")
 
         def open_sink(filename: str, pause: Callable[[], None], resume: Callable[[], None]) -> Any:
             return self.newsroom.encrypt_stream(gzip_name=filename, compress=False, on_pause=pause, on_resume=resume)
 
-        return MultipartUpload(boundary, limits, open_sink, request.pause_body, request.resume_body, refused=refused)
+        upload = MultipartUpload(boundary, limits, open_sink, request.pause_body, request.resume_body, refused=refused,
+                                 csrf_token=session.csrf_token if session else None)
+        if refused is None:
+            session.data["uploads_in_flight"] = session.data.get("uploads_in_flight", 0) + 1
+
+            def done(result: Any) -> Any:
+                session.data["uploads_in_flight"] = max(0, session.data.get("uploads_in_flight", 1) - 1)
+                return result
+
+            upload.result.addBoth(done)
+        return upload
 
     def site(self, reactor: Any = None) -> DeadDropSite:
         settings = self.settings
