@@ -190,37 +190,34 @@ class Desk:
     @inlineCallbacks
     def open_submission(self, source: SourceView, item: SubmissionView, journalist_id: int | None):
         """Open the stored ``.gpg`` for streaming, hashing it first if nobody has yet; marks it seen."""
-        fid = yield self.db.run(jq.source_filesystem_id, source.id)
-        if fid is None:
-            raise NotFound()
-        known = yield self.db.run(_submission_sha256, item.id)
-        path = self.store.path_of(fid, item.filename)
-        try:
-            f, size, digest = yield self.newsroom.io_pool.run(_open_and_hash, path, known is None)
-        except FileNotFoundError:
-            raise NotFound() from None
-        if known is None:
-            yield self.db.run(jq.set_submission_sha256, item.id, digest)
+        download = yield self._open_stored(source, item.filename, item.id, _submission_sha256, jq.set_submission_sha256)
         yield self.db.run(jq.mark_seen, journalist_id, [item.id])
-        return Download(f, size, item.filename, known or digest)
+        return download
 
     @inlineCallbacks
     def open_reply(self, source: SourceView, item: ReplyView, journalist_id: int | None):
         if item.deleted_by_source:
             raise NotFound()
+        download = yield self._open_stored(source, item.filename, item.id, _reply_sha256, jq.set_reply_sha256)
+        yield self.db.run(jq.mark_seen, journalist_id, [], [item.id])
+        return download
+
+    @inlineCallbacks
+    def _open_stored(self, source: SourceView, filename: str, row_id: int,
+                     read_sha256: Any, save_sha256: Any):
+        """Open a stored file for streaming; hash it (once, in a pool thread) for its ETag."""
         fid = yield self.db.run(jq.source_filesystem_id, source.id)
         if fid is None:
             raise NotFound()
-        known = yield self.db.run(_reply_sha256, item.id)
-        path = self.store.path_of(fid, item.filename)
+        known = yield self.db.run(read_sha256, row_id)
+        path = self.store.path_of(fid, filename)
         try:
             f, size, digest = yield self.newsroom.io_pool.run(_open_and_hash, path, known is None)
         except FileNotFoundError:
             raise NotFound() from None
         if known is None:
-            yield self.db.run(jq.set_reply_sha256, item.id, digest)
-        yield self.db.run(jq.mark_seen, journalist_id, [], [item.id])
-        return Download(f, size, item.filename, known or digest)
+            yield self.db.run(save_sha256, row_id, digest)
+        return Download(f, size, filename, known or digest)
 
     @inlineCallbacks
     def zip_submissions(self, source: SourceView, uuids: list[str] | None, journalist_id: int | None):

@@ -11,13 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from klein import Klein
-from twisted.internet.defer import Deferred, inlineCallbacks
+from twisted.internet.defer import inlineCallbacks
 
 from deaddrop.events import SecurityEvents
 from deaddrop.journalist_desk import Desk, KeyNotReady, MAX_REPLY_CHARS, SourceView, valid_uuid
 from deaddrop.journalists import Accounts, AccountError, Journalist, LoginFailed
 from deaddrop.settings import InstanceSettings
-from deaddrop.web._common.pages import error_page_bytes, render, set_html, http_error_page_text
+from deaddrop.web._common.responses import HtmlResponses
+from deaddrop.web._common.pages import error_page_bytes, http_error_page_text
 from deaddrop.web._common.sessions import Session, SessionStore
 from deaddrop.web._common.site import BodyPolicy, DeadDropSite, log_failure_safely
 from deaddrop.web._common.static import serve_static
@@ -31,7 +32,7 @@ MAX_UPLOAD_MIB = 100 * 1024
 
 
 @dataclass
-class JournalistInterface:
+class JournalistInterface(HtmlResponses):
     accounts: Accounts
     desk: Desk
     sessions: SessionStore
@@ -42,10 +43,6 @@ class JournalistInterface:
     app = Klein()
 
     # -- plumbing --------------------------------------------------------------------------
-
-    @property
-    def _name(self) -> str:
-        return self.settings.organisation_name
 
     def _token(self, request: Any) -> str | None:
         raw = request.getCookie(COOKIE.encode())
@@ -93,19 +90,6 @@ class JournalistInterface:
             except UnicodeDecodeError:
                 continue
         return found
-
-    def _redirect(self, request: Any, location: str) -> bytes:
-        request.setResponseCode(303)
-        request.setHeader(b"location", location.encode())
-        return b""
-
-    def _html(self, request: Any, page: Any, status: int = 200) -> Deferred:
-        set_html(request, status)
-        return render(page)
-
-    def _error(self, request: Any, status: int, title: str, message: str) -> bytes:
-        set_html(request, status)
-        return error_page_bytes(self._name, status, title, message)
 
     def _stale_form(self, request: Any) -> bytes:
         return self._error(request, 403, "Please try again", "The form was stale or came from elsewhere. Nothing was changed.")

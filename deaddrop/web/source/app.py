@@ -18,7 +18,8 @@ from deaddrop.crypto.streaming import EncryptionFailed
 from deaddrop.events import SecurityEvents
 from deaddrop.settings import InstanceSettings
 from deaddrop.sources import EncryptedPart, Newsroom, SourceIdentity, StorageFailed, is_disk_full
-from deaddrop.web._common.pages import error_page_bytes, render, set_html, http_error_page_text
+from deaddrop.web._common.responses import HtmlResponses
+from deaddrop.web._common.pages import error_page_bytes, http_error_page_text
 from deaddrop.web._common.sessions import Session, SessionStore
 from deaddrop.web._common.site import BodyPolicy, DeadDropRequest, DeadDropSite, log_failure_safely
 from deaddrop.web._common.static import serve_static
@@ -52,7 +53,7 @@ def shield(d: Deferred) -> Deferred:
 
 
 @dataclass
-class SourceInterface:
+class SourceInterface(HtmlResponses):
     newsroom: Newsroom
     sessions: SessionStore
     settings: InstanceSettings
@@ -101,25 +102,8 @@ class SourceInterface:
         except UnicodeDecodeError:
             return None
 
-    def _redirect(self, request: Any, location: str) -> bytes:
-        request.setResponseCode(303)
-        request.setHeader(b"location", location.encode())
-        return b""
-
-    def _html(self, request: Any, page: Any, status: int = 200) -> Deferred:
-        set_html(request, status)
-        return render(page)
-
-    def _error(self, request: Any, status: int, title: str, message: str) -> bytes:
-        set_html(request, status)
-        return error_page_bytes(self.settings.organisation_name, status, title, message)
-
     def _csrf_ok(self, session: Session | None, request: Any) -> bool:
         return session is not None and session.check_csrf(self._arg(request, "csrf_token"))
-
-    @property
-    def _name(self) -> str:
-        return self.settings.organisation_name
 
     # -- public pages ----------------------------------------------------------------------
 
