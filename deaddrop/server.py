@@ -26,7 +26,7 @@ from deaddrop.settings import InstanceSettings
 from deaddrop.sources import Newsroom
 from deaddrop.store import queries
 from deaddrop.store._atomic import write_atomically
-from deaddrop.store.db import Database
+from deaddrop.store.db import SCHEMA_VERSION, Database
 from deaddrop.store.files import Store
 from deaddrop.web._common.sessions import SessionStore
 from deaddrop.web._common.throttle import FailureThrottle
@@ -148,8 +148,11 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
         _log.warn("*** DEMO INSTANCE: the submission key is a throwaway demo key. Never use this for real sources. ***")
 
     db = Database(reactor, config.path("db.sqlite"))
-    db.open()
+    schema_backup = db.open()
     top.closers.append(db.close)
+    if schema_backup is not None:
+        _log.info("database upgraded to schema version {v}; the previous one is kept in {path}",
+                  v=SCHEMA_VERSION, path=schema_backup)
     settings = InstanceSettings(config.organisation_name, config.max_upload_size).apply_stored(
         db.run_blocking(queries.get_settings)
     )

@@ -147,6 +147,16 @@ class RunningServer:
 
 
 @inlineCallbacks
+def initialised_data_dir(testcase: Any, **overrides: Any):
+    """A data dir the server has initialised (started once, then stopped), removed afterwards."""
+    server = RunningServer(testcase, **overrides)
+    testcase.addCleanup(server.cleanup)
+    yield server.start()
+    yield server.stop()
+    return server.data_dir
+
+
+@inlineCallbacks
 def start_server(testcase: Any, **overrides: Any):
     """Start a server for ``testcase`` and arrange for it to stop and be removed afterwards."""
     server = RunningServer(testcase, **overrides)

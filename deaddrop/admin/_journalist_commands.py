@@ -1,7 +1,7 @@
 """``deaddrop-admin journalist add|list|delete|reset-2fa|reset-password``.
 
-Works on a data directory the server has not initialised yet (the database is created and
-migrated here) and while the server runs: SQLite in WAL mode lets both write, and the server
+Works only on a data directory the server has initialised (a mistyped ``--data-dir`` is refused)
+and while the server runs: SQLite in WAL mode lets both write, and the server
 re-reads an account on every request, so a deletion or reset ends that journalist's sessions
 and API tokens at once. Every change is appended to ``DATA/logs/security.jsonl``.
 """
@@ -10,12 +10,12 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import sqlite3
 import time
 from typing import Any
 
 import qrcode
 
+from deaddrop.admin._datadir import initialised_data_dir, open_database
 from deaddrop.admin.cli import AdminError, Output
 from deaddrop.crypto.kdf import KdfCost
 from deaddrop.events import SecurityEvents
@@ -25,7 +25,7 @@ from deaddrop.journalists import (
 )
 from deaddrop.store import journalist_queries as jq
 from deaddrop.store import queries
-from deaddrop.store.db import connect, migrate, transaction
+from deaddrop.store.db import transaction
 
 
 def register(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
@@ -74,17 +74,9 @@ def _cost(text: str) -> KdfCost:
 # -- plumbing -------------------------------------------------------------------------------
 
 class _Instance:
-    def __init__(self, args: argparse.Namespace, create: bool = False) -> None:
-        self.data_dir = os.path.abspath(args.data_dir)
-        if not os.path.isdir(self.data_dir):
-            if not create:
-                raise AdminError(f"data directory {self.data_dir} does not exist (see --data-dir)")
-            os.makedirs(self.data_dir, mode=0o700)
-        try:
-            self.conn = connect(os.path.join(self.data_dir, "db.sqlite"))
-            migrate(self.conn)
-        except sqlite3.Error as e:
-            raise AdminError(f"cannot open the database in {self.data_dir}: {e}") from None
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.data_dir = initialised_data_dir(args.data_dir)
+        self.conn = open_database(self.data_dir)
         self.events = SecurityEvents(os.path.join(self.data_dir, "logs", "security.jsonl"))
 
     def run(self, fn: Any, *args: Any) -> Any:
@@ -104,9 +96,9 @@ class _Instance:
         self.conn.close()
 
 
-def _with_instance(fn: Any, create: bool = False) -> Any:
+def _with_instance(fn: Any) -> Any:
     def run(args: argparse.Namespace, out: Output) -> int:
-        instance = _Instance(args, create)
+        instance = _Instance(args)
         try:
             return fn(instance, args, out)
         finally:
@@ -197,7 +189,7 @@ def _reset_password_impl(instance: _Instance, args: argparse.Namespace, out: Out
     return 0
 
 
-_add = _with_instance(_add_impl, create=True)
+_add = _with_instance(_add_impl)
 _list = _with_instance(_list_impl)
 _delete = _with_instance(_delete_impl)
 _reset_2fa = _with_instance(_reset_2fa_impl)

@@ -10,6 +10,7 @@ import os
 import stat
 from typing import Any
 
+from deaddrop.admin._datadir import initialised_data_dir
 from deaddrop.admin.cli import AdminError
 from deaddrop.tor import keys
 
@@ -41,10 +42,7 @@ def register(subparsers, common_parent) -> None:
 
 
 def _data_dir(args) -> str:
-    path = os.path.abspath(args.data_dir)
-    if not os.path.isdir(path):
-        raise AdminError(f"data directory {path} does not exist (see --data-dir)")
-    return path
+    return initialised_data_dir(args.data_dir)
 
 
 # -- status -----------------------------------------------------------------------------------

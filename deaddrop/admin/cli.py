@@ -36,11 +36,27 @@ def _registrars() -> list[Callable[[Any], None]]:
     return _registry.registrars()
 
 
+DEFAULT_DATA_DIR = "./deaddrop-data"
+
+
+def _add_global_options(parser: argparse.ArgumentParser, default: Any) -> None:
+    parser.add_argument("--data-dir", default=default if default is argparse.SUPPRESS else DEFAULT_DATA_DIR,
+                        help="the server's data directory (default %(default)s)"
+                        if default is not argparse.SUPPRESS else "the server's data directory")
+    parser.add_argument("--json", action="store_true", default=default if default is argparse.SUPPRESS else False,
+                        help="machine-readable output")
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """Git style: ``--data-dir`` and ``--json`` go before or after the sub-command.
+
+    The top-level parser holds the defaults; the copies on each sub-command default to
+    SUPPRESS, so a value given before the sub-command is not overwritten by a default after it.
+    """
     parser = argparse.ArgumentParser(prog="deaddrop-admin", description="Administer a DeadDrop instance.")
+    _add_global_options(parser, None)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--data-dir", default="./deaddrop-data", help="the server's data directory")
-    common.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_global_options(common, argparse.SUPPRESS)
     parser.set_defaults(common_parent=common)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True

@@ -6,92 +6,24 @@ the process; WAL lets ``deaddrop-admin`` read and write while the server runs.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
 import threading
+import time
 from typing import Any, Callable, TypeVar
 
 from twisted.internet.defer import Deferred
 
 from deaddrop.crypto.pool import WorkerPool, forbid_reactor_thread
+from deaddrop.store import migrations
+from deaddrop.store._atomic import fsync_directory
+from deaddrop.store.migrations import SchemaError
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS sources (
-    id INTEGER PRIMARY KEY,
-    uuid TEXT NOT NULL UNIQUE,
-    filesystem_id TEXT NOT NULL UNIQUE,
-    designation TEXT NOT NULL UNIQUE,
-    key_fingerprint TEXT,
-    public_key TEXT,
-    created_at REAL NOT NULL,
-    last_updated REAL NOT NULL,
-    next_n INTEGER NOT NULL DEFAULT 1,
-    is_starred INTEGER NOT NULL DEFAULT 0,
-    pending INTEGER NOT NULL DEFAULT 1
-);
-CREATE TABLE IF NOT EXISTS submissions (
-    id INTEGER PRIMARY KEY,
-    uuid TEXT NOT NULL UNIQUE,
-    source_id INTEGER NOT NULL REFERENCES sources(id) ON DELETE CASCADE,
-    n INTEGER NOT NULL,
-    filename TEXT NOT NULL UNIQUE,
-    kind TEXT NOT NULL CHECK (kind IN ('msg', 'doc')),
-    size INTEGER NOT NULL,
-    sha256 TEXT,
-    seen INTEGER NOT NULL DEFAULT 0,
-    created_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS submissions_source ON submissions(source_id);
-CREATE TABLE IF NOT EXISTS replies (
-    id INTEGER PRIMARY KEY,
-    uuid TEXT NOT NULL UNIQUE,
-    source_id INTEGER NOT NULL REFERENCES sources(id) ON DELETE CASCADE,
-    n INTEGER NOT NULL,
-    filename TEXT NOT NULL UNIQUE,
-    size INTEGER NOT NULL,
-    sha256 TEXT,
-    journalist_id INTEGER,
-    deleted_by_source INTEGER NOT NULL DEFAULT 0,
-    created_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS replies_source ON replies(source_id);
-CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS journalists (
-    id INTEGER PRIMARY KEY,
-    uuid TEXT NOT NULL UNIQUE,
-    username TEXT NOT NULL COLLATE NOCASE UNIQUE,
-    password_hash TEXT NOT NULL,
-    totp_secret TEXT NOT NULL,
-    last_totp_step INTEGER NOT NULL DEFAULT 0,
-    is_admin INTEGER NOT NULL DEFAULT 0,
-    created_at REAL NOT NULL,
-    password_changed_at REAL NOT NULL,
-    auth_epoch INTEGER NOT NULL DEFAULT 0,
-    last_login_at REAL
-);
-CREATE TABLE IF NOT EXISTS api_tokens (
-    token_hash TEXT PRIMARY KEY,
-    journalist_id INTEGER NOT NULL REFERENCES journalists(id) ON DELETE CASCADE,
-    auth_epoch INTEGER NOT NULL,
-    created_at REAL NOT NULL,
-    expires_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS api_tokens_journalist ON api_tokens(journalist_id);
-CREATE TABLE IF NOT EXISTS submission_seen (
-    submission_id INTEGER NOT NULL REFERENCES submissions(id) ON DELETE CASCADE,
-    journalist_id INTEGER NOT NULL REFERENCES journalists(id) ON DELETE CASCADE,
-    PRIMARY KEY (submission_id, journalist_id)
-);
-CREATE TABLE IF NOT EXISTS reply_seen (
-    reply_id INTEGER NOT NULL REFERENCES replies(id) ON DELETE CASCADE,
-    journalist_id INTEGER NOT NULL REFERENCES journalists(id) ON DELETE CASCADE,
-    PRIMARY KEY (reply_id, journalist_id)
-);
-"""
+# Kept for callers that ask which schema this code writes; migrations.py owns the steps.
+SCHEMA_VERSION = migrations.CURRENT
 
 
 def connect(path: str) -> sqlite3.Connection:
@@ -105,16 +37,49 @@ def connect(path: str) -> sqlite3.Connection:
     return conn
 
 
-def migrate(conn: sqlite3.Connection) -> None:
-    conn.execute("BEGIN IMMEDIATE")
-    for statement in _SCHEMA.split(";"):
-        if statement.strip():
-            conn.execute(statement)
-    conn.execute(
-        "INSERT INTO meta(key, value) VALUES('schema_version', ?) ON CONFLICT(key) DO NOTHING",
-        (str(SCHEMA_VERSION),),
-    )
-    conn.execute("COMMIT")
+def migrate(conn: sqlite3.Connection, path: str = "the database") -> tuple[int | None, int]:
+    """Create or upgrade the schema (see ``migrations``). -> (version before, version after)."""
+    return migrations.upgrade(conn, path)
+
+
+def backup_to(conn: sqlite3.Connection, destination: str) -> None:
+    """A consistent copy of the live database (SQLite's online backup API) at ``destination``,
+    written under a temporary name, fsynced and renamed, mode 0600."""
+    temp = f"{destination}.tmp-{os.getpid()}"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.close(fd)
+    try:
+        target = sqlite3.connect(temp)
+        try:
+            conn.backup(target)
+            # The copy is a standalone file: no WAL beside it to lose.
+            target.execute("PRAGMA journal_mode=DELETE")
+        finally:
+            target.close()
+        with open(temp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(temp, destination)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(temp)
+        raise
+    fsync_directory(os.path.dirname(os.path.abspath(destination)))
+
+
+def upgrade_with_backup(conn: sqlite3.Connection, path: str) -> str | None:
+    """The server's start-up upgrade: refuse a newer schema; before changing an older one,
+    copy the database to ``DATA/backups/db-schemaN-TIME.sqlite``. -> that copy's path, if any."""
+    version = migrations.schema_version(conn)
+    migrations.check_known(version, path)
+    copy = None
+    if version is not None and version < migrations.CURRENT:
+        directory = os.path.join(os.path.dirname(os.path.abspath(path)), "backups")
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        copy = os.path.join(directory, f"db-schema{version}-{stamp}.sqlite")
+        backup_to(conn, copy)
+    migrate(conn, path)
+    return copy
 
 
 def transaction(conn: sqlite3.Connection, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -141,10 +106,16 @@ class Database:
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
 
-    def open(self) -> None:
-        """Blocking: call before the reactor runs (or from a thread)."""
+    def open(self) -> str | None:
+        """Blocking: call before the reactor runs (or from a thread). Creates or upgrades the
+        schema (after a backup copy of an older one: -> its path) and refuses a newer one."""
         self._conn = connect(self.path)
-        migrate(self._conn)
+        try:
+            return upgrade_with_backup(self._conn, self.path)
+        except BaseException:
+            self._conn.close()
+            self._conn = None
+            raise
 
     def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> "Deferred[T]":
         return self._pool.run(self._in_transaction, fn, *args, **kwargs)

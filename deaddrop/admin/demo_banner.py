@@ -1,0 +1,86 @@
+"""The banner ``scripts/demo`` prints: what is where, true for this run, in a box that lines up.
+
+``python -m deaddrop.admin.demo_banner DATA DEMO [twistd deaddrop arguments...]``
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Sequence
+
+WARNING = [
+    "DEMO INSTANCE. The submission key ({demo}/svs) and the journalist",
+    "CA ({data}/ca) are throwaways on this machine: nothing sent here is",
+    "protected. Never give this address to a real source.",
+]
+
+
+def _option(argv: Sequence[str], name: str, default: str) -> str:
+    """The last value of ``--name VALUE`` or ``--name=VALUE`` (as twistd reads it)."""
+    value = default
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def _tor_mode(argv: Sequence[str]) -> str:
+    return _option(argv, "--tor", "launch")
+
+
+def _url(scheme: str, endpoint: str) -> str:
+    """``tcp:8080:interface=127.0.0.1`` -> ``http://127.0.0.1:8080``; anything else as given."""
+    parts = endpoint.split(":")
+    if len(parts) >= 2 and parts[0] == "tcp" and parts[1].isdigit():
+        host = next((p.split("=", 1)[1] for p in parts[2:] if p.startswith("interface=")), "0.0.0.0")
+        return f"{scheme}://{host}:{parts[1]}"
+    return endpoint
+
+
+def _boxed(lines: list[str]) -> list[str]:
+    width = max(len(line) for line in lines)
+    edge = "*" * (width + 6)
+    return [edge] + [f"*  {line.ljust(width)}  *" for line in lines] + [edge]
+
+
+def onion_line(data_dir: str, argv: Sequence[str]) -> str:
+    if _tor_mode(argv) == "none":
+        return "not published (--tor none: this machine serves it on 127.0.0.1 only)"
+    path = os.path.join(data_dir, "source-onion.txt")
+    try:
+        with open(path) as f:
+            address = f.read().strip()
+    except OSError:
+        address = ""
+    if address:
+        return f"http://{address}/ (its key is kept in {data_dir}/tor/)"
+    return f"shown in the log below once Tor has published it, then kept in {path}"
+
+
+def banner(data_dir: str, demo_dir: str, argv: Sequence[str]) -> str:
+    warning = [line.format(demo=demo_dir, data=data_dir) for line in WARNING]
+    lines = [""] + ["  " + line for line in _boxed(warning)] + [
+        f"  Source interface:     {_url('http', _option(argv, '--source-listen', 'tcp:8080:interface=127.0.0.1'))}",
+        f"  Source onion:         {onion_line(data_dir, argv)}",
+        f"  Journalist interface: {_url('https', _option(argv, '--journalist-listen', 'tcp:8443:interface=127.0.0.1'))}"
+        f" - import {demo_dir}/demo.p12 into the",
+        f"                        browser (password in {demo_dir}/certificate.txt), log in as \"demo\"",
+        f"                        with the passphrase and code from {demo_dir}/journalist.txt",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) < 2:
+        sys.stderr.write("usage: python -m deaddrop.admin.demo_banner DATA DEMO [twistd arguments...]\n")
+        return 2
+    sys.stdout.write(banner(args[0], args[1], args[2:]) + "\n")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

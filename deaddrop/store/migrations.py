@@ -1,0 +1,182 @@
+"""Schema versions and the steps between them.
+
+The database says which schema it has in ``meta.schema_version``. Version 1 is the schema every
+DeadDrop had before versioning (``BASELINE_SQL``, frozen: never edit it, add a step). A step
+turns version N-1 into N and runs inside the one write transaction that also records N, so a
+crash leaves either the old version or the new one. To change the schema, append
+``(N, function)`` to ``STEPS``; ``CURRENT`` follows. A fresh database is built from the baseline
+plus every step, so new and upgraded instances take the same path.
+"""
+from __future__ import annotations
+
+import sqlite3
+from typing import Callable
+
+
+class SchemaError(ValueError):
+    """The database's schema cannot be used by this DeadDrop (one line for the admin)."""
+
+
+BASELINE = 1
+
+BASELINE_SQL = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sources (
+    id INTEGER PRIMARY KEY,
+    uuid TEXT NOT NULL UNIQUE,
+    filesystem_id TEXT NOT NULL UNIQUE,
+    designation TEXT NOT NULL UNIQUE,
+    key_fingerprint TEXT,
+    public_key TEXT,
+    created_at REAL NOT NULL,
+    last_updated REAL NOT NULL,
+    next_n INTEGER NOT NULL DEFAULT 1,
+    is_starred INTEGER NOT NULL DEFAULT 0,
+    pending INTEGER NOT NULL DEFAULT 1
+);
+CREATE TABLE IF NOT EXISTS submissions (
+    id INTEGER PRIMARY KEY,
+    uuid TEXT NOT NULL UNIQUE,
+    source_id INTEGER NOT NULL REFERENCES sources(id) ON DELETE CASCADE,
+    n INTEGER NOT NULL,
+    filename TEXT NOT NULL UNIQUE,
+    kind TEXT NOT NULL CHECK (kind IN ('msg', 'doc')),
+    size INTEGER NOT NULL,
+    sha256 TEXT,
+    seen INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS submissions_source ON submissions(source_id);
+CREATE TABLE IF NOT EXISTS replies (
+    id INTEGER PRIMARY KEY,
+    uuid TEXT NOT NULL UNIQUE,
+    source_id INTEGER NOT NULL REFERENCES sources(id) ON DELETE CASCADE,
+    n INTEGER NOT NULL,
+    filename TEXT NOT NULL UNIQUE,
+    size INTEGER NOT NULL,
+    sha256 TEXT,
+    journalist_id INTEGER,
+    deleted_by_source INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS replies_source ON replies(source_id);
+CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS journalists (
+    id INTEGER PRIMARY KEY,
+    uuid TEXT NOT NULL UNIQUE,
+    username TEXT NOT NULL COLLATE NOCASE UNIQUE,
+    password_hash TEXT NOT NULL,
+    totp_secret TEXT NOT NULL,
+    last_totp_step INTEGER NOT NULL DEFAULT 0,
+    is_admin INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    password_changed_at REAL NOT NULL,
+    auth_epoch INTEGER NOT NULL DEFAULT 0,
+    last_login_at REAL
+);
+CREATE TABLE IF NOT EXISTS api_tokens (
+    token_hash TEXT PRIMARY KEY,
+    journalist_id INTEGER NOT NULL REFERENCES journalists(id) ON DELETE CASCADE,
+    auth_epoch INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS api_tokens_journalist ON api_tokens(journalist_id);
+CREATE TABLE IF NOT EXISTS submission_seen (
+    submission_id INTEGER NOT NULL REFERENCES submissions(id) ON DELETE CASCADE,
+    journalist_id INTEGER NOT NULL REFERENCES journalists(id) ON DELETE CASCADE,
+    PRIMARY KEY (submission_id, journalist_id)
+);
+CREATE TABLE IF NOT EXISTS reply_seen (
+    reply_id INTEGER NOT NULL REFERENCES replies(id) ON DELETE CASCADE,
+    journalist_id INTEGER NOT NULL REFERENCES journalists(id) ON DELETE CASCADE,
+    PRIMARY KEY (reply_id, journalist_id)
+);
+"""
+
+
+def _v2_age_indexes(conn: sqlite3.Connection) -> None:
+    # Retention finds old submissions, replies and idle sources by age on every daily run.
+    conn.execute("CREATE INDEX IF NOT EXISTS submissions_created ON submissions(created_at)")
+    conn.execute("CREATE INDEX IF NOT EXISTS replies_created ON replies(created_at)")
+    conn.execute("CREATE INDEX IF NOT EXISTS sources_last_updated ON sources(last_updated)")
+
+
+Step = Callable[[sqlite3.Connection], None]
+
+# (the version a step produces, the step); versions are consecutive from BASELINE + 1.
+STEPS: list[tuple[int, Step]] = [
+    (2, _v2_age_indexes),
+]
+
+CURRENT = BASELINE + len(STEPS)
+assert [v for v, _ in STEPS] == list(range(BASELINE + 1, CURRENT + 1)), "schema steps must be consecutive"
+
+
+def schema_version(conn: sqlite3.Connection) -> int | None:
+    """The database's schema version; None for an empty database (nothing made yet)."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone() is None:
+        return None
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    if row is None:
+        return None
+    try:
+        return int(row[0])
+    except ValueError:
+        raise SchemaError(f"the database's schema version {row[0]!r} is not a number") from None
+
+
+def check_known(version: int | None, path: str) -> None:
+    if version is not None and version > CURRENT:
+        raise SchemaError(
+            f"{path} has schema version {version}, newer than this DeadDrop knows ({CURRENT}): "
+            "run the newer DeadDrop, or restore a backup made by this version"
+        )
+
+
+def _in_transaction(conn: sqlite3.Connection, fn: Callable[[], None]) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        fn()
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _set_version(conn: sqlite3.Connection, version: int) -> None:
+    conn.execute(
+        "INSERT INTO meta(key, value) VALUES('schema_version', ?)"
+        " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        (str(version),),
+    )
+
+
+def upgrade(conn: sqlite3.Connection, path: str = "the database") -> tuple[int | None, int]:
+    """Create (empty database) or upgrade to ``CURRENT``. -> (version before, version after).
+
+    Each step re-reads the version inside its own transaction, so two processes upgrading at
+    once (the server and ``deaddrop-admin``) do each step exactly once.
+    """
+    before = schema_version(conn)
+    check_known(before, path)
+
+    def create() -> None:
+        if schema_version(conn) is None:
+            for statement in BASELINE_SQL.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            _set_version(conn, BASELINE)
+
+    _in_transaction(conn, create)
+    for version, step in STEPS:
+        def apply(version: int = version, step: Step = step) -> None:
+            if schema_version(conn) == version - 1:
+                step(conn)
+                _set_version(conn, version)
+
+        _in_transaction(conn, apply)
+    after = schema_version(conn)
+    assert after == CURRENT, after
+    return before, after

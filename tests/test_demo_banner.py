@@ -1,0 +1,46 @@
+"""The banner of scripts/demo tells the truth about the onion and its box lines up (issue 13)."""
+from __future__ import annotations
+
+import os
+
+from twisted.trial import unittest
+
+from deaddrop.admin.demo_banner import banner
+
+
+class DemoBannerTests(unittest.TestCase):
+    def setUp(self):
+        self.data = os.path.abspath(self.mktemp())
+        os.makedirs(self.data)
+
+    def box(self, text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.strip().startswith("*")]
+
+    def test_the_box_lines_up_whatever_the_paths(self):
+        for demo in ["./deaddrop-demo", "/a/much/longer/path/to/the/demo/folder/than/the/default/one"]:
+            box = self.box(banner(self.data, demo, []))
+            self.assertEqual(len(box), 5)
+            self.assertEqual(len({len(line) for line in box}), 1, box)
+            self.assertTrue(all(line.rstrip().endswith("*") for line in box))
+            self.assertIn(demo + "/svs", "".join(box))
+
+    def test_no_onion_file_is_named_with_tor_none(self):
+        for argv in (["--tor", "none"], ["--tor=none"]):
+            text = banner(self.data, "./demo", argv)
+            self.assertNotIn("source-onion.txt", text)
+            self.assertIn("not published (--tor none", text)
+
+    def test_before_the_onion_file_exists_it_says_so_and_after_it_shows_the_address(self):
+        text = banner(self.data, "./demo", [])
+        self.assertIn("once Tor has published it", text)
+        self.assertNotRegex(text, r"onion in \S+source-onion.txt\)")
+        address = "a" * 56 + ".onion"
+        with open(os.path.join(self.data, "source-onion.txt"), "w") as f:
+            f.write(address + "\n")
+        self.assertIn(f"Source onion:         http://{address}/", banner(self.data, "./demo", []))
+
+    def test_listen_options_are_reflected(self):
+        text = banner(self.data, "./demo", ["--source-listen", "tcp:9080:interface=127.0.0.1",
+                                            "--journalist-listen=tcp:9443:interface=10.8.0.1"])
+        self.assertIn("Source interface:     http://127.0.0.1:9080", text)
+        self.assertIn("Journalist interface: https://10.8.0.1:9443", text)
