@@ -975,9 +975,19 @@ class AdminTests(unittest.TestCase):
         sys.stdout.flush()
         return code, out.getvalue(), err.getvalue()
 
-    def test_onion_client_add_list_remove(self):
+    def initialised(self, mode: int = 0o755) -> str:
+        """A data dir with the server's database (deaddrop-admin refuses one without it)."""
+        from deaddrop.store.db import connect, migrate
+
         d = self.mktemp()
-        os.makedirs(d)
+        os.makedirs(d, mode=mode)
+        conn = connect(os.path.join(d, "db.sqlite"))
+        migrate(conn)
+        conn.close()
+        return d
+
+    def test_onion_client_add_list_remove(self):
+        d = self.initialised()
         code, out, _ = self.run_admin("onion-client", "add", "alice", "--data-dir", d)
         self.assertEqual(code, 0)
         line = next(l for l in out.splitlines() if ":descriptor:x25519:" in l).strip()
@@ -1003,8 +1013,7 @@ class AdminTests(unittest.TestCase):
         self.assertIn("no client named 'alice'", err)
 
     def test_status(self):
-        d = self.mktemp()
-        os.makedirs(d, mode=0o700)
+        d = self.initialised(0o700)
         code, out, _ = self.run_admin("status", "--data-dir", d, "--json")
         data = json.loads(out)
         self.assertIsNone(data["source_onion"])
