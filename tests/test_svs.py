@@ -612,7 +612,13 @@ class ExportTests(_StationCase):
         plain = os.path.join(self.base, "p.txt")
         with open(plain, "w") as f:
             f.write("x")
-        code, _, err = self.export(plain, key=self.pub)
+        code, _, err = self.export(plain, key=self.pub)  # nothing of --home is read, this neither
+        self.assertEqual(code, 1)
+        self.assertIn("inside the SVS home", err)
+        own_copy = os.path.join(self.base, "copy.asc")
+        with open(self.pub, "rb") as src, open(own_copy, "wb") as dst:
+            dst.write(src.read())
+        code, _, err = self.export(plain, key=own_copy)
         self.assertEqual(code, 1)
         self.assertIn("own submission key", err)
         secret = os.path.join(self.base, "secret.asc")

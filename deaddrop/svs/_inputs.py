@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import zipfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, ContextManager, Iterable, Iterator
 
+from deaddrop.svs._errors import ItemError
+from deaddrop.svs._guard import InputGuard
 from deaddrop.svs._names import SubmissionName, parse_submission_name
 from deaddrop.svs._outdir import TEMP_PREFIX
 
@@ -43,10 +46,10 @@ class BadInput:
     reason: str
 
 
-def _file_opener(path: str) -> Callable[[], ContextManager[BinaryIO]]:
+def _file_opener(guard: InputGuard, path: str, st: os.stat_result) -> Callable[[], ContextManager[BinaryIO]]:
     @contextmanager
     def opener() -> Iterator[BinaryIO]:
-        with open(path, "rb") as f:
+        with guard.open(path, st) as f:
             yield f
 
     return opener
@@ -61,18 +64,35 @@ def _zip_opener(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> Callable[[], Cont
     return opener
 
 
-def _file_item(path: str, folders: tuple[str, ...] = ()) -> Item:
+def _file_item(guard: InputGuard, path: str, st: os.stat_result, folders: tuple[str, ...] = ()) -> Item:
     base = os.path.basename(path)
-    return Item(display(path), parse_submission_name(base), os.path.getsize(path), _file_opener(path), base, folders)
+    return Item(display(path), parse_submission_name(base), st.st_size, _file_opener(guard, path, st), base, folders)
 
 
-def _zip_items(path: str) -> Iterator[Item | BadInput]:
+def _is_zip(guard: InputGuard, path: str, st: os.stat_result) -> bool:
     try:
-        zf = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError) as e:
+        with guard.open(path, st) as f:
+            return zipfile.is_zipfile(f)
+    except (ItemError, OSError):
+        return False
+
+
+def _zip_items(guard: InputGuard, path: str, st: os.stat_result) -> Iterator[Item | BadInput]:
+    try:
+        raw = guard.open(path, st)
+    except ItemError as e:  # a link, or a file of the home
+        yield BadInput(display(path), str(e))
+        return
+    except OSError as e:
         yield BadInput(display(path), f"cannot read zip: {e}")
         return
-    with zf:
+    try:
+        zf = zipfile.ZipFile(raw)
+    except (zipfile.BadZipFile, OSError) as e:
+        raw.close()
+        yield BadInput(display(path), f"cannot read zip: {e}")
+        return
+    with raw, zf:
         for info in zf.infolist():
             if info.is_dir():
                 continue
@@ -86,7 +106,8 @@ def _zip_items(path: str) -> Iterator[Item | BadInput]:
 
 
 def iter_inputs(
-    paths: Iterable[str], submissions_only: bool = True, exclude: str | None = None
+    paths: Iterable[str], submissions_only: bool = True, exclude: str | None = None,
+    guard: InputGuard | None = None,
 ) -> Iterator[Item | BadInput]:
     """Items to process, in a stable order; :class:`BadInput` for what can't be used.
 
@@ -95,58 +116,86 @@ def iter_inputs(
     folder has other things in it). Export passes ``False``: other files, zips included (a
     decrypted document may well be a zip), are encrypted as-is, and our own leftover temp
     files are skipped. ``exclude`` (OUTDIR) is not walked into: with ``decrypt . --out out``
-    the files being written must not become inputs.
+    the files being written must not become inputs. ``guard`` decides what may be read at
+    all: no symbolic link is ever followed and nothing of the SVS home is read.
     """
-    seen: set[str] = set()
+    guard = guard or InputGuard(None)
+    seen: set[tuple[int, int]] = set()  # (device, inode): a file named twice is done once
     for path in paths:
-        if not os.path.lexists(path):
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
             yield BadInput(display(path), "no such file or directory")
             continue
         if exclude is not None and os.path.realpath(path) == exclude:
             yield BadInput(display(path), "is the output directory")
             continue
-        if os.path.isdir(path):
-            top = os.path.basename(os.path.normpath(os.path.abspath(path)))
-            for dirpath, dirnames, filenames in os.walk(path):
-                dirnames[:] = sorted(
-                    (d for d in dirnames if exclude is None or os.path.realpath(os.path.join(dirpath, d)) != exclude),
-                    key=_natural,
-                )
-                rel = os.path.relpath(dirpath, path)
-                sub = () if rel == "." else tuple(rel.split(os.sep))
-                for fn in sorted(filenames, key=_natural):
-                    full = os.path.join(dirpath, fn)
-                    if not os.path.isfile(full):
-                        continue  # sockets, fifos, dangling links
-                    if submissions_only and not fn.endswith(".gpg"):
-                        continue
-                    if fn.startswith(TEMP_PREFIX):
-                        continue  # an interrupted run's temp file, never a result
-                    real = os.path.realpath(full)
-                    if real in seen:
-                        continue
-                    seen.add(real)
-                    item = _file_item(full, (top,) + sub)
-                    if submissions_only and item.name is None:
-                        yield BadInput(item.label, "unrecognised name (expected N-adjective_noun-msg|doc.gz|reply.gpg)")
-                    else:
-                        yield item
+        reason = guard.refusal(path, st)
+        if reason is not None:
+            yield BadInput(display(path), reason)
             continue
-        if not os.path.isfile(path):
+        if stat.S_ISDIR(st.st_mode):
+            yield from _folder_items(guard, path, submissions_only, exclude, seen)
+            continue
+        if not stat.S_ISREG(st.st_mode):
             yield BadInput(display(path), "not a regular file")
             continue
-        real = os.path.realpath(path)
-        if real in seen:
+        if (st.st_dev, st.st_ino) in seen:
             continue
-        seen.add(real)
+        seen.add((st.st_dev, st.st_ino))
         base = os.path.basename(path)
         if parse_submission_name(base) is not None:
-            yield _file_item(path)
+            yield _file_item(guard, path, st)
         elif submissions_only and (
-            base.lower().endswith(".zip") or (not base.endswith(".gpg") and zipfile.is_zipfile(path))
+            base.lower().endswith(".zip") or (not base.endswith(".gpg") and _is_zip(guard, path, st))
         ):
-            yield from _zip_items(path)
+            yield from _zip_items(guard, path, st)
         elif submissions_only:
             yield BadInput(display(path), "not a server file (N-adjective_noun-msg|doc.gz|reply.gpg) or a zip of them")
         else:
-            yield _file_item(path)
+            yield _file_item(guard, path, st)
+
+
+def _folder_items(
+    guard: InputGuard, path: str, submissions_only: bool, exclude: str | None, seen: set[tuple[int, int]]
+) -> Iterator[Item | BadInput]:
+    """The files below a folder INPUT; links inside it are reported, never followed."""
+    top = os.path.basename(os.path.normpath(os.path.abspath(path)))
+    for dirpath, dirnames, filenames in os.walk(path, followlinks=False):
+        keep = []
+        for d in sorted(dirnames, key=_natural):
+            full = os.path.join(dirpath, d)
+            if exclude is not None and os.path.realpath(full) == exclude:
+                continue
+            reason = guard.refusal(full)
+            if reason is not None:  # os.walk lists a link to a folder among the folders
+                yield BadInput(display(full), reason)
+                continue
+            keep.append(d)
+        dirnames[:] = keep
+        rel = os.path.relpath(dirpath, path)
+        sub = () if rel == "." else tuple(rel.split(os.sep))
+        for fn in sorted(filenames, key=_natural):
+            full = os.path.join(dirpath, fn)
+            if submissions_only and not fn.endswith(".gpg"):
+                continue
+            if fn.startswith(TEMP_PREFIX):
+                continue  # an interrupted run's temp file, never a result
+            try:
+                st = os.lstat(full)
+            except FileNotFoundError:
+                continue
+            reason = guard.refusal(full, st)
+            if reason is not None:
+                yield BadInput(display(full), reason)
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue  # sockets, fifos
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            item = _file_item(guard, full, st, (top,) + sub)
+            if submissions_only and item.name is None:
+                yield BadInput(item.label, "unrecognised name (expected N-adjective_noun-msg|doc.gz|reply.gpg)")
+            else:
+                yield item

@@ -1,7 +1,8 @@
 """``deaddrop-svs``: the offline Secure Viewing Station tool.
 
     deaddrop-svs --home DIR init [--algorithm curve25519|rsa4096] [--passphrase-file F]
-    deaddrop-svs --home DIR decrypt INPUT... --out OUTDIR [--progress] [--passphrase-file F]
+    deaddrop-svs --home DIR decrypt INPUT... --out OUTDIR [--progress] [--max-output-size BYTES]
+                 [--passphrase-file F]
     deaddrop-svs --home DIR export FILE... --to-key KEY.asc --out OUTDIR [--passphrase-file F]
 
 Exit codes: 0 all went well, 1 an error or any file failed, 2 usage error. This program
@@ -46,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("inputs", nargs="+", metavar="INPUT")
     p.add_argument("--out", required=True, metavar="OUTDIR")
     p.add_argument("--progress", action="store_true", help="show progress even when stderr is not a terminal")
+    p.add_argument("--max-output-size", type=_positive_int, default=None, metavar="BYTES",
+                   help="largest plaintext one file may decrypt to (default: 2 x the server's "
+                        "default --max-upload-size); bigger ones FAIL and leave nothing")
     p.set_defaults(func=cmd_decrypt)
 
     p = sub.add_parser("export", parents=[home, passphrase],
@@ -55,6 +59,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="OUTDIR")
     p.set_defaults(func=cmd_export)
     return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of bytes: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1 byte")
+    return value
 
 
 def _home(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Home:
@@ -79,6 +93,8 @@ def cmd_init(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def cmd_decrypt(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from deaddrop.svs._guard import InputGuard
+    from deaddrop.svs._limit import DEFAULT_MAX_OUTPUT, OutputLimit
     from deaddrop.svs._outdir import OutDir
     from deaddrop.svs.decrypt import run_decrypt
 
@@ -87,13 +103,15 @@ def cmd_decrypt(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     try:
         out = OutDir(args.out)
         show = args.progress or sys.stderr.isatty()
-        summary = run_decrypt(gpg, args.inputs, out, show_progress=show)
+        limit = OutputLimit(args.max_output_size or DEFAULT_MAX_OUTPUT)
+        summary = run_decrypt(gpg, args.inputs, out, show_progress=show, guard=InputGuard(home.root), limit=limit)
     finally:
         gpg.kill_agent()  # drop the unlocked key as soon as we're done
     return 0 if summary.ok else 1
 
 
 def cmd_export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from deaddrop.svs._guard import InputGuard
     from deaddrop.svs.export import run_export
 
     home = _home(args, parser)
@@ -103,7 +121,8 @@ def cmd_export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     own = home.fingerprints()
     svs = home.open(passphrase) if own else None
     try:
-        summary = run_export(svs, args.to_key, args.inputs, args.out, own_fingerprints=own)
+        summary = run_export(svs, args.to_key, args.inputs, args.out, own_fingerprints=own,
+                             guard=InputGuard(home.root))
     finally:
         if svs is not None:
             svs.kill_agent()

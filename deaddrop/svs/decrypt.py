@@ -19,9 +19,11 @@ from typing import BinaryIO, Iterable, Iterator, TextIO
 
 from deaddrop.svs._errors import ItemError, SvsError, describe_exception
 from deaddrop.svs._gnupg import Gpg
+from deaddrop.svs._guard import InputGuard
 from deaddrop.svs._gzip import GzipFormatError, GzipReader
 from deaddrop.svs._inputs import BadInput, Item, iter_inputs
-from deaddrop.svs._names import sanitise_filename
+from deaddrop.svs._limit import Budget, OutputLimit
+from deaddrop.svs._names import SubmissionName, sanitise_filename
 from deaddrop.svs._outdir import OutDir
 from deaddrop.svs._progress import THRESHOLD, Progress
 
@@ -48,13 +50,34 @@ def _read_all(stream: BinaryIO) -> Iterator[bytes]:
         yield data
 
 
-def decrypt_item(gpg: Gpg, item: Item, out: OutDir, progress: Progress | None = None) -> str:
-    """Decrypt one server file into ``out``; return the written path or raise ItemError."""
+def decrypt_item(
+    gpg: Gpg, item: Item, out: OutDir, progress: Progress | None = None, limit: OutputLimit | None = None
+) -> str:
+    """Decrypt one server file into ``out``; return the written path or raise ItemError.
+
+    ``limit`` bounds what the file may write (cap and free space); going over it stops gpg
+    and removes the temp file, so nothing of an over-cap file is left.
+    """
     name = item.name
     if name is None:  # iter_inputs already filters these; keep the function safe on its own
         raise ItemError("not a server file name")
+    limit = limit or OutputLimit()
+    folder = out.folder(name.designation)  # validated [a-z]+_[a-z]+: one safe component
+    try:
+        budget = limit.start(folder, item.size)  # before gpg runs or any byte is written
+        return _decrypt_into(gpg, item, name, out, folder, budget, progress)
+    except BaseException:
+        try:
+            os.rmdir(folder)  # only if this file was to be its first: no empty leftovers
+        except OSError:
+            pass
+        raise
+
+
+def _decrypt_into(
+    gpg: Gpg, item: Item, name: SubmissionName, out: OutDir, folder: str, budget: Budget, progress: Progress | None
+) -> str:
     with item.open() as source, gpg.decrypt(source, progress) as job:
-        folder = out.folder(name.designation)  # validated [a-z]+_[a-z]+: one safe component
         pending = None
         try:
             if name.kind == "doc.gz":
@@ -68,6 +91,7 @@ def decrypt_item(gpg: Gpg, item: Item, out: OutDir, progress: Progress | None = 
                 chunks = _read_all(job.stdout)
             pending = out.new_file(folder)
             for chunk in chunks:
+                budget.add(len(chunk))  # raises before an over-cap chunk is written
                 pending.write(chunk)
             job.finish()  # raises unless gpg decrypted and verified everything
             return pending.commit(target)
@@ -94,13 +118,19 @@ def run_decrypt(
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
     show_progress: bool = False,
+    guard: InputGuard | None = None,
+    limit: OutputLimit | None = None,
 ) -> Summary:
-    """Decrypt every input, reporting each result in one line; failures don't stop the run."""
+    """Decrypt every input, reporting each result in one line; failures don't stop the run.
+
+    ``guard`` says what may be read (pass one knowing the SVS home); ``limit`` caps each
+    file's plaintext.
+    """
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     tty = stderr.isatty() if hasattr(stderr, "isatty") else False
     summary = Summary()
-    for item in iter_inputs(inputs, submissions_only=True, exclude=os.path.realpath(out.root)):
+    for item in iter_inputs(inputs, submissions_only=True, exclude=os.path.realpath(out.root), guard=guard):
         if isinstance(item, BadInput):
             summary.failed.append((item.label, item.reason))
             stderr.write(f"FAILED {item.label}: {item.reason}\n")
@@ -109,7 +139,7 @@ def run_decrypt(
         if show_progress and item.size is not None and item.size >= THRESHOLD:
             progress = Progress(stderr, item.label, item.size, tty)
         try:
-            path = decrypt_item(gpg, item, out, progress)
+            path = decrypt_item(gpg, item, out, progress, limit)
         except ItemError as e:
             if progress:
                 progress.close()

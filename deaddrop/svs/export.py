@@ -22,6 +22,7 @@ from typing import Iterable, TextIO
 
 from deaddrop.svs._errors import ItemError, SvsError, describe_exception
 from deaddrop.svs._gnupg import Gpg, KeyInfo, fingerprint_groups, throwaway_home
+from deaddrop.svs._guard import InputGuard
 from deaddrop.svs._inputs import BadInput, Item, iter_inputs
 from deaddrop.svs._names import sanitise_filename
 from deaddrop.svs._outdir import OutDir
@@ -37,11 +38,40 @@ class ExportSummary:
         return not self.failed
 
 
-def check_recipient(scratch: Gpg, keyfile: str, own_fingerprints: Iterable[str]) -> KeyInfo:
-    """The one usable public key in ``keyfile``; SvsError for anything else."""
+def copy_key_file(guard: InputGuard, keyfile: str, home: str) -> str:
+    """Copy ``keyfile`` into the throwaway ``home``, read without following links.
+
+    gpg would open a path itself (following links, even into the SVS home), so it only ever
+    gets this copy.
+    """
+    try:
+        data = guard.read_small(keyfile)
+    except FileNotFoundError:
+        raise SvsError(f"--to-key {keyfile}: no such file") from None
+    except ItemError as e:
+        raise SvsError(f"--to-key {keyfile}: {e}") from None
+    except OSError as e:
+        raise SvsError(f"--to-key {keyfile}: {describe_exception(e)}") from None
+    copy = os.path.join(home, "recipient.key")
+    fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    return copy
+
+
+def check_recipient(scratch: Gpg, keyfile: str, own_fingerprints: Iterable[str], shown: str | None = None) -> KeyInfo:
+    """The one usable public key in ``keyfile``; SvsError for anything else.
+
+    ``shown`` is the name to use in messages (the operator's path, not our copy's).
+    """
     if not os.path.isfile(keyfile):
         raise SvsError(f"--to-key {keyfile}: no such file")
-    keys = scratch.show_keys(keyfile)
+    shown = shown or keyfile
+    try:
+        keys = scratch.show_keys(keyfile)
+    except SvsError as e:
+        raise SvsError(str(e).replace(keyfile, shown)) from None
+    keyfile = shown
     if any(k.secret for k in keys):
         # Someone brought a secret key to the SVS: refuse rather than silently use it.
         raise SvsError(f"{keyfile} holds a SECRET key: bring only the journalist's public key")
@@ -95,19 +125,23 @@ def run_export(
     own_fingerprints: Iterable[str] = (),
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
+    guard: InputGuard | None = None,
 ) -> ExportSummary:
+    """Export every input; ``guard`` (knowing the SVS home) says what may be read."""
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
-    keyfile = os.path.abspath(keyfile)
+    guard = guard or InputGuard(None)
     summary = ExportSummary()
     home = throwaway_home()
     scratch = Gpg(home)
     try:
-        key = check_recipient(scratch, keyfile, own_fingerprints)
+        shown = keyfile
+        keyfile = copy_key_file(guard, keyfile, home)
+        key = check_recipient(scratch, keyfile, own_fingerprints, shown)
         who = f" ({key.uids[0]})" if key.uids else ""
         stdout.write(f"Encrypting to {fingerprint_groups(key.fingerprint)}{who}\n")
         out = OutDir(outdir)  # only once the key is known good: no stray empty OUTDIR
-        for item in iter_inputs(inputs, submissions_only=False, exclude=os.path.realpath(out.root)):
+        for item in iter_inputs(inputs, submissions_only=False, exclude=os.path.realpath(out.root), guard=guard):
             if isinstance(item, BadInput):
                 summary.failed.append((item.label, item.reason))
                 stderr.write(f"FAILED {item.label}: {item.reason}\n")
