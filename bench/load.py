@@ -364,10 +364,10 @@ def start_server(workdir: str, data: str, key: str, source_port: int, journalist
     return proc
 
 
-def tls_context(data: str, key_pem: str, cert_pem: str) -> ssl.SSLContext:
+def tls_context(data: str, key_pem: str, cert_pem: str, password: str) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.load_verify_locations(os.path.join(data, "tls", "server.pem"))  # trust exactly the server's certificate
-    ctx.load_cert_chain(cert_pem, key_pem)
+    ctx.load_verify_locations(os.path.join(data, "ca", "ca.pem"))  # the CA that signed the server's certificate
+    ctx.load_cert_chain(cert_pem, key_pem, password=password)  # `cert issue --pem` encrypts the key
     return ctx
 
 
@@ -676,11 +676,13 @@ def main() -> int:
         # -- setup: SVS key, CA, client certificate, journalist account, server
         svs_key = make_svs(workdir)
         admin("ca", "init", "--data-dir", data)
-        cert = admin("cert", "issue", "load-bench", "--data-dir", data, "--out", os.path.join(workdir, "journalist.p12"))
+        # The certificate's name is the account's: logins are bound to it.
+        cert = admin("cert", "issue", "loadbench", "--pem", "--data-dir", data,
+                     "--out", os.path.join(workdir, "journalist.p12"))
         account = admin("journalist", "add", "loadbench", "--data-dir", data, "--kdf-cost", args.kdf_cost)
         source_port, journalist_port = free_port(), free_port()
         proc = start_server(workdir, data, svs_key, source_port, journalist_port, args)
-        context = tls_context(data, cert["key_pem"], cert["cert_pem"])
+        context = tls_context(data, cert["key_pem"], cert["cert_pem"], cert["password"])
         journalist = JournalistClient(journalist_port, context)
         totp_step = [-1]
         login = journalist.json("POST", "/api/v1/token", {

@@ -28,6 +28,7 @@ from deaddrop.store import queries
 from deaddrop.store._atomic import write_atomically
 from deaddrop.store.db import SCHEMA_VERSION, Database
 from deaddrop.store.files import Store
+from deaddrop.web._common.quiet_ports import hide_peer_addresses
 from deaddrop.web._common.sessions import SessionStore
 from deaddrop.web._common.throttle import FailureThrottle
 from deaddrop.web.source.app import SourceInterface
@@ -52,7 +53,7 @@ class ListenerService(Service):
         d.addCallbacks(self._listening, self._failed)
 
     def _listening(self, port: Any) -> None:
-        self.port = port
+        self.port = hide_peer_addresses(port)
         waiting, self._waiting = self._waiting, []
         for d in waiting:
             d.callback(port)

@@ -352,7 +352,24 @@ def issue_client_cert(server: RunningServer, name: str) -> tuple[str, str]:
     out_dir = os.path.join(server.data_dir, "clients")
     os.makedirs(out_dir, exist_ok=True)
     r = ca.issue_client_cert(server.ca_dir, name, os.path.join(out_dir, f"{name}.p12"), b"test-password")
-    return r["key_pem"], r["cert_pem"]
+    return client_pems(r["p12"], b"test-password")
+
+
+def client_pems(p12_path: str, password: bytes) -> tuple[str, str]:
+    """Unprotected PEM copies of a ``.p12``'s key and certificate, for test clients only.
+
+    ``cert issue`` never writes an unprotected key; tests' TLS clients want one.
+    -> (key PEM path, cert PEM path), beside the ``.p12``.
+    """
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    key, cert, _cas = pkcs12.load_key_and_certificates(_Path(p12_path).read_bytes(), password)
+    stem = os.path.splitext(p12_path)[0]
+    key_path, cert_path = f"{stem}.test-key.pem", f"{stem}.test-cert.pem"
+    _Path(key_path).write_bytes(key.private_bytes(_serialization.Encoding.PEM, _serialization.PrivateFormat.PKCS8,
+                                                  _serialization.NoEncryption()))
+    _Path(cert_path).write_bytes(cert.public_bytes(_serialization.Encoding.PEM))
+    return key_path, cert_path
 
 
 @inlineCallbacks

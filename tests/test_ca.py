@@ -93,14 +93,32 @@ class CATests(unittest.TestCase):
         self.assertEqual(list(eku), [ExtendedKeyUsageOID.CLIENT_AUTH])
         self.assertEqual(format(cert.serial_number, "x"), r["serial"])
         self.assertEqual(key.public_key(), cert.public_key())
-        # PEM copies next to the .p12 for curl/treq, the key private.
-        self.assertEqual(r["key_pem"], self.out("alice.key.pem"))
-        self.assertEqual(_mode(r["key_pem"]), 0o600)
-        self.assertEqual(_cert(r["cert_pem"]), cert)
-        pem_key = load_pem_private_key(Path(r["key_pem"]).read_bytes(), None)
-        self.assertEqual(pem_key.public_key(), cert.public_key())
+        # Only the .p12 by default (issue 10): no unprotected key beside it.
+        self.assertEqual(r["files"], [self.out("alice.p12")])
+        self.assertNotIn("key_pem", r)
+        self.assertEqual(sorted(os.listdir(self.tmp)), ["alice.p12", "ca"])
+        self.assertEqual(_mode(r["p12"]), 0o600)
         state = json.loads(Path(self.ca_dir, ca.STATE).read_text())
         self.assertEqual([(e["name"], e["serial"], e["revoked"]) for e in state["certs"]], [("alice", r["serial"], False)])
+
+    def test_issue_p12_carries_the_ca(self) -> None:
+        ca.init_ca(self.ca_dir)
+        r = ca.issue_client_cert(self.ca_dir, "alice", self.out("alice.p12"), b"pw")
+        _key, _cert_, extra = pkcs12.load_key_and_certificates(Path(r["p12"]).read_bytes(), b"pw")
+        self.assertEqual(extra, [_cert(os.path.join(self.ca_dir, ca.CA_CERT))])
+
+    def test_issue_pem_key_is_encrypted_with_the_same_password_and_named_after_out(self) -> None:
+        ca.init_ca(self.ca_dir)
+        r = ca.issue_client_cert(self.ca_dir, "alice", self.out("other.p12"), b"correct horse", pem=True)
+        self.assertEqual(r["files"], [self.out("other.p12"), self.out("other.key.pem"), self.out("other.cert.pem")])
+        self.assertEqual(sorted(os.listdir(self.tmp)), ["ca", "other.cert.pem", "other.key.pem", "other.p12"])
+        self.assertEqual(_mode(r["key_pem"]), 0o600)
+        pem = Path(r["key_pem"]).read_bytes()
+        self.assertIn(b"ENCRYPTED PRIVATE KEY", pem)
+        self.assertRaises(TypeError, load_pem_private_key, pem, None)
+        self.assertRaises(ValueError, load_pem_private_key, pem, b"wrong")
+        key = load_pem_private_key(pem, b"correct horse")
+        self.assertEqual(key.public_key(), _cert(r["cert_pem"]).public_key())
 
     def test_issue_generates_a_password_when_none_given(self) -> None:
         ca.init_ca(self.ca_dir)
@@ -127,7 +145,8 @@ class CATests(unittest.TestCase):
             self.assertIn("invalid name", str(e))
         # Existing output files are never overwritten.
         Path(self.out("carol.key.pem")).write_text("mine")
-        e = self.assertRaises(AdminError, ca.issue_client_cert, self.ca_dir, "carol", self.out("carol.p12"), b"pw")
+        e = self.assertRaises(AdminError, ca.issue_client_cert, self.ca_dir, "carol", self.out("carol.p12"), b"pw",
+                              pem=True)
         self.assertIn("refusing to overwrite", str(e))
         self.assertEqual(Path(self.out("carol.key.pem")).read_text(), "mine")
         state = json.loads(Path(self.ca_dir, ca.STATE).read_text())
@@ -159,9 +178,7 @@ class CATests(unittest.TestCase):
         self.assertEqual(x509.load_pem_x509_crl(Path(out).read_bytes()).extensions
                          .get_extension_for_class(x509.CRLNumber).value.crl_number, c2["crl_number"])
         # Atomic write: no temp files left next to it.
-        self.assertEqual(sorted(os.listdir(self.tmp)), sorted(["ca", "alice.p12", "alice.key.pem", "alice.cert.pem",
-                                                                "bob.p12", "bob.key.pem", "bob.cert.pem", "new",
-                                                                "crl.pem"]))
+        self.assertEqual(sorted(os.listdir(self.tmp)), sorted(["ca", "alice.p12", "bob.p12", "new", "crl.pem"]))
 
     def test_crl_errors(self) -> None:
         self.assertIn("no CA in", str(self.assertRaises(AdminError, ca.write_crl, self.ca_dir, self.out("c.pem"))))
@@ -232,8 +249,104 @@ class CLITests(unittest.TestCase):
         code, stdout, _ = self.run_cli("cert", "issue", "alice", "--ca-dir", self.ca_dir, "--out",
                                        os.path.join(self.tmp, "alice.p12"))
         self.assertEqual(code, 0)
-        password = stdout.rsplit(": ", 1)[1].strip()
+        line = next(l for l in stdout.splitlines() if "import password" in l)
+        password = line.rsplit(": ", 1)[1].strip()
         pkcs12.load_key_and_certificates(Path(self.tmp, "alice.p12").read_bytes(), password.encode())
+
+    def test_issue_names_every_file_it_writes(self) -> None:
+        self.run_cli("ca", "init", "--ca-dir", self.ca_dir)
+        pw = os.path.join(self.tmp, "pw")
+        Path(pw).write_bytes(b"pw\n")
+        out = os.path.join(self.tmp, "other.p12")
+        code, stdout, _ = self.run_cli("cert", "issue", "alice", "--ca-dir", self.ca_dir, "--out", out,
+                                       "--password-file", pw, "--pem")
+        self.assertEqual(code, 0)
+        written = sorted(set(os.listdir(self.tmp)) - {"ca", "pw"})
+        self.assertEqual(written, ["other.cert.pem", "other.key.pem", "other.p12"])
+        for name in written:
+            self.assertIn(f"wrote {os.path.join(self.tmp, name)}", stdout)
+
+    def test_issue_warns_when_the_account_does_not_exist(self) -> None:
+        data = os.path.join(self.tmp, "data")
+        self.run_cli("ca", "init", "--data-dir", data)
+        self.run_cli("journalist", "add", "alice", "--data-dir", data, "--kdf-cost", "insecure-fast")
+        code, stdout, _ = self.run_cli("cert", "issue", "alice", "--data-dir", data, "--out",
+                                       os.path.join(self.tmp, "alice.p12"))
+        self.assertEqual(code, 0)
+        self.assertNotIn("warning", stdout)
+        code, stdout, _ = self.run_cli("cert", "issue", "bob", "--data-dir", data, "--out",
+                                       os.path.join(self.tmp, "bob.p12"))
+        self.assertEqual(code, 0)
+        self.assertIn("warning: there is no account named bob", stdout)
+        code, r = self.run_json("cert", "issue", "carol", "--data-dir", data, "--out", os.path.join(self.tmp, "c.p12"))
+        self.assertIs(r["account_exists"], False)
+        # An offline CA machine has no database: the CLI says it did not check, and creates nothing.
+        code, stdout, _ = self.run_cli("cert", "issue", "dave", "--ca-dir", os.path.join(data, "ca"),
+                                       "--data-dir", os.path.join(self.tmp, "nowhere"),
+                                       "--out", os.path.join(self.tmp, "d.p12"))
+        self.assertEqual(code, 0)
+        self.assertIn("was not checked", stdout)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "nowhere")))
+
+    def test_cert_list(self) -> None:
+        data = os.path.join(self.tmp, "data")
+        self.run_cli("ca", "init", "--data-dir", data)
+        self.run_cli("journalist", "add", "alice", "--data-dir", data, "--kdf-cost", "insecure-fast")
+        _, a = self.run_json("cert", "issue", "alice", "--data-dir", data, "--out", os.path.join(self.tmp, "a.p12"))
+        _, b = self.run_json("cert", "issue", "bob", "--data-dir", data, "--out", os.path.join(self.tmp, "b.p12"))
+        self.run_cli("cert", "revoke", "bob", "--data-dir", data)
+        code, r = self.run_json("cert", "list", "--data-dir", data)
+        self.assertEqual(code, 0)
+        rows = {(c["name"], c["serial"], c["not_after"], c["revoked"], c["account_exists"]) for c in r["certificates"]}
+        self.assertEqual(rows, {("alice", a["serial"], a["not_after"], False, True),
+                                ("bob", b["serial"], b["not_after"], True, False)})
+        code, stdout, _ = self.run_cli("cert", "list", "--data-dir", data)
+        alice_row = next(l for l in stdout.splitlines() if a["serial"] in l).split()
+        self.assertEqual(alice_row, [a["serial"], "client", "alice", a["not_after"], "no", "yes"])
+        bob_row = next(l for l in stdout.splitlines() if b["serial"] in l).split()
+        self.assertEqual(bob_row, [b["serial"], "client", "bob", b["not_after"], "yes", "NO"])
+
+    def test_cert_server_is_signed_by_the_same_ca(self) -> None:
+        self.run_cli("ca", "init", "--ca-dir", self.ca_dir)
+        out = os.path.join(self.tmp, "server.pem")
+        code, stdout, _ = self.run_cli("cert", "server", "--ca-dir", self.ca_dir, "--host", "10.8.0.1",
+                                       "--host", "news.example", "--out", out)
+        self.assertEqual(code, 0, stdout)
+        self.assertEqual(sorted(set(os.listdir(self.tmp)) - {"ca"}), ["server.key", "server.pem"])
+        self.assertIn(f"wrote {out}", stdout)
+        self.assertIn(f"wrote {os.path.join(self.tmp, 'server.key')}", stdout)
+        self.assertEqual(_mode(os.path.join(self.tmp, "server.key")), 0o600)
+        leaf, chained_ca = x509.load_pem_x509_certificates(Path(out).read_bytes())
+        ca_cert = _cert(os.path.join(self.ca_dir, ca.CA_CERT))
+        self.assertEqual(chained_ca, ca_cert)
+        leaf.verify_directly_issued_by(ca_cert)
+        sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        self.assertEqual([str(v) for v in sans.get_values_for_type(x509.IPAddress)], ["10.8.0.1"])
+        self.assertEqual(sans.get_values_for_type(x509.DNSName), ["news.example"])
+        eku = leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+        self.assertEqual(list(eku), [ExtendedKeyUsageOID.SERVER_AUTH])
+        key = load_pem_private_key(Path(self.tmp, "server.key").read_bytes(), None)
+        self.assertEqual(key.public_key(), leaf.public_key())
+        code, r = self.run_json("cert", "list", "--ca-dir", self.ca_dir)
+        self.assertEqual([(c["kind"], c["name"]) for c in r["certificates"]], [("server", "10.8.0.1")])
+        code, r = self.run_json("cert", "server", "--ca-dir", self.ca_dir, "--host", "x", "--out", out)
+        self.assertIn("refusing to overwrite", r["error"])
+
+    def test_revoke_prints_the_next_step_for_the_ca_in_use(self) -> None:
+        data = os.path.join(self.tmp, "data")
+        self.run_cli("ca", "init", "--data-dir", data)
+        self.run_cli("cert", "issue", "alice", "--data-dir", data, "--out", os.path.join(self.tmp, "a.p12"))
+        code, stdout, _ = self.run_cli("cert", "revoke", "alice", "--data-dir", data)
+        self.assertEqual(code, 0)
+        # The server watches DATA/ca/crl.pem: the next step rewrites exactly that file.
+        self.assertIn(f"next: deaddrop-admin crl --data-dir {data} ", stdout)
+        self.assertNotIn("--out", stdout)
+        self.run_cli("cert", "issue", "bob", "--ca-dir", self.ca_dir, "--out", os.path.join(self.tmp, "b.p12"))
+        self.run_cli("ca", "init", "--ca-dir", self.ca_dir)
+        self.run_cli("cert", "issue", "bob", "--ca-dir", self.ca_dir, "--out", os.path.join(self.tmp, "b.p12"))
+        code, stdout, _ = self.run_cli("cert", "revoke", "bob", "--ca-dir", self.ca_dir, "--data-dir", data)
+        self.assertIn(f"next: deaddrop-admin crl --ca-dir {self.ca_dir} --out crl.pem, then copy crl.pem over "
+                      "the server's --journalist-crl file", stdout)
 
     def test_errors_exit_non_zero_with_one_line(self) -> None:
         code, r = self.run_json("cert", "issue", "alice", "--ca-dir", self.ca_dir, "--out",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import fcntl
+import ipaddress
 import json
 import os
 import re
@@ -102,8 +103,12 @@ def init_ca(ca_dir: str, algorithm: str = "p256") -> dict[str, Any]:
 
 
 def issue_client_cert(ca_dir: str, name: str, out_p12: str, password: bytes | None,
-                      days: int = 365) -> dict[str, Any]:
-    """Issue a clientAuth certificate as ``out_p12`` plus ``NAME.key.pem``/``NAME.cert.pem``."""
+                      days: int = 365, pem: bool = False) -> dict[str, Any]:
+    """Issue a clientAuth certificate as ``out_p12`` (key, certificate and the CA certificate).
+
+    With ``pem``, also ``STEM.key.pem`` (encrypted with the same password) and ``STEM.cert.pem``
+    beside it, where STEM is ``out_p12`` without its extension. ``files`` lists every file written.
+    """
     if not _NAME_RE.fullmatch(name):
         raise AdminError(f"invalid name {name!r}: use 1-64 letters, digits, '.', '_' or '-'")
     if days < 1:
@@ -111,52 +116,127 @@ def issue_client_cert(ca_dir: str, name: str, out_p12: str, password: bytes | No
     if password is not None and not password:
         raise AdminError("the password is empty")
     ca_key, ca_cert = _load_ca(ca_dir)
-    out_dir = os.path.dirname(os.path.abspath(out_p12))
-    if not os.path.isdir(out_dir):
-        raise AdminError(f"cannot write {out_p12}: directory {out_dir} does not exist")
-    key_path = os.path.join(os.path.dirname(out_p12), f"{name}.key.pem")
-    cert_path = os.path.join(os.path.dirname(out_p12), f"{name}.cert.pem")
+    _check_out_dir(out_p12)
+    stem = _stem(out_p12, (".p12", ".pfx"))
+    key_path, cert_path = f"{stem}.key.pem", f"{stem}.cert.pem"
     generated = password is None
     if password is None:
         password = generate_password().encode("ascii")
+    files = [out_p12, key_path, cert_path] if pem else [out_p12]
     with _locked(ca_dir):
         state = _load_state(ca_dir)
         now = _now()
         if any(e["name"] == name and _active(e, now) for e in state["certs"]):
             raise AdminError(f"{name} already has an active certificate: revoke it first")
-        for path in (out_p12, key_path, cert_path):
-            if os.path.exists(path):
-                raise AdminError(f"{path} already exists: refusing to overwrite it")
+        _refuse_existing(files)
         # Browsers only reliably support ECDSA P-256 client keys, whatever the CA's algorithm.
         key = ec.generate_private_key(ec.SECP256R1())
         not_after = min(now + datetime.timedelta(days=days), ca_cert.not_valid_after_utc)
         cert = make_client_certificate(ca_key, ca_cert, name, key.public_key(), now - CLOCK_SKEW, not_after)
         entry = {"name": name, "serial": _hex(cert.serial_number), "issued_at": _iso(now),
                  "not_after": _iso(not_after), "revoked": False, "revoked_at": None}
+        # The CA rides along: importing the .p12 also brings the newsroom CA, which the
+        # journalist then trusts for the server's certificate (same CA, see issue_server_cert).
         p12 = pkcs12.serialize_key_and_certificates(
-            name.encode("utf-8"), key, cert, None, serialization.BestAvailableEncryption(password)
+            name.encode("utf-8"), key, cert, [ca_cert], serialization.BestAvailableEncryption(password)
         )
-        key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                    serialization.NoEncryption())
+        contents = {out_p12: (p12, 0o600)}
+        if pem:
+            # Never an unprotected key on disk: the PEM key carries the .p12's password.
+            contents[key_path] = (key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                    serialization.BestAvailableEncryption(password)), 0o600)
+            contents[cert_path] = (cert.public_bytes(serialization.Encoding.PEM), 0o644)
         # Record the serial before handing the certificate out: a certificate missing from
         # the state could never be revoked by name.
         state["certs"].append(entry)
         _save_state(ca_dir, state)
         try:
-            _write(key_path, key_pem, 0o600)
-            _write(cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
-            _write(out_p12, p12, 0o600)
+            for path, (data, mode) in contents.items():
+                _write(path, data, mode)
         except AdminError:
             state["certs"].remove(entry)
             _save_state(ca_dir, state)
-            for path in (key_path, cert_path, out_p12):
+            for path in files:
                 _remove_quietly(path)
             raise
-    result: dict[str, Any] = dict(entry, p12=out_p12, key_pem=key_path, cert_pem=cert_path,
-                                  password_generated=generated)
+    result: dict[str, Any] = dict(entry, p12=out_p12, files=files, password_generated=generated)
+    if pem:
+        result.update(key_pem=key_path, cert_pem=cert_path)
     if generated:
         result["password"] = password.decode("ascii")
     return result
+
+
+def issue_server_cert(ca_dir: str, hosts: list[str], out_cert: str, days: int = 365) -> dict[str, Any]:
+    """Sign the journalist listener's TLS certificate with the same CA as the journalists'.
+
+    Writes ``out_cert`` (the certificate followed by the CA's, PEM) and ``STEM.key`` (the
+    server's key, unencrypted: the server reads it at start). A browser that trusts the CA,
+    imported from the journalist's ``.p12``, then accepts the server without an exception.
+    """
+    if not hosts:
+        raise AdminError("give at least one --host (the address or name journalists use)")
+    if days < 1:
+        raise AdminError("--days must be at least 1")
+    sans = [_host_name(h) for h in dict.fromkeys(hosts)]
+    ca_key, ca_cert = _load_ca(ca_dir)
+    _check_out_dir(out_cert)
+    key_path = _stem(out_cert, (".pem", ".crt")) + ".key"
+    files = [out_cert, key_path]
+    if os.path.realpath(out_cert) in {os.path.realpath(os.path.join(ca_dir, f)) for f in (CA_KEY, CA_CERT, STATE)}:
+        raise AdminError(f"refusing to write the server certificate over the CA's own {os.path.basename(out_cert)}")
+    with _locked(ca_dir):
+        state = _load_state(ca_dir)
+        _refuse_existing(files)
+        key = ec.generate_private_key(ec.SECP256R1())
+        now = _now()
+        not_after = min(now + datetime.timedelta(days=days), ca_cert.not_valid_after_utc)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "DeadDrop"),
+                                     x509.NameAttribute(NameOID.COMMON_NAME, hosts[0][:64])]))
+            .issuer_name(ca_cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - CLOCK_SKEW)
+            .not_valid_after(not_after)
+            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
+                                         data_encipherment=False, key_agreement=False, key_cert_sign=False,
+                                         crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
+            # serverAuth only: this key can never log in as a journalist.
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .add_extension(_authority_key_id(ca_cert), critical=False)
+            .sign(ca_key, _hash_for(ca_key))
+        )
+        entry = {"name": hosts[0], "hosts": list(dict.fromkeys(hosts)), "serial": _hex(cert.serial_number),
+                 "issued_at": _iso(now), "not_after": _iso(not_after)}
+        state.setdefault("servers", []).append(entry)
+        _save_state(ca_dir, state)
+        key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                    serialization.NoEncryption())
+        chain = cert.public_bytes(serialization.Encoding.PEM) + ca_cert.public_bytes(serialization.Encoding.PEM)
+        try:
+            _write(key_path, key_pem, 0o600)
+            _write(out_cert, chain, 0o644)
+        except AdminError:
+            for path in files:
+                _remove_quietly(path)
+            raise
+    return dict(entry, cert=out_cert, key=key_path, files=files)
+
+
+def list_certs(ca_dir: str) -> list[dict[str, Any]]:
+    """Every certificate the CA issued, oldest first: kind, name, serial, not_after, revoked."""
+    _load_ca(ca_dir)
+    state = _load_state(ca_dir)
+    found = [dict(kind="client", name=e["name"], serial=e["serial"], not_after=e["not_after"],
+                  revoked=bool(e["revoked"]), revoked_at=e.get("revoked_at")) for e in state["certs"]]
+    found += [dict(kind="server", name=e["name"], serial=e["serial"], not_after=e["not_after"],
+                   revoked=False, revoked_at=None) for e in state.get("servers", [])]
+    return found
 
 
 def revoke(ca_dir: str, name: str) -> dict[str, Any]:
@@ -353,6 +433,33 @@ def _hash_for(key: CAKey) -> hashes.HashAlgorithm | None:
 
 def _active(entry: dict[str, Any], now: datetime.datetime) -> bool:
     return not entry["revoked"] and datetime.datetime.fromisoformat(entry["not_after"]) > now
+
+
+def _check_out_dir(path: str) -> None:
+    out_dir = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(out_dir):
+        raise AdminError(f"cannot write {path}: directory {out_dir} does not exist")
+
+
+def _refuse_existing(paths: list[str]) -> None:
+    for path in paths:
+        if os.path.lexists(path):
+            raise AdminError(f"{path} already exists: refusing to overwrite it")
+
+
+def _stem(path: str, extensions: tuple[str, ...]) -> str:
+    root, ext = os.path.splitext(path)
+    return root if ext.lower() in extensions else path
+
+
+def _host_name(host: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(host))
+    except ValueError:
+        pass
+    if not re.fullmatch(r"[A-Za-z0-9*]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9-]{1,63})*\.?", host):
+        raise AdminError(f"--host {host!r} is neither an IP address nor a DNS name")
+    return x509.DNSName(host.rstrip("."))
 
 
 def _remove_quietly(path: str) -> None:

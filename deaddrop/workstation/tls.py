@@ -32,9 +32,17 @@ def load_client_certificate(cert_path: str, key_path: str | None = None, passwor
         key_path = key_path or _guess_key_path(cert_path)
         try:
             with open(key_path, "rb") as f:
-                pem = data + b"\n" + f.read()
+                key_pem = f.read()
         except OSError as e:
             raise ClientTLSError(f"cannot read client key {key_path}: {e.strerror} (use --key)")
+        if b"ENCRYPTED" in key_pem:
+            # `cert issue --pem` encrypts the key with the .p12's password.
+            try:
+                key_pem = serialization.load_pem_private_key(key_pem, password).private_bytes(
+                    serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+            except (TypeError, ValueError):
+                raise ClientTLSError(f"cannot open {key_path}: wrong password (use --cert-password-file)")
+        pem = data + b"\n" + key_pem
     try:
         return ssl.PrivateCertificate.loadPEM(pem)
     except Exception:

@@ -27,6 +27,7 @@ from zope.interface import implementer
 from deaddrop.admin import ca
 from deaddrop.events import SecurityEvents
 from deaddrop.web.journalist import tls
+from tests._support import client_pems
 
 
 @implementer(IOpenSSLClientConnectionCreator)
@@ -102,7 +103,7 @@ class JournalistTLSTests(unittest.TestCase):
 
     def issue(self, name: str, ca_dir: str | None = None) -> tuple[str, str]:
         r = ca.issue_client_cert(ca_dir or self.ca_dir, name, os.path.join(self.tmp, f"{name}.p12"), b"pw")
-        return r["key_pem"], r["cert_pem"]
+        return client_pems(r["p12"], b"pw")
 
     def start_server(self, crl_path: str | None, clock: Any = None) -> tls.JournalistTLS:
         journalist_tls = tls.JournalistTLS(self.server_key, self.server_cert, os.path.join(self.ca_dir, ca.CA_CERT),

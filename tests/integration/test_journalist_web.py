@@ -17,7 +17,7 @@ from twisted.trial import unittest
 from deaddrop.admin import ca
 from deaddrop.web.journalist import pages
 from tests._support import (
-    Browser, JournalistBrowser, LogCapture, TotpDevice, add_journalist, issue_client_cert, security_events,
+    Browser, JournalistBrowser, LogCapture, TotpDevice, add_journalist, issue_client_cert, client_pems, security_events,
     start_journalist_server, start_server, test_svs, wait_until,
 )
 
@@ -97,7 +97,7 @@ class JournalistWebTests(unittest.TestCase):
         other_ca = os.path.join(self.server.data_dir, "other-ca")
         ca.init_ca(other_ca)
         r = ca.issue_client_cert(other_ca, "mallory", os.path.join(other_ca, "mallory.p12"), b"pw")
-        for client, reason in [(None, "no_certificate"), ((r["key_pem"], r["cert_pem"]), "unknown_ca")]:
+        for client, reason in [(None, "no_certificate"), (client_pems(r["p12"], b"pw"), "unknown_ca")]:
             before = len([e for e in security_events(self.server) if e["event"] == "tls.client_cert.refused"])
             with self.assertRaises(Exception):
                 yield self.browser(client).get("/login")
