@@ -11,7 +11,7 @@ from deaddrop.tap import Options, makeService
 options = Options()
 argv = []
 for name, value in from_environment(os.environ).items():
-    if name in ("journalist-onion", "demo"):
+    if name in ("journalist-onion", "demo", "journalist-explain-missing-cert"):
         if value.lower() in ("1", "true", "yes"):
             argv.append(f"--{name}")
     elif name == "tor-options":

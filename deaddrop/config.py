@@ -43,6 +43,8 @@ class Config:
     journalist_crl: str | None = None
     journalist_tls_cert: str | None = None
     journalist_tls_key: str | None = None
+    journalist_explain_missing_cert: bool = False
+    journalist_connection_max_age: float = 3600.0
     organisation_name: str = "DeadDrop"
     demo: bool = False
     source_session_idle: float = 30 * 60.0
@@ -61,6 +63,8 @@ class Config:
             raise ConfigError("--max-upload-size must be at least 1024 bytes")
         if not 1 <= self.crypto_threads <= 256:
             raise ConfigError("--crypto-threads must be between 1 and 256")
+        if not 10 <= self.journalist_connection_max_age <= 7 * 86400:
+            raise ConfigError("--journalist-connection-max-age must be between 10 seconds and 7 days")
         if self.submission_key is None:
             raise ConfigError(NO_KEY_HELP)
         if not os.path.isfile(self.submission_key):

@@ -31,6 +31,8 @@ ALLOWED_FIELDS = frozenset(
         "target",  # the account acted upon by an admin action
         "fingerprint",  # the submission key fingerprint (public)
         "detail",  # a fixed, non-source-derived explanation
+        "expires",  # when a CRL or certificate expires (ISO 8601, UTC)
+        "days_left",  # whole days until it does
     }
 )
 

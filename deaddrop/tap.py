@@ -33,11 +33,15 @@ class Options(usage.Options):
         ["journalist-crl", None, None, "Certificate revocation list for journalists' certificates (reloaded on change)."],
         ["journalist-tls-cert", None, None, "The journalist listener's certificate (default: made in the data dir)."],
         ["journalist-tls-key", None, None, "The journalist listener's key (default: made in the data dir)."],
+        ["journalist-connection-max-age", None, 3600.0,
+         "Seconds after which a journalist connection is closed (the browser reconnects).", float],
         ["organisation-name", None, "DeadDrop", "The name sources see (admins can change it later)."],
     ]
     optFlags = [
         ["journalist-onion", None, "Also publish the journalist interface as an onion service with client authorisation."],
         ["demo", None, "Mark this instance as a demo everywhere (the README's demo uses it)."],
+        ["journalist-explain-missing-cert", None,
+         "Show a browser without a client certificate one static page saying it needs one (off: refuse the handshake)."],
     ]
 
     def __init__(self) -> None:
@@ -77,6 +81,8 @@ def config_from_options(options: Any) -> Config:
         journalist_crl=options["journalist-crl"],
         journalist_tls_cert=options["journalist-tls-cert"],
         journalist_tls_key=options["journalist-tls-key"],
+        journalist_explain_missing_cert=bool(options["journalist-explain-missing-cert"]),
+        journalist_connection_max_age=float(options["journalist-connection-max-age"]),
         organisation_name=options["organisation-name"],
         demo=bool(options["demo"]),
     )

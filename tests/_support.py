@@ -293,7 +293,7 @@ class _ClientCreator:
 
 @_implementer(_IPolicyForHTTPS)
 class MutualTLSPolicy:
-    """Trusts exactly the server's (self-signed) certificate and presents a client certificate."""
+    """Trusts ``server_cert`` (the server's certificate or the CA that signed it) and presents a client certificate."""
 
     def __init__(self, server_cert: str, client: tuple[str, str] | None) -> None:
         ctx = _SSL.Context(_SSL.TLS_METHOD)
@@ -341,7 +341,8 @@ def journalist_url(server: RunningServer):
     port = yield server.service.journalist_listener.when_listening()
     server.journalist_url = f"https://127.0.0.1:{port.getHost().port}"
     server.ca_dir = os.path.join(server.data_dir, "ca")
-    server.server_cert = os.path.join(server.data_dir, "tls", "server.pem")
+    # What a journalist trusts: the CA that signed both their certificate and the server's.
+    server.server_cert = os.path.join(server.ca_dir, "ca.pem")
     return server.journalist_url
 
 

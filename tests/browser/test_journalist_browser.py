@@ -10,15 +10,12 @@ global (no /etc/chromium/policies, no ``--ignore-certificate-errors``, no ``acce
   ``pk12util -i`` imports the journalist's PKCS#12 (``deaddrop-admin cert issue`` output) -- just as a
   journalist would on their workstation. certutil/pk12util are in Debian's ``libnss3-tools``.
 
-* **Trusting the server: its exact certificate, as a trusted peer.** The journalist listener's
-  certificate is self-signed (``DATA/tls/server.pem``). ``certutil -A -t "P,,"`` adds it with the
-  NSS trust flag "trusted peer" for TLS: Chromium accepts that one certificate for a server (not
-  as a CA that could vouch for others) and still checks the rest: without the trust entry the
-  page is Chromium's "Privacy error", and with it the same server reached under another name
-  (``--host-resolver-rules="MAP other.test 127.0.0.1"``, https://other.test:PORT) is still a
-  "Privacy error". ``--ignore-certificate-errors-spki-list=<base64 SHA-256 of the SPKI>`` works
-  too, but it waives *every* error for a chain holding that key: other.test loads with it (both
-  tried with Chromium 156). The NSS trust is the narrower tool and matches a real workstation.
+* **Trusting the server: the newsroom CA.** One offline CA signs the journalists' certificates
+  and the journalist listener's (``deaddrop-admin cert server``; the demo layout issues it from
+  ``DATA/ca`` at first start). ``certutil -A -t "C,,"`` trusts that CA to identify websites,
+  which is the "Authorities" import a journalist does in Chromium's or Firefox's settings. The
+  server's own certificate is never imported: ``test_journalist_onboarding`` checks that the
+  ``.p12`` plus the CA is all a browser needs, and that without the CA Chromium warns.
 
 * **Choosing the certificate without a dialog.** When a server asks for a client certificate,
   Chromium shows a certificate picker unless the ``AutoSelectCertificateForUrls`` policy matches.
@@ -112,13 +109,18 @@ def _run(*argv: str) -> None:
         raise AssertionError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr or proc.stdout}")
 
 
-def make_nss_home(parent: str, server_cert: str, p12: str | None) -> str:
-    """A HOME whose ``.pki/nssdb`` trusts ``server_cert`` (as a peer) and holds ``p12``, if given."""
+def make_nss_home(parent: str, ca_cert: str | None, p12: str | None) -> str:
+    """A HOME whose ``.pki/nssdb`` trusts ``ca_cert`` to identify websites and holds ``p12``, if given.
+
+    Exactly what the README asks of a journalist: import the ``.p12`` (Your Certificates) and
+    trust the newsroom CA (Authorities, "identify websites"); nothing about the server itself.
+    """
     home = tempfile.mkdtemp(prefix="home-", dir=parent)
     db = os.path.join(home, ".pki", "nssdb")
     os.makedirs(db, mode=0o700)
     _run(CERTUTIL, "-N", "-d", f"sql:{db}", "--empty-password")
-    _run(CERTUTIL, "-A", "-d", f"sql:{db}", "-n", "DeadDrop journalist interface", "-t", "P,,", "-i", server_cert)
+    if ca_cert is not None:
+        _run(CERTUTIL, "-A", "-d", f"sql:{db}", "-n", "DeadDrop newsroom CA", "-t", "C,,", "-i", ca_cert)
     if p12 is not None:
         _run(PK12UTIL, "-i", p12, "-d", f"sql:{db}", "-W", P12_PASSWORD, "-K", "")
     return home

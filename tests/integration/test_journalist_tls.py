@@ -16,6 +16,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from OpenSSL import SSL
 from OpenSSL.crypto import X509
 from twisted.internet import defer, reactor, task
+from twisted.internet.endpoints import TCP4ClientEndpoint, wrapClientTLS
+from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
 from twisted.trial import unittest
 from twisted.web.client import Agent, HTTPConnectionPool
@@ -79,6 +81,25 @@ def _write_cert_pair(directory: str, name: str, key: Any, cert: x509.Certificate
     return key_path, cert_path
 
 
+class _KeptOpen(Protocol):
+    """One HTTP/1.1 keep-alive connection: send requests, see replies and the end."""
+
+    def __init__(self) -> None:
+        self.received = b""
+        self.lost = defer.Deferred()
+        self.closed = False
+
+    def get(self) -> None:
+        self.transport.write(b"GET / HTTP/1.1\r\nHost: journalist\r\n\r\n")
+
+    def dataReceived(self, data: bytes) -> None:
+        self.received += data
+
+    def connectionLost(self, reason: Any) -> None:
+        self.closed = True
+        self.lost.callback(None)
+
+
 class JournalistTLSTests(unittest.TestCase):
     algorithm = "p256"
     client_max_version: int | None = None  # None: the client negotiates TLS 1.3
@@ -105,9 +126,9 @@ class JournalistTLSTests(unittest.TestCase):
         r = ca.issue_client_cert(ca_dir or self.ca_dir, name, os.path.join(self.tmp, f"{name}.p12"), b"pw")
         return client_pems(r["p12"], b"pw")
 
-    def start_server(self, crl_path: str | None, clock: Any = None) -> tls.JournalistTLS:
+    def start_server(self, crl_path: str | None, clock: Any = None, **options: Any) -> tls.JournalistTLS:
         journalist_tls = tls.JournalistTLS(self.server_key, self.server_cert, os.path.join(self.ca_dir, ca.CA_CERT),
-                                           crl_path, self.events, reactor=clock or self.clock)
+                                           crl_path, self.events, reactor=clock or self.clock, **options)
         self.factory = journalist_tls.wrap_factory(Site(_WhoAmI()))
         self.port = reactor.listenTCP(0, self.factory, interface="127.0.0.1")
         self.addCleanup(self._stop, self.port, self.factory)
@@ -218,6 +239,70 @@ class JournalistTLSTests(unittest.TestCase):
         # An unchanged file is not reloaded again on later polls.
         self.clock.advance(tls.POLL_SECONDS * 3)
         self.assertEqual(len(self.read_events(tls.CRL_RELOADED)), 1)
+
+    @defer.inlineCallbacks
+    def keep_open(self, client: tuple[str, str]) -> Any:
+        """A keep-alive connection that has completed one request: -> the protocol."""
+        endpoint = wrapClientTLS(_ClientPolicy(self.server_cert, client, self.client_max_version)
+                                 .creatorForNetloc(b"127.0.0.1", 0),
+                                 TCP4ClientEndpoint(reactor, "127.0.0.1", self.port.getHost().port))
+        proto = yield endpoint.connect(Factory.forProtocol(_KeptOpen))
+        self.addCleanup(lambda: None if proto.closed else (proto.transport.abortConnection(), proto.lost)[1])
+        proto.get()
+        name = tls.common_name(_load_cert(client[1])).encode()
+        yield self.wait_until(lambda: proto.received.endswith(name + b" True"))
+        return proto
+
+    @defer.inlineCallbacks
+    def test_revocation_closes_open_keep_alive_connections_of_that_certificate(self) -> Any:
+        self.tls.service.startService()
+        self.addCleanup(self.tls.service.stopService)
+        bob = self.issue("bob")
+        alice_conn = yield self.keep_open(self.alice)
+        bob_conn = yield self.keep_open(bob)
+        yield self.revoke_alice_and_publish()
+        self.clock.advance(tls.POLL_SECONDS)
+        yield self.wait_until(lambda: alice_conn.closed)
+        closed = self.read_events(tls.CLOSED)
+        self.assertEqual([(e["reason"], e["serial"]) for e in closed],
+                         [("revoked", format(_load_cert(self.alice[1]).serial_number, "x"))])
+        # Bob's connection is untouched and still serves requests.
+        self.assertFalse(bob_conn.closed)
+        bob_conn.received = b""
+        bob_conn.get()
+        yield self.wait_until(lambda: bob_conn.received.endswith(b"bob True"))
+
+    @defer.inlineCallbacks
+    def test_connections_have_a_maximum_age(self) -> Any:
+        self.port.stopListening()
+        journalist_tls = self.start_server(self.crl_path, max_connection_age=60.0)
+        journalist_tls.service.startService()
+        self.addCleanup(journalist_tls.service.stopService)
+        conn = yield self.keep_open(self.alice)
+        self.clock.advance(58.0)
+        self.assertFalse(conn.closed)
+        self.clock.advance(tls.POLL_SECONDS)
+        yield self.wait_until(lambda: conn.closed)
+        self.assertEqual([e["reason"] for e in self.read_events(tls.CLOSED)], ["max_age"])
+
+    @defer.inlineCallbacks
+    def test_crl_expiry_is_reported_seven_days_ahead_then_at_expiry(self) -> Any:
+        self.tls.service.startService()
+        self.addCleanup(self.tls.service.stopService)
+        next_update = x509.load_pem_x509_crl(Path(self.crl_path).read_bytes()).next_update_utc
+        self.clock.advance((next_update - datetime.timedelta(days=8)).timestamp())
+        self.clock.advance(tls.POLL_SECONDS)
+        self.assertEqual(self.read_events(tls.CRL_EXPIRES_SOON), [])
+        self.clock.advance(datetime.timedelta(days=1, minutes=1).total_seconds())
+        self.clock.advance(tls.POLL_SECONDS)
+        soon = self.read_events(tls.CRL_EXPIRES_SOON)
+        self.assertEqual([(e["expires"], e["days_left"]) for e in soon], [(next_update.isoformat(), 6)])
+        self.clock.advance(3600)  # once per CRL, not on every poll
+        self.assertEqual(len(self.read_events(tls.CRL_EXPIRES_SOON)), 1)
+        self.clock.advance(datetime.timedelta(days=7).total_seconds())
+        self.assertEqual([e["expires"] for e in self.read_events(tls.CRL_EXPIRED)], [next_update.isoformat()])
+        self.assertEqual(len(self.read_events(tls.CRL_EXPIRES_SOON)), 1)
+        yield None
 
     @defer.inlineCallbacks
     def test_sighup_reloads_and_chains_the_previous_handler(self) -> Any:

@@ -188,8 +188,11 @@ class WorkstationTests(unittest.TestCase):
         with self.assertRaises(ws_cli.ApiError) as e:
             yield ws_cli.run(reactor, ws_cli.build_parser().parse_args(argv), out=io.StringIO())
         self.assertEqual(e.exception.status, 403)
-        other_ca = self.server.ca_dir + "/ca.pem"  # not the server's certificate
-        argv[argv.index("--ca") + 1] = other_ca
+        from deaddrop.admin import ca
+
+        other_ca = os.path.join(self.server.data_dir, "other-ca")  # not the CA that signed the server's certificate
+        ca.init_ca(other_ca)
+        argv[argv.index("--ca") + 1] = os.path.join(other_ca, "ca.pem")
         with self.assertRaises(Exception) as e:
             yield ws_cli.run(reactor, ws_cli.build_parser().parse_args(argv), out=io.StringIO())
         self.assertNotIsInstance(e.exception, ws_cli.ApiError)

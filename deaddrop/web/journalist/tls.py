@@ -3,8 +3,16 @@
 ``JournalistTLS`` is the connection creator handed to ``TLSMemoryBIOFactory``. Every new
 connection uses ``self._context``; reloading the CRL builds a *new* context (pyOpenSSL forbids
 changing one that is in use) and swaps it in, so new handshakes see the new CRL while
-established connections are untouched. Refusals are reported as ``tls.client_cert.refused``
-security events; CRL problems never take the listener down, they keep the last good CRL.
+established connections are checked against it too: every open connection whose client
+certificate the new CRL revokes is closed at once. Connections also have a maximum age, and
+one whose certificate expires is closed. Refusals are reported as ``tls.client_cert.refused``
+security events; CRL problems never take the listener down, they keep the last good CRL. A CRL
+that expires within ``CRL_WARNING`` is reported (``crl.expires_soon``) before the listener fails
+closed at its expiry.
+
+With ``explain_missing_certificate`` the handshake lets a browser without a certificate in, and
+``CertificateGate`` (the journalist site's root) answers it with one static page and nothing
+else: no route of the application ever sees a request without a verified certificate.
 """
 from __future__ import annotations
 
@@ -16,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -30,12 +39,16 @@ from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from deaddrop.certificates import crl_expires_soon
 from deaddrop.events import SecurityEvents
 from deaddrop.store._atomic import write_atomically
 
 REFUSED = "tls.client_cert.refused"
 CRL_LOADED, CRL_RELOADED, CRL_RELOAD_FAILED = "crl.loaded", "crl.reloaded", "crl.reload_failed"
+CRL_EXPIRES_SOON, CRL_EXPIRED = "crl.expires_soon", "crl.expired"
+CLOSED = "tls.connection.closed"
 POLL_SECONDS = 2.0
+MAX_CONNECTION_AGE = 3600.0
 SERVER_CERT_DAYS = 5 * 365
 # Applies to TLS 1.2 only (1.3 suites are all AEAD + forward secret): ECDHE + AEAD, nothing else.
 TLS12_CIPHERS = b"ECDHE+AESGCM:ECDHE+CHACHA20:!aNULL"
@@ -91,14 +104,30 @@ def ensure_server_certificate(data_dir: str, hostnames: Iterable[str] = ("localh
     return key_path, cert_path
 
 
+def signed_by(cert_path: str, ca_path: str) -> bool:
+    """Whether the first certificate in ``cert_path`` was issued by the CA in ``ca_path``."""
+    try:
+        cert = x509.load_pem_x509_certificates(Path(cert_path).read_bytes())[0]
+        cert.verify_directly_issued_by(x509.load_pem_x509_certificate(Path(ca_path).read_bytes()))
+    except (OSError, ValueError, TypeError, IndexError, InvalidSignature):
+        return False
+    return True
+
+
 @implementer(IOpenSSLServerConnectionCreator)
 class JournalistTLS:
     """Client-certificate TLS with a hot-reloadable CRL (``crl_path=None``: no revocation check)."""
 
     def __init__(self, key_path: str, cert_path: str, ca_path: str, crl_path: str | None,
-                 events: SecurityEvents, reactor: Any = None, poll_interval: float = POLL_SECONDS) -> None:
+                 events: SecurityEvents, reactor: Any = None, poll_interval: float = POLL_SECONDS, *,
+                 max_connection_age: float = MAX_CONNECTION_AGE, explain_missing_certificate: bool = False) -> None:
         self._key = serialization.load_pem_private_key(Path(key_path).read_bytes(), password=None)
-        self._cert = x509.load_pem_x509_certificate(Path(cert_path).read_bytes())
+        # The certificate, then any chain after it (``cert server`` writes the CA after it).
+        self._cert, *self._chain = x509.load_pem_x509_certificates(Path(cert_path).read_bytes())
+        self._max_age = max_connection_age
+        self.explain_missing_certificate = explain_missing_certificate
+        self._factories: list[_ObservingFactory] = []
+        self._warned_crl: tuple[int, str] | None = None
         cas = x509.load_pem_x509_certificates(Path(ca_path).read_bytes())
         if len(cas) != 1:
             raise ValueError(f"{ca_path} must hold exactly one CA certificate, not {len(cas)}")
@@ -119,8 +148,9 @@ class JournalistTLS:
                 self._emit(CRL_RELOAD_FAILED, reason=problem)
             else:
                 self._crl = crl
-                self._emit(CRL_LOADED, count=len(crl))
+                self._emit(CRL_LOADED, count=len(crl), expires=_iso(crl.next_update_utc))
         self._context = self._build_context(self._crl)
+        self._check_crl_expiry()
         self.service: IService = TimerService(poll_interval, self._poll)
         self.service.clock = reactor  # type: ignore[attr-defined]
 
@@ -134,7 +164,12 @@ class JournalistTLS:
 
     def wrap_factory(self, factory: IProtocolFactory) -> IProtocolFactory:
         """Wrap an application factory (e.g. a ``Site``) in server-side TLS."""
-        return TLSMemoryBIOFactory(self, False, _ObservingFactory(factory, self._missing_certificate))
+        observing = _ObservingFactory(factory, self)
+        self._factories.append(observing)
+        return TLSMemoryBIOFactory(self, False, observing)
+
+    def open_connections(self) -> list["_ObservingProtocol"]:
+        return [p for f in self._factories for p in list(f.live)]
 
     def reload_crl(self) -> bool:
         """Re-read the CRL; on any problem keep the previous one. True if a new CRL is in use."""
@@ -152,7 +187,9 @@ class JournalistTLS:
             self._emit(CRL_RELOAD_FAILED, reason="error")
             return False
         self._crl, self._context = crl, context
-        self._emit(CRL_RELOADED, count=len(crl))
+        self._emit(CRL_RELOADED, count=len(crl), expires=_iso(crl.next_update_utc))
+        self._close_revoked(crl)
+        self._check_crl_expiry()
         return True
 
     def install_sighup(self) -> Callable[[], None]:
@@ -173,6 +210,44 @@ class JournalistTLS:
     def _poll(self) -> None:
         if self._crl_path is not None and _stat(self._crl_path) != self._crl_stat:
             self.reload_crl()
+        self._check_crl_expiry()
+        self._close_old_and_expired()
+
+    def _now(self) -> datetime.datetime:
+        return datetime.datetime.fromtimestamp(self._reactor.seconds(), datetime.timezone.utc)
+
+    def _close_revoked(self, crl: x509.CertificateRevocationList) -> None:
+        # A new CRL stops new handshakes; an open keep-alive connection must not outlive it.
+        for connection in self.open_connections():
+            serial = connection.peer_serial
+            if serial is not None and crl.get_revoked_certificate_by_serial_number(serial) is not None:
+                connection.close("revoked")
+
+    def _close_old_and_expired(self) -> None:
+        now, clock = self._now(), self._reactor.seconds()
+        for connection in self.open_connections():
+            if connection.peer_not_after is not None and connection.peer_not_after <= now:
+                connection.close("expired")
+            elif clock - connection.opened_at >= self._max_age:
+                # Abort, not a TLS close: that would wait on the HTTP channel, which holds the
+                # transport as its producer for as long as the client keeps the connection.
+                connection.close("max_age")
+
+    def _check_crl_expiry(self) -> None:
+        """One security event per CRL when it comes within ``CRL_WARNING`` of expiry, one at expiry."""
+        if self._crl is None:
+            return
+        next_update, now = self._crl.next_update_utc, self._now()
+        if not crl_expires_soon(next_update, now):
+            return
+        state = CRL_EXPIRED if next_update <= now else CRL_EXPIRES_SOON
+        key = (_crl_number(self._crl), state)
+        if self._warned_crl == key:
+            return
+        self._warned_crl = key
+        days = max(0, (next_update - now).days)
+        self._emit(state, expires=_iso(next_update), days_left=days,
+                   detail="write a new CRL on the CA machine (deaddrop-admin crl) and copy it to the server")
 
     def _read_crl(self) -> tuple[x509.CertificateRevocationList | None, str]:
         assert self._crl_path is not None
@@ -206,6 +281,8 @@ class JournalistTLS:
         ctx.set_options(SSL.OP_NO_COMPRESSION | SSL.OP_CIPHER_SERVER_PREFERENCE | SSL.OP_NO_TICKET)
         ctx.set_session_cache_mode(SSL.SESS_CACHE_OFF)
         ctx.use_certificate(self._cert)
+        for extra in self._chain:
+            ctx.add_extra_chain_cert(X509.from_cryptography(extra))
         ctx.use_privatekey(self._key)  # type: ignore[arg-type]
         ctx.check_privatekey()
         store = ctx.get_cert_store()
@@ -216,8 +293,12 @@ class JournalistTLS:
                 store.add_crl(crl)
             store.set_flags(X509StoreFlags.CRL_CHECK)
         ctx.add_client_ca(self._ca)  # tells browsers which certificate to offer
-        ctx.set_verify(SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT | SSL.VERIFY_CLIENT_ONCE,
-                       self._verify)
+        # A certificate that is sent is always verified; a missing one is let through only to
+        # reach the explanation page (CertificateGate), when the admin asked for it.
+        flags = SSL.VERIFY_PEER | SSL.VERIFY_CLIENT_ONCE
+        if not self.explain_missing_certificate:
+            flags |= SSL.VERIFY_FAIL_IF_NO_PEER_CERT
+        ctx.set_verify(flags, self._verify)
         return ctx
 
     def _verify(self, connection: SSL.Connection, cert: X509, errno: int, depth: int, ok: int) -> bool:
@@ -229,8 +310,11 @@ class JournalistTLS:
                    subject=common_name(c), serial=format(c.serial_number, "x"))
         return False
 
-    def _missing_certificate(self) -> None:
-        self._emit(REFUSED, reason="no_certificate")
+    def _missing_certificate(self, explained: bool = False) -> None:
+        if explained:
+            self._emit(REFUSED, reason="no_certificate", detail="explanation page served")
+        else:
+            self._emit(REFUSED, reason="no_certificate")
 
     def _emit(self, event: str, **fields: Any) -> None:
         # Runs inside OpenSSL callbacks and timers: an exception here must not escape.
@@ -240,14 +324,20 @@ class JournalistTLS:
             _log.failure("emitting security event {event}", event=event)
 
 
-def peer_common_name(transport: Any) -> str | None:
-    """The CN of the verified client certificate on ``transport`` (e.g. ``request.transport``)."""
+def peer_certificate(transport: Any) -> x509.Certificate | None:
+    """The verified client certificate on ``transport`` (e.g. ``request.transport``), or None."""
     get_handle = getattr(transport, "getHandle", None)
     connection = get_handle() if callable(get_handle) else None
     if not isinstance(connection, SSL.Connection):
         return None
     chain = connection.get_verified_chain(as_cryptography=True)
-    return common_name(chain[0]) if chain else None
+    return chain[0] if chain else None
+
+
+def peer_common_name(transport: Any) -> str | None:
+    """The CN of the verified client certificate on ``transport`` (e.g. ``request.transport``)."""
+    cert = peer_certificate(transport)
+    return common_name(cert) if cert is not None else None
 
 
 def common_name(cert: x509.Certificate) -> str | None:
@@ -258,28 +348,50 @@ def common_name(cert: x509.Certificate) -> str | None:
 
 @implementer(IHandshakeListener)
 class _ObservingProtocol(ProtocolWrapper):
-    """Sits between TLS and the application to see why a connection ended.
+    """Sits between TLS and the application: knows each connection's age and certificate.
 
     OpenSSL never calls the verify callback when the client sends no certificate; the only
     trace is the handshake error handed to ``connectionLost``.
     """
 
+    peer_serial: int | None = None
+    peer_not_after: datetime.datetime | None = None
+    opened_at = 0.0
+
+    def makeConnection(self, transport: Any) -> None:
+        self.opened_at = self.factory.owner._reactor.seconds()
+        self.factory.live.add(self)
+        super().makeConnection(transport)
+
     def handshakeCompleted(self) -> None:
+        cert = peer_certificate(self)
+        if cert is not None:
+            self.peer_serial, self.peer_not_after = cert.serial_number, cert.not_valid_after_utc
+        else:  # only possible with explain_missing_certificate
+            self.factory.owner._missing_certificate(explained=True)
         if IHandshakeListener.providedBy(self.wrappedProtocol):
             self.wrappedProtocol.handshakeCompleted()
 
+    def close(self, reason: str) -> None:
+        self.factory.live.discard(self)
+        serial = None if self.peer_serial is None else format(self.peer_serial, "x")
+        self.factory.owner._emit(CLOSED, reason=reason, serial=serial)
+        self.transport.abortConnection()
+
     def connectionLost(self, reason: Failure) -> None:
+        self.factory.live.discard(self)
         if reason.check(SSL.Error) and _is_missing_certificate(reason.value):
-            self.factory.on_missing_certificate()
+            self.factory.owner._missing_certificate()
         super().connectionLost(reason)
 
 
 class _ObservingFactory(WrappingFactory):
     protocol = _ObservingProtocol
 
-    def __init__(self, wrapped: IProtocolFactory, on_missing_certificate: Callable[[], None]) -> None:
+    def __init__(self, wrapped: IProtocolFactory, owner: JournalistTLS) -> None:
         super().__init__(wrapped)
-        self.on_missing_certificate = on_missing_certificate
+        self.owner = owner
+        self.live: set[_ObservingProtocol] = set()
 
     def buildProtocol(self, addr: Any) -> Any:
         inner = self.wrappedFactory.buildProtocol(addr)
@@ -296,6 +408,10 @@ def _crl_number(crl: x509.CertificateRevocationList) -> int:
         return crl.extensions.get_extension_for_class(x509.CRLNumber).value.crl_number
     except x509.ExtensionNotFound:
         return 0
+
+
+def _iso(when: datetime.datetime) -> str:
+    return when.astimezone(datetime.timezone.utc).isoformat()
 
 
 def _stat(path: str) -> tuple[int, int, int] | None:

@@ -8,6 +8,7 @@ not start (the source side still does) and one warning line says how to enable i
 from __future__ import annotations
 
 import os
+import re
 import threading
 from typing import Any
 
@@ -21,7 +22,8 @@ from deaddrop.journalists import Accounts
 from deaddrop.web._common.sessions import SessionStore
 from deaddrop.web.journalist.api import JournalistAPI
 from deaddrop.web.journalist.app import COOKIE, JournalistInterface
-from deaddrop.web.journalist.tls import JournalistTLS, ensure_server_certificate
+from deaddrop.web.journalist.gate import CertificateGate
+from deaddrop.web.journalist.tls import JournalistTLS, ensure_server_certificate, signed_by
 
 _log = Logger()
 
@@ -30,6 +32,38 @@ DISABLED_HELP = (
     "--journalist-ca CA.pem --journalist-crl CRL.pem (CA kept offline), or for a demo run "
     "`deaddrop-admin ca init --data-dir {data_dir}` and restart"
 )
+
+
+NOT_FROM_CA_HELP = (
+    "journalist interface: {cert} is not signed by the journalists' CA, so browsers will warn. "
+    "On the CA machine run `deaddrop-admin cert server --host ADDRESS` and start with "
+    "--journalist-tls-cert/--journalist-tls-key"
+)
+
+
+def _server_certificate(config: Config, ca_path: str) -> tuple[str, str]:
+    """``DATA/tls/server.{key,pem}``; when the CA itself lives in ``DATA/ca`` (the demo layout),
+    a missing certificate is issued by that CA, so journalists who trust it see no warning."""
+    tls_dir = config.path("tls")
+    key_path, cert_path = os.path.join(tls_dir, "server.key"), os.path.join(tls_dir, "server.pem")
+    demo_ca = config.path("ca")
+    if (not os.path.exists(cert_path) and not os.path.exists(key_path)
+            and os.path.isfile(os.path.join(demo_ca, "ca.key"))
+            and os.path.realpath(ca_path) == os.path.realpath(os.path.join(demo_ca, "ca.pem"))):
+        from deaddrop.admin import ca
+
+        os.makedirs(tls_dir, mode=0o700, exist_ok=True)
+        ca.issue_server_cert(demo_ca, [*_listen_hosts(config.journalist_listen), "localhost", "127.0.0.1"],
+                             cert_path, days=ca.CA_DAYS)
+        return key_path, cert_path
+    return ensure_server_certificate(config.data_dir)
+
+
+def _listen_hosts(endpoint: str) -> list[str]:
+    """The interface of a ``tcp:PORT:interface=ADDR`` endpoint, if it names one."""
+    match = re.search(r"(?:^|:)interface=((?:\\:|[^:])+)", endpoint)
+    host = match.group(1).replace("\\:", ":") if match else ""
+    return [] if host in ("", "0.0.0.0", "::") else [host]
 
 
 def find_ca(config: Config) -> tuple[str, str | None] | None:
@@ -90,8 +124,12 @@ def add_journalist_interface(top: Any, config: Config, reactor: Any) -> None:
     if config.journalist_tls_key and config.journalist_tls_cert:
         key_path, cert_path = config.journalist_tls_key, config.journalist_tls_cert
     else:
-        key_path, cert_path = ensure_server_certificate(config.data_dir)
-    tls = JournalistTLS(key_path, cert_path, ca_path, crl_path, top.events, reactor)
+        key_path, cert_path = _server_certificate(config, ca_path)
+    tls = JournalistTLS(key_path, cert_path, ca_path, crl_path, top.events, reactor,
+                        max_connection_age=config.journalist_connection_max_age,
+                        explain_missing_certificate=config.journalist_explain_missing_cert)
+    if not signed_by(cert_path, ca_path):
+        _log.warn(NOT_FROM_CA_HELP.format(cert=cert_path))
     tls.service.setServiceParent(top)
     _SighupService(tls).setServiceParent(top)
     top.journalist_tls = tls
@@ -103,7 +141,9 @@ def add_journalist_interface(top: Any, config: Config, reactor: Any) -> None:
                                     events=top.events, api=api)
     top.journalist = interface
     top.journalist_sessions = sessions
-    listener = ListenerService(reactor, config.journalist_listen, tls.wrap_factory(interface.site(reactor)), top.fatal)
+    site = interface.site(reactor)
+    site.resource = CertificateGate(site.resource)
+    listener = ListenerService(reactor, config.journalist_listen, tls.wrap_factory(site), top.fatal)
     listener.setServiceParent(top)
     top.journalist_listener = listener
 
