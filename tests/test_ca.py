@@ -200,6 +200,17 @@ class CLITests(unittest.TestCase):
         os.makedirs(self.tmp)
         self.ca_dir = os.path.join(self.tmp, "ca")
 
+    def initialised_data_dir(self) -> str:
+        """A data dir holding the server's database, as after its first start."""
+        from deaddrop.store.db import connect, migrate
+
+        data = os.path.join(self.tmp, "data")
+        os.makedirs(data, mode=0o700)
+        conn = connect(os.path.join(data, "db.sqlite"))
+        migrate(conn)
+        conn.close()
+        return data
+
     def run_cli(self, *argv: str) -> tuple[int, str, str]:
         stdout, stderr = io.StringIO(), io.StringIO()
         self.patch(sys, "stdout", stdout)
@@ -267,9 +278,10 @@ class CLITests(unittest.TestCase):
             self.assertIn(f"wrote {os.path.join(self.tmp, name)}", stdout)
 
     def test_issue_warns_when_the_account_does_not_exist(self) -> None:
-        data = os.path.join(self.tmp, "data")
+        data = self.initialised_data_dir()
         self.run_cli("ca", "init", "--data-dir", data)
-        self.run_cli("journalist", "add", "alice", "--data-dir", data, "--kdf-cost", "insecure-fast")
+        code, _, err = self.run_cli("journalist", "add", "alice", "--data-dir", data, "--kdf-cost", "insecure-fast")
+        self.assertEqual(code, 0, err)
         code, stdout, _ = self.run_cli("cert", "issue", "alice", "--data-dir", data, "--out",
                                        os.path.join(self.tmp, "alice.p12"))
         self.assertEqual(code, 0)
@@ -289,9 +301,10 @@ class CLITests(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(self.tmp, "nowhere")))
 
     def test_cert_list(self) -> None:
-        data = os.path.join(self.tmp, "data")
+        data = self.initialised_data_dir()
         self.run_cli("ca", "init", "--data-dir", data)
-        self.run_cli("journalist", "add", "alice", "--data-dir", data, "--kdf-cost", "insecure-fast")
+        code, _, err = self.run_cli("journalist", "add", "alice", "--data-dir", data, "--kdf-cost", "insecure-fast")
+        self.assertEqual(code, 0, err)
         _, a = self.run_json("cert", "issue", "alice", "--data-dir", data, "--out", os.path.join(self.tmp, "a.p12"))
         _, b = self.run_json("cert", "issue", "bob", "--data-dir", data, "--out", os.path.join(self.tmp, "b.p12"))
         self.run_cli("cert", "revoke", "bob", "--data-dir", data)
