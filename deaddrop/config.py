@@ -30,6 +30,7 @@ class Config:
     tor: str = "launch"
     tor_binary: str | None = None
     tor_options: tuple[tuple[str, str], ...] = ()
+    tor_pow: bool = True  # --tor-pow on|off: Tor's proof-of-work defence on the source onion
     journalist_onion: bool = False
     submission_key: str | None = None
     codename_words: int = 7

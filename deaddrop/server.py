@@ -39,9 +39,12 @@ _log = Logger()
 class ListenerService(Service):
     """Listens on an endpoint string; ``when_listening()`` gives the port (tests use port 0)."""
 
-    def __init__(self, reactor: Any, description: str, factory: Any, on_fatal: Callable[[str], None]) -> None:
+    def __init__(
+        self, reactor: Any, description: str, factory: Any, on_fatal: Callable[[str], None], endpoint: Any = None
+    ) -> None:
         self._reactor = reactor
         self.description = description
+        self._endpoint = endpoint  # instead of parsing ``description`` (then only a label)
         self._factory = factory
         self._on_fatal = on_fatal
         self.port: Any = None
@@ -49,7 +52,8 @@ class ListenerService(Service):
 
     def startService(self) -> None:
         super().startService()
-        d = serverFromString(self._reactor, self.description).listen(self._factory)
+        endpoint = self._endpoint or serverFromString(self._reactor, self.description)
+        d = endpoint.listen(self._factory)
         d.addCallbacks(self._listening, self._failed)
 
     def _listening(self, port: Any) -> None:
@@ -238,10 +242,13 @@ def _lock_data_dir(data_dir: str) -> Callable[[], None]:
 
 def _add_tor(top: DeadDropService, config: Config, reactor: Any) -> None:
     """Publish the source interface (and optionally the journalist one) as onion services."""
+    from deaddrop.web._common.circuits import NoCloser
+
+    top.circuit_closer = NoCloser()
     if config.tor == "none":
         _log.warn("--tor none: the source interface is NOT published as an onion service (development only)")
         return
-    from deaddrop.tor import make_tor_service, target_of
+    from deaddrop.tor import TorCircuitCloser, make_tor_service, target_of
 
     journalist_listener = getattr(top, "journalist_listener", None)
     journalist_target = None
@@ -249,6 +256,14 @@ def _add_tor(top: DeadDropService, config: Config, reactor: Any) -> None:
         if journalist_listener is None:
             raise ConfigError("--journalist-onion needs the journalist interface (give --journalist-ca)")
         journalist_target = lambda: target_of(journalist_listener.port)  # noqa: E731
+    source_proxy_target = None
+    if config.tor == "launch":
+        source_proxy_target = _add_tor_only_listener(top, config, reactor)
+    else:
+        _log.warn(
+            "attached to a running Tor: its onion connections carry no circuit id, so all onion "
+            "visitors share one budget (per-circuit budgets need --tor launch)"
+        )
     top.tor = make_tor_service(
         reactor,
         data_dir=config.data_dir,
@@ -256,6 +271,8 @@ def _add_tor(top: DeadDropService, config: Config, reactor: Any) -> None:
         tor_binary=config.tor_binary,
         tor_options=list(config.tor_options),
         source_target=lambda: target_of(top.source_listener.port),
+        source_proxy_target=source_proxy_target,
+        pow=config.tor_pow,
         journalist_target=journalist_target,
         # The journalist listener speaks TLS: publish it on the onion's port 443.
         journalist_onion_port=443,
@@ -265,3 +282,38 @@ def _add_tor(top: DeadDropService, config: Config, reactor: Any) -> None:
         report=lambda line: _log.info("{line}", line=line),
     )
     top.tor.setServiceParent(top)
+    # For the web layer: closes a circuit that keeps flooding (CLOSECIRCUIT).
+    top.circuit_closer = TorCircuitCloser(top.tor)
+
+
+def _add_tor_only_listener(top: DeadDropService, config: Config, reactor: Any) -> Any:
+    """The source site again, on a listener only the launched Tor connects to: a unix socket in
+    ``DATA/tor/`` (0700), where each connection starts with Tor's PROXY header naming its
+    circuit. ``--source-listen`` stays header-free for direct loopback use (one shared bucket).
+
+    Returns the onion target for the torrc (``unix:PATH`` or a callable giving 127.0.0.1:PORT).
+    """
+    from twisted.internet.endpoints import quoteStringArgument
+    from twisted.protocols.haproxy import proxyEndpoint
+
+    from deaddrop.tor import keys, target_of
+    from deaddrop.web._common.circuits import from_tor
+
+    tor_dir = keys.tor_dir(config.data_dir)
+    keys.ensure_private_dir(tor_dir)
+    path = os.path.join(tor_dir, "source.sock")
+    if len(path.encode()) <= 100:  # sockaddr_un holds 108 bytes
+        inner = f"unix:{quoteStringArgument(path)}:mode=600"
+        target: Any = f"unix:{path}"
+    else:
+        # Too long for a socket: loopback TCP on a port the kernel picks. Local processes
+        # could then send a PROXY header too; a short --data-dir avoids that.
+        _log.warn("the data directory path is too long for a unix socket: Tor reaches the source site over loopback TCP")
+        inner = "tcp:0:interface=127.0.0.1"
+        target = lambda: target_of(top.source_tor_listener.port)  # noqa: E731
+    endpoint = proxyEndpoint(serverFromString(reactor, inner))
+    top.source_tor_listener = ListenerService(
+        reactor, f"haproxy:{inner}", from_tor(top.source.site(reactor)), top.fatal, endpoint=endpoint
+    )
+    top.source_tor_listener.setServiceParent(top)
+    return target

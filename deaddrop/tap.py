@@ -9,6 +9,7 @@ from twisted.python import usage
 
 from deaddrop.config import Config, ConfigError, MiB
 from deaddrop.crypto.kdf import KdfCost
+from deaddrop.tor._defences import parse_pow_switch
 
 
 class Options(usage.Options):
@@ -23,6 +24,7 @@ class Options(usage.Options):
         ["journalist-listen", None, "tcp:8443:interface=127.0.0.1", "Endpoint for the journalist interface (wrapped in TLS)."],
         ["tor", None, "launch", "launch (start Tor), control:ENDPOINT (attach to a running Tor) or none (development)."],
         ["tor-binary", None, None, "The tor binary to launch (default: found on PATH)."],
+        ["tor-pow", None, "on", "on|off: Tor's proof-of-work defence on the source onion (needs Tor's pow module)."],
         ["submission-key", None, None, "The SVS's armored public submission key."],
         ["codename-words", None, 7, "Words in a new codename.", int],
         ["max-upload-size", None, 500 * MiB, "Largest accepted upload, in bytes.", int],
@@ -70,6 +72,7 @@ def config_from_options(options: Any) -> Config:
         tor=options["tor"],
         tor_binary=options["tor-binary"],
         tor_options=tuple(options["tor-option"]),
+        tor_pow=parse_pow_switch(options["tor-pow"]),
         journalist_onion=bool(options["journalist-onion"]),
         submission_key=options["submission-key"],
         codename_words=int(options["codename-words"]),

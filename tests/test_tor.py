@@ -84,16 +84,26 @@ class FakeProcess:
         self.proto.processEnded(reason)
 
 
+TOR_MODULES = "relay: yes\ndirauth: yes\ndircache: yes\npow: yes\n"
+
+
 class FakeReactor(MemoryReactorClock):
     def __init__(self):
         super().__init__()
         self.processes = []
+        self.module_queries = []
+        self.modules_output = TOR_MODULES  # what `tor --list-modules` prints
         self._next_pid = 4000
 
     def spawnProcess(self, proto, executable, args=(), env=None, path=None, **kw):
         self._next_pid += 1
         process = FakeProcess(proto, self._next_pid, executable, list(args), env, path)
         proto.makeConnection(process)
+        if "--list-modules" in args:  # answered and ended at once
+            self.module_queries.append(process)
+            proto.childDataReceived(1, self.modules_output.encode())
+            process.exit(0)
+            return process
         self.processes.append(process)
         return process
 
@@ -107,6 +117,7 @@ class FakeTor(LineReceiver):
         self.commands = []
         self.bootstrap = bootstrap
         self.onions = []
+        self.circuits = ["155", "70000", "48879"]  # open rendezvous circuits, by id
         self.add_onion_error = None
 
     def reply(self, *lines):
@@ -153,6 +164,13 @@ class FakeTor(LineReceiver):
                 self.reply("OK")
             else:
                 self.sendLine(b"552 Unknown Onion Service id")
+        elif word == "CLOSECIRCUIT":
+            circuit = text.split(" ")[1]
+            if circuit in self.circuits:
+                self.circuits.remove(circuit)
+                self.reply("OK")
+            else:
+                self.sendLine(f'552 Unknown circuit "{circuit}"'.encode())
         elif word in ("AUTHENTICATE", "USEFEATURE", "SETEVENTS", "TAKEOWNERSHIP", "RESETCONF"):
             self.reply("OK")
         else:
@@ -166,7 +184,8 @@ class Harness:
     """A service under test plus the fakes around it."""
 
     def __init__(self, case, *, mode="launch", data_dir=None, journalist=False, bootstrap=(100, "done", "Done"),
-                 tor_binary=None, tuning=None, tor_options=(), journalist_onion_port=80):
+                 tor_binary=None, tuning=None, tor_options=(), journalist_onion_port=80,
+                 source_proxy_target=None, pow=True):
         self.case = case
         self.reactor = FakeReactor()
         self.events = RecordingEvents()
@@ -199,6 +218,8 @@ class Harness:
             report=self.lines.append,
             journalist_onion_port=journalist_onion_port,
             tuning=tuning or Tuning(),
+            source_proxy_target=source_proxy_target,
+            pow=pow,
             _connect=self.connect,
         )
 
@@ -271,6 +292,17 @@ def add_onion_commands(tor):
     return tor.sent("ADD_ONION")
 
 
+def torrc_lines(h):
+    with open(os.path.join(os.path.abspath(h.data_dir), "tor", "torrc")) as f:
+        return f.read().splitlines()
+
+
+def source_added(h):
+    """How many times the source onion was (re)published: ADD_ONION when attached, the torrc
+    when launched (then the service only records it once Tor is bootstrapped)."""
+    return len([e for e in h.events.named("tor.onion.added") if e.get("detail") == "source"])
+
+
 def expected_blob(data_dir, which):
     key = keys.read_onion_key(keys.service_dir(data_dir, which))
     return key, "ED25519-V3:" + base64.b64encode(key.expanded).decode()
@@ -328,7 +360,7 @@ class LaunchTests(_Base):
         h.tor.event(fifty)
         h.tor.event(fifty)
         h.settle()
-        self.assertEqual(add_onion_commands(h.tor), [])  # not before 100%
+        self.assertEqual(source_added(h), 0)  # not before 100%
         h.tor.event('STATUS_CLIENT NOTICE BOOTSTRAP PROGRESS=100 TAG=done SUMMARY="Done"')
         h.settle()
         self.assertEqual(
@@ -340,26 +372,94 @@ class LaunchTests(_Base):
             ],
         )
         self.assertIn("Tor bootstrap 50%: Loading relay descriptors", h.lines)
-        self.assertEqual(len(add_onion_commands(h.tor)), 1)
+        self.assertEqual(source_added(h), 1)
         self.assertEqual(h.service.state, "ready")
 
-    def test_add_onion_command_for_source(self):
-        h = self.harness()
+    def test_source_onion_is_a_torrc_service_with_the_defences(self):
+        h = self.harness(source_proxy_target="unix:/srv/dd/tor/source.sock")
         h.launch_ready()
-        key, blob = expected_blob(h.data_dir, keys.SOURCE)
-        self.assertEqual(add_onion_commands(h.tor), [f"ADD_ONION {blob} Port=80,127.0.0.1:8080"])
+        key = keys.read_onion_key(keys.service_dir(h.data_dir, keys.SOURCE))
+        hs_dir = keys.service_dir(os.path.abspath(h.data_dir), keys.SOURCE)
+        torrc = torrc_lines(h)
+        block = torrc[torrc.index(f"HiddenServiceDir {hs_dir}"):]
+        self.assertEqual(
+            block,
+            [
+                f"HiddenServiceDir {hs_dir}",
+                'HiddenServicePort 80 unix:"/srv/dd/tor/source.sock"',
+                "HiddenServiceExportCircuitID haproxy",
+                "HiddenServiceMaxStreams 16",
+                "HiddenServiceMaxStreamsCloseCircuit 1",
+                "HiddenServiceEnableIntroDoSDefense 1",
+                "HiddenServiceEnableIntroDoSRatePerSec 25",
+                "HiddenServiceEnableIntroDoSBurstPerSec 200",
+                "HiddenServicePoWDefensesEnabled 1",
+                "HiddenServicePoWQueueRate 5",
+                "HiddenServicePoWQueueBurst 50",
+            ],
+        )
+        # Nothing through the control port: no ADD_ONION, and never a SETCONF (it resets PoW).
+        self.assertEqual(add_onion_commands(h.tor), [])
+        self.assertEqual([c for c in h.tor.commands if c.split(" ")[0] in ("SETCONF", "RESETCONF")], [])
         self.assertEqual(h.service.onion_address, key.address)
         self.assertEqual(h.events.named("tor.onion.added"), [{"onion": key.address, "detail": "source"}])
         with open(keys.source_onion_file(h.data_dir)) as f:
             self.assertEqual(f.read(), key.address + "\n")
 
-    def test_source_target_callable_resolved_at_publish(self):
-        h = self.harness()
+    def test_source_target_callable_resolved_at_launch(self):
         port = []
-        h.service._source_target = lambda: f"127.0.0.1:{port[0]}"
+        h = self.harness(source_proxy_target=lambda: f"127.0.0.1:{port[0]}")
         port.append(43210)
         h.launch_ready()
-        self.assertTrue(add_onion_commands(h.tor)[0].endswith(" Port=80,127.0.0.1:43210"))
+        self.assertIn("HiddenServicePort 80 127.0.0.1:43210", torrc_lines(h))
+
+    def test_without_a_proxy_listener_no_circuit_ids_are_exported(self):
+        h = self.harness()  # source_target only: a plain listener must not get PROXY headers
+        h.launch_ready()
+        torrc = torrc_lines(h)
+        self.assertIn("HiddenServicePort 80 127.0.0.1:8080", torrc)
+        self.assertNotIn("HiddenServiceExportCircuitID haproxy", torrc)
+        self.assertIn("HiddenServicePoWDefensesEnabled 1", torrc)
+
+    def test_tor_pow_off(self):
+        h = self.harness(pow=False)
+        h.launch_ready()
+        torrc = torrc_lines(h)
+        self.assertFalse([line for line in torrc if line.startswith("HiddenServicePoW")])
+        self.assertIn("HiddenServiceEnableIntroDoSDefense 1", torrc)  # the other defences stay
+        self.assertIn("HiddenServiceMaxStreamsCloseCircuit 1", torrc)
+        self.assertEqual(h.reactor.module_queries, [])  # no need to ask
+        self.assertEqual(h.events.named("tor.pow.unavailable"), [])
+
+    def test_tor_without_pow_module_warns_and_starts_anyway(self):
+        h = self.harness()
+        h.reactor.modules_output = "relay: yes\ndirauth: yes\ndircache: yes\npow: no\n"
+        h.launch_ready()
+        self.assertEqual(len(h.reactor.module_queries), 1)
+        self.assertEqual(h.reactor.module_queries[0].args[1:], ["--list-modules"])
+        torrc = torrc_lines(h)
+        self.assertFalse([line for line in torrc if line.startswith("HiddenServicePoW")])
+        self.assertIn("HiddenServiceEnableIntroDoSDefense 1", torrc)
+        self.assertEqual(h.events.named("tor.pow.unavailable"), [{"detail": "tor --list-modules lacks pow"}])
+        warning = [line for line in h.lines if "proof-of-work" in line]
+        self.assertEqual(len(warning), 1)
+        self.assertIn("WITHOUT Tor's PoW defence", warning[0])
+        self.assertEqual(h.fatal, [])
+        self.assertEqual(h.service.state, "ready")
+        # Asked once per server, not at every relaunch.
+        h.process.exit(code=1)
+        h.advance(1)
+        h.listener_up()
+        self.assertEqual(len(h.reactor.module_queries), 1)
+        self.assertEqual(len(h.events.named("tor.pow.unavailable")), 1)
+
+    def test_pow_module_detection(self):
+        from deaddrop.tor._defences import has_pow_module
+
+        self.assertTrue(has_pow_module(TOR_MODULES))
+        self.assertFalse(has_pow_module("relay: yes\npow: no\n"))
+        self.assertFalse(has_pow_module("relay: yes\ndirauth: yes\n"))  # Tor < 0.4.8
+        self.assertFalse(has_pow_module(""))  # --list-modules unknown or failed
 
     def test_onion_ready_only_after_upload(self):
         h = self.harness()
@@ -394,7 +494,8 @@ class LaunchTests(_Base):
 
         second = self.harness(data_dir=data_dir)
         second.launch_ready()
-        self.assertEqual(add_onion_commands(second.tor), [f"ADD_ONION {blob} Port=80,127.0.0.1:8080"])
+        self.assertIn(f"HiddenServiceDir {keys.service_dir(os.path.abspath(data_dir), keys.SOURCE)}",
+                      torrc_lines(second))
         self.assertEqual(second.service.onion_address, key.address)
         self.assertEqual(second.events.named("tor.onion.key_created"), [])
 
@@ -425,7 +526,108 @@ class LaunchTests(_Base):
             f.write("PORT=127.0.0.1:9876\n")
         h.listener_up()
         self.assertEqual((h.endpoints[-1].kind, h.endpoints[-1].host, h.endpoints[-1].port), ("tcp", "127.0.0.1", 9876))
-        self.assertEqual(len(add_onion_commands(h.tor)), 1)
+        self.assertEqual(source_added(h), 1)
+
+
+class BootstrapStallTests(_Base):
+    """Issue 13: after a minute without bootstrap progress, say once why the onion is not up."""
+
+    STUCK = ('STATUS_CLIENT WARN BOOTSTRAP PROGRESS=14 TAG=handshake SUMMARY="Handshaking with a relay" '
+             'WARNING="No route to host" REASON=NOROUTE COUNT=3 RECOMMENDATION=warn')
+
+    def stalled_lines(self, h):
+        return [line for line in h.lines if line.startswith("The source onion is not reachable yet")]
+
+    def test_says_once_after_a_minute_without_progress(self):
+        h = self.harness(bootstrap=(5, "conn", "Connecting to a relay"))
+        h.launch_ready()
+        h.advance(30)
+        h.tor.event(self.STUCK)  # progress: the minute starts again
+        h.settle()
+        h.advance(59)
+        self.assertEqual(self.stalled_lines(h), [])
+        h.tor.event(self.STUCK)  # the same percentage again is not progress
+        h.settle()
+        h.advance(1)
+        lines = self.stalled_lines(h)
+        self.assertEqual(len(lines), 1)
+        self.assertIn("stuck at 14% (Handshaking with a relay", lines[0])
+        self.assertIn("No route to host", lines[0])
+        self.assertIn("Internet access", lines[0])
+        self.assertIn("--tor none", lines[0])
+        self.assertEqual(h.events.named("tor.bootstrap.stalled"),
+                         [{"progress": 14, "summary": "Handshaking with a relay", "detail": "No route to host"}])
+        h.advance(60)
+        self.assertEqual(len(self.stalled_lines(h)), 1)  # once, not every minute
+        self.assertEqual(h.fatal, [])  # the bootstrap timeout (180 s) has not passed yet
+
+    def test_silent_when_bootstrap_progresses(self):
+        h = self.harness(bootstrap=(5, "conn", "Connecting to a relay"))
+        h.launch_ready()
+        for progress in (10, 14, 50, 75, 90):
+            h.advance(50)
+            h.tor.event(f'STATUS_CLIENT NOTICE BOOTSTRAP PROGRESS={progress} TAG=x SUMMARY="step"')
+            h.settle()
+        h.tor.event('STATUS_CLIENT NOTICE BOOTSTRAP PROGRESS=100 TAG=done SUMMARY="Done"')
+        h.settle()
+        h.advance(120)
+        self.assertEqual(self.stalled_lines(h), [])
+        self.assertEqual(h.events.named("tor.bootstrap.stalled"), [])
+
+
+class CircuitCloserTests(_Base):
+    def closer(self, **kw):
+        from deaddrop.tor import TorCircuitCloser
+
+        h = self.harness(**kw)
+        h.launch_ready() if kw.get("mode", "launch") == "launch" else h.start()
+        return h, TorCircuitCloser(h.service)
+
+    def test_closecircuit_through_the_control_port(self):
+        from deaddrop.web._common.circuits import Circuit
+
+        h, closer = self.closer()
+        d = closer.close(Circuit(155))
+        h.settle()
+        self.assertIs(self.successResultOf(d), True)
+        self.assertEqual(h.tor.sent("CLOSECIRCUIT"), ["CLOSECIRCUIT 155"])
+        d = closer.close(Circuit(70000))  # above 16 bits (the PROXY address's HI:LO)
+        h.settle()
+        self.assertIs(self.successResultOf(d), True)
+        d = closer.close(Circuit(155))  # already gone: 552 Unknown circuit
+        h.settle()
+        self.assertIs(self.successResultOf(d), False)
+        self.assertEqual(closer.closed, 2)
+
+    def test_nothing_to_close(self):
+        from deaddrop.web._common.circuits import LOCAL, Circuit, NoCloser
+
+        h, closer = self.closer()
+        self.assertIs(self.successResultOf(closer.close(LOCAL)), False)
+        self.assertIs(self.successResultOf(NoCloser().close(Circuit(155))), False)
+        self.assertEqual(h.tor.sent("CLOSECIRCUIT"), [])
+        # An attached Tor's onion connections carry no ids; a stray one is not sent to it.
+        h2, attached = self.closer(mode="control:9051")
+        self.assertIs(self.successResultOf(attached.close(Circuit(155))), False)
+        self.assertEqual(h2.tor.sent("CLOSECIRCUIT"), [])
+
+    def test_circuit_id_never_logged(self):
+        from twisted.logger import globalLogPublisher
+
+        from deaddrop.web._common.circuits import Circuit
+
+        seen = []
+        globalLogPublisher.addObserver(seen.append)
+        self.addCleanup(globalLogPublisher.removeObserver, seen.append)
+        h, closer = self.closer()
+        for circuit in (Circuit(48879), Circuit(48879)):  # closed, then unknown
+            closer.close(circuit)
+            h.settle()
+        from twisted.logger import formatEvent
+
+        text = " ".join(formatEvent(e) + repr(e) for e in seen) + repr(h.events.records) + " ".join(h.lines)
+        self.assertNotIn("48879", text)
+        self.assertNotIn("beef", text.lower().replace("dead:beef", ""))
 
 
 # -- journalist onion with client authorisation -----------------------------------------------
@@ -444,7 +646,6 @@ class JournalistOnionTests(_Base):
         self.assertEqual(
             add_onion_commands(h.tor),
             [
-                f"ADD_ONION {source_blob} Port=80,127.0.0.1:8080",
                 f"ADD_ONION {journalist_blob} Flags=V3Auth Port=80,127.0.0.1:9090 {auth}",
             ],
         )
@@ -464,7 +665,7 @@ class JournalistOnionTests(_Base):
     def test_no_clients_means_not_published_then_revocation_republishes(self):
         h = self.harness(journalist=True)
         h.launch_ready()
-        self.assertEqual(len(add_onion_commands(h.tor)), 1)  # source only: never publish without auth
+        self.assertEqual(len(add_onion_commands(h.tor)), 0)  # never publish without auth
         self.assertEqual(len(h.events.named("tor.journalist.waiting")), 1)
         self.assertIsNone(h.service.journalist_onion_address)
 
@@ -490,7 +691,7 @@ class JournalistOnionTests(_Base):
         keys.remove_client(h.data_dir, "bob")
         h.advance(10)
         self.assertEqual(len(h.tor.sent("DEL_ONION")), 3)
-        self.assertEqual(len(add_onion_commands(h.tor)), 4)
+        self.assertEqual(len(add_onion_commands(h.tor)), 3)
         self.assertIsNone(h.service.journalist_onion_address)
         self.assertEqual([f["count"] for f in h.events.named("tor.journalist.clients")], [1, 2, 1, 0])
 
@@ -498,7 +699,7 @@ class JournalistOnionTests(_Base):
         h = self.harness(journalist=True)
         keys.add_client(h.data_dir, "alice")
         h.launch_ready()
-        self.assertEqual(len(add_onion_commands(h.tor)), 2)
+        self.assertEqual(len(add_onion_commands(h.tor)), 1)
         with open(os.path.join(keys.clients_dir(h.data_dir), "eve.auth"), "w") as f:
             f.write("garbage\n")
         h.advance(10)
@@ -506,32 +707,61 @@ class JournalistOnionTests(_Base):
         self.assertEqual(len(h.events.named("tor.journalist.clients_invalid")), 1)
         h.advance(10)
         self.assertEqual(len(h.events.named("tor.journalist.clients_invalid")), 1)
-        self.assertEqual(len(add_onion_commands(h.tor)), 2)
+        self.assertEqual(len(add_onion_commands(h.tor)), 1)
 
 
 # -- descriptor check -------------------------------------------------------------------------
 
 
+ATTACHED_SOURCE_KEYWORDS = (
+    "MaxStreams=16 Flags=MaxStreamsCloseCircuit PoWDefensesEnabled=1 PoWQueueRate=5 PoWQueueBurst=50"
+)
+
+
 class DescriptorCheckTests(_Base):
+    """ADD_ONION services (attached Tor) are republished by DEL_ONION + ADD_ONION; the torrc
+    source onion of a launched Tor by relaunching that Tor (a SETCONF would reset PoW)."""
+
     def tuning(self):
         return Tuning(check_interval=60.0, publish_grace=120.0)
 
+    def attached(self):
+        h = self.harness(mode="control:9051", tuning=self.tuning())
+        h.start()
+        return h
+
     def test_republishes_when_no_upload_seen(self):
-        h = self.harness(tuning=self.tuning())
-        h.launch_ready()
+        h = self.attached()
         key, blob = expected_blob(h.data_dir, keys.SOURCE)
         h.advance(60)
         self.assertEqual(len(add_onion_commands(h.tor)), 1)  # still within the grace period
         h.advance(60)
         self.assertEqual(h.tor.sent("DEL_ONION"), [f"DEL_ONION {key.service_id}"])
-        self.assertEqual(add_onion_commands(h.tor), [f"ADD_ONION {blob} Port=80,127.0.0.1:8080"] * 2)
+        self.assertEqual(add_onion_commands(h.tor),
+                         [f"ADD_ONION {blob} {ATTACHED_SOURCE_KEYWORDS} Port=80,127.0.0.1:8080"] * 2)
         self.assertEqual(h.events.named("tor.onion.republish"),
                          [{"onion": key.address, "detail": "source", "reason": "not_uploaded"}])
         self.assertIn("GETINFO onions/current", h.tor.commands)
 
-    def test_no_republish_after_upload(self):
+    def test_launched_tor_relaunched_when_no_upload_seen(self):
         h = self.harness(tuning=self.tuning())
         h.launch_ready()
+        key = keys.read_onion_key(keys.service_dir(h.data_dir, keys.SOURCE))
+        h.advance(60)
+        self.assertEqual(len(h.reactor.processes), 1)
+        h.advance(60)
+        self.assertEqual(h.events.named("tor.onion.republish")[0]["reason"], "not_uploaded")
+        self.assertEqual(h.process.signals, ["TERM"])
+        self.assertEqual([c for c in h.tor.commands if c.split(" ")[0] in ("SETCONF", "ADD_ONION")], [])
+        h.process.exit(0)
+        h.advance(1)
+        self.assertEqual(len(h.reactor.processes), 2)
+        h.listener_up()
+        self.assertEqual(h.service.onion_address, key.address)
+        self.assertEqual(source_added(h), 2)
+
+    def test_no_republish_after_upload(self):
+        h = self.attached()
         h.uploaded(h.service.onion_address)
         h.advance(60)
         h.advance(60)
@@ -540,8 +770,7 @@ class DescriptorCheckTests(_Base):
         self.assertEqual(h.events.named("tor.onion.republish"), [])
 
     def test_republishes_when_onion_missing_from_tor(self):
-        h = self.harness(tuning=self.tuning())
-        h.launch_ready()
+        h = self.attached()
         h.uploaded(h.service.onion_address)
         h.tor.onions.clear()  # e.g. someone else's DEL_ONION
         h.advance(60)
@@ -583,7 +812,10 @@ class SupervisionTests(_Base):
         h.advance(2)
         self.assertEqual(len(h.reactor.processes), 3)
         h.listener_up()
-        self.assertEqual(add_onion_commands(h.tor), [f"ADD_ONION {blob} Port=80,127.0.0.1:8080"])
+        self.assertEqual(add_onion_commands(h.tor), [])  # the torrc names the same key directory
+        self.assertIn(f"HiddenServiceDir {keys.service_dir(os.path.abspath(h.data_dir), keys.SOURCE)}",
+                      torrc_lines(h))
+        self.assertEqual(source_added(h), 2)
         self.assertEqual(h.service.state, "ready")
         self.assertEqual(h.service.tor_pid, h.process.pid)
         self.assertFalse(h.fatal)
@@ -748,7 +980,7 @@ class FatalTests(_Base):
         self.assertEqual(len(h.reactor.processes), 1)
 
     def test_add_onion_refused_is_fatal(self):
-        h = self.harness()
+        h = self.harness(mode="control:9051")
         original = h.connect
 
         def connect(endpoint):
@@ -757,8 +989,9 @@ class FatalTests(_Base):
             return d
 
         h.service._connect = connect
-        h.launch_ready()
+        h.start()
         self.assertEqual(h.fatal, ["Tor refused a command: 512 Invalid VIRTPORT/TARGET"])
+        self.assertEqual(len(add_onion_commands(h.tor)), 1)  # not retried: nothing to do with PoW
 
 
 # -- attaching to a running Tor ---------------------------------------------------------------
@@ -771,7 +1004,31 @@ class ControlModeTests(_Base):
         self.assertEqual(h.reactor.processes, [])
         self.assertEqual(h.endpoints[0].describe(), "unix:/run/tor/control")
         self.assertEqual(h.tor.sent("TAKEOWNERSHIP"), [])
-        self.assertEqual(len(add_onion_commands(h.tor)), 1)
+        _, blob = expected_blob(h.data_dir, keys.SOURCE)
+        # The same defences as keywords (no circuit ids: ADD_ONION cannot export them).
+        self.assertEqual(add_onion_commands(h.tor),
+                         [f"ADD_ONION {blob} {ATTACHED_SOURCE_KEYWORDS} Port=80,127.0.0.1:8080"])
+
+    def test_attached_tor_without_pow_publishes_without_it(self):
+        h = self.harness(mode="control:9051")
+        original = h.connect
+
+        def connect(endpoint):
+            d = original(endpoint)
+            h.tor.add_onion_error = "512 PoWDefensesEnabled: the pow module is not available"
+            return d
+
+        h.service._connect = connect
+        h.start()
+        _, blob = expected_blob(h.data_dir, keys.SOURCE)
+        self.assertEqual(add_onion_commands(h.tor)[-1],
+                         f"ADD_ONION {blob} MaxStreams=16 Flags=MaxStreamsCloseCircuit Port=80,127.0.0.1:8080")
+        self.assertEqual(len(h.events.named("tor.pow.unavailable")), 1)
+
+    def test_attached_tor_with_pow_off(self):
+        h = self.harness(mode="control:9051", pow=False)
+        h.start()
+        self.assertNotIn("PoW", add_onion_commands(h.tor)[0])
 
     def test_unreachable_control_port_is_fatal(self):
         h = self.harness(mode="control:9051")
@@ -795,7 +1052,7 @@ class ControlModeTests(_Base):
         self.assertEqual(h.events.named("tor.restart")[-1]["delay"], 2.0)
         h.refuse = None
         h.advance(2)
-        self.assertEqual(add_onion_commands(h.tor), [f"ADD_ONION {blob} Port=80,127.0.0.1:8080"])
+        self.assertEqual(add_onion_commands(h.tor), [f"ADD_ONION {blob} {ATTACHED_SOURCE_KEYWORDS} Port=80,127.0.0.1:8080"])
         self.assertFalse(h.fatal)
 
 

@@ -40,7 +40,9 @@ from deaddrop.tor._config import (
     parse_tor_mode,
     parse_tor_option,
 )
+from deaddrop.tor._defences import Defences, parse_pow_switch
 from deaddrop.tor._service import TorOnionService, Tuning
+from deaddrop.tor.closer import TorCircuitCloser
 
 __all__ = [
     "make_tor_service",
@@ -51,6 +53,9 @@ __all__ = [
     "check_tor_option",
     "TorOnionService",
     "Tuning",
+    "Defences",
+    "parse_pow_switch",
+    "TorCircuitCloser",
 ]
 
 
@@ -85,6 +90,9 @@ def make_tor_service(
     report: Callable[[str], None] | None = None,
     journalist_onion_port: int = 80,
     tuning: Tuning | None = None,
+    source_proxy_target: str | Callable[[], str] | None = None,
+    pow: bool = True,
+    defences: Defences | None = None,
     _connect=None,
 ) -> TorOnionService:
     """An ``IService`` that runs (``launch``) or attaches to (``control:ENDPOINT``) Tor and
@@ -98,6 +106,15 @@ def make_tor_service(
     TLS listener). ``report(line)``, if given, receives the human progress lines (bootstrap %, the address) for
     the console; they also go to the Twisted log and, as events, to the security log.
     Raises ValueError at once for a bad mode, option or target string.
+
+    ``launch`` writes the source onion into the torrc as a ``HiddenServiceDir`` service (key in
+    ``DATA/tor/onion-services/source/``) with Tor's defences on (:mod:`deaddrop.tor._defences`:
+    PoW unless ``pow=False``, intro-point DoS limits, streams per circuit) and, if
+    ``source_proxy_target`` is given, ``HiddenServiceExportCircuitID haproxy``: Tor then connects
+    to that target (a listener wrapped with ``haproxy:``) instead of ``source_target``, and each
+    connection's PROXY header names its circuit. ``control:`` uses ``ADD_ONION`` to
+    ``source_target`` with the same defences but no circuit ids. ``defences`` overrides the
+    numbers (tests, benches).
     """
     normalised = parse_tor_mode(mode)
     if normalised == "none":
@@ -111,6 +128,10 @@ def make_tor_service(
             normalise_target(target)
     if source_target is None:
         raise ValueError("source_target is required")
+    if isinstance(source_proxy_target, str):
+        normalise_target(source_proxy_target)
+    if defences is None:
+        defences = Defences(pow=pow)
     if not isinstance(journalist_onion_port, int) or not 0 < journalist_onion_port < 65536:
         raise ValueError(f"journalist_onion_port {journalist_onion_port!r} is not a port number")
     return TorOnionService(
@@ -129,4 +150,6 @@ def make_tor_service(
         journalist_onion_port=journalist_onion_port,
         tuning=tuning or Tuning(),
         connect=_connect,
+        source_proxy_target=source_proxy_target,
+        defences=defences,
     )

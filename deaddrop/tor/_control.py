@@ -34,7 +34,11 @@ def connect_control(reactor, endpoint: ControlEndpoint):
 
 
 def add_onion_command(
-    key: OnionKey, target: str, client_public_keys: list[str] | None = None, virtual_port: int = 80
+    key: OnionKey,
+    target: str,
+    client_public_keys: list[str] | None = None,
+    virtual_port: int = 80,
+    extra: list[str] | None = None,
 ) -> str:
     """``ADD_ONION`` for a v3 service whose ``virtual_port`` (80) maps to ``target``.
 
@@ -45,6 +49,7 @@ def add_onion_command(
     parts = ["ADD_ONION", key.control_blob()]
     if client_public_keys:
         parts.append("Flags=V3Auth")
+    parts += extra or ()  # keywords such as PoWDefensesEnabled=1 (Tor accepts several Flags=)
     parts.append(f"Port={int(virtual_port)},{target}")
     for public in sorted(client_public_keys or ()):
         parts.append(f"ClientAuthV3={public}")

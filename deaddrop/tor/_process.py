@@ -63,7 +63,9 @@ class TorFiles:
         self.use_unix_socket = len(self.control_socket.encode()) <= MAX_UNIX_SOCKET_PATH
 
 
-def torrc_text(files: TorFiles, tor_options: list[tuple[str, str]], owner_pid: int) -> str:
+def torrc_text(
+    files: TorFiles, tor_options: list[tuple[str, str]], owner_pid: int, services: list[str] | None = None
+) -> str:
     user_keys = {k.lower() for k, _ in tor_options}
     lines = [
         "# Written by DeadDrop at every launch: edits are lost. Use --tor-option KEY=VALUE.",
@@ -89,11 +91,18 @@ def torrc_text(files: TorFiles, tor_options: list[tuple[str, str]], owner_pid: i
     if tor_options:
         lines.append("# --tor-option")
         lines += [f"{k} {v}" for k, v in tor_options]
+    if services:
+        # Last: every HiddenService* line belongs to the HiddenServiceDir above it.
+        lines.append("# onion services (torrc, not ADD_ONION: circuit ids, and no SETCONF ever resets PoW)")
+        lines += services
     return "\n".join(lines) + "\n"
 
 
-def write_torrc(files: TorFiles, tor_options: list[tuple[str, str]], owner_pid: int) -> None:
-    write_file_atomically(files.torrc, torrc_text(files, tor_options, owner_pid).encode("utf-8"), 0o600, durable=False)
+def write_torrc(
+    files: TorFiles, tor_options: list[tuple[str, str]], owner_pid: int, services: list[str] | None = None
+) -> None:
+    text = torrc_text(files, tor_options, owner_pid, services)
+    write_file_atomically(files.torrc, text.encode("utf-8"), 0o600, durable=False)
 
 
 def tor_args(binary: str, files: TorFiles) -> list[str]:

@@ -17,12 +17,14 @@ from typing import Any, Callable
 from twisted.application import service
 from twisted.internet import task
 from twisted.internet.defer import Deferred, DeferredLock, ensureDeferred, gatherResults, succeed
+from twisted.internet.utils import getProcessOutputAndValue
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from txtorcon import TorProtocolError
 
 from deaddrop.tor import _control, keys
 from deaddrop.tor._config import ControlEndpoint, normalise_target
+from deaddrop.tor._defences import Defences, add_onion_keywords, has_pow_module, hidden_service_lines
 from deaddrop.tor._process import (
     TorFiles,
     TorProcessProtocol,
@@ -62,6 +64,7 @@ class Tuning:
     stop_timeout: float = 10.0  # SIGTERM, then SIGKILL after this
     connect_retry: float = 0.2  # launched Tor: control connection retry period...
     connect_tries: int = 50  # ...and count
+    stall_warning: float = 60.0  # no bootstrap progress this long: say once why the onion is not up
 
 
 @dataclass
@@ -96,6 +99,7 @@ class _Attempt:
         self.connect_tries = 0
         # journalist onion: None (not yet looked at), "published", "no_clients" or an error
         self.journalist_status: str | None = None
+        self.stall_timer = None
 
 
 def _one_line(text: str) -> str:
@@ -125,6 +129,8 @@ class TorOnionService(service.Service):
         report: Callable[[str], None] | None = None,
         tuning: Tuning = Tuning(),
         connect: Callable[[ControlEndpoint], Deferred] | None = None,
+        source_proxy_target: str | Callable[[], str] | None = None,
+        defences: Defences = Defences(),
     ) -> None:
         self._reactor = reactor
         self._data_dir = os.path.abspath(data_dir)
@@ -141,6 +147,11 @@ class TorOnionService(service.Service):
         self._report = report
         self._tuning = tuning
         self._connect = connect or partial(_control.connect_control, reactor)
+        # Launch mode: Tor connects here, each connection prefixed with a PROXY header.
+        self._source_proxy_target = source_proxy_target
+        self._defences = defences
+        self._pow_available: bool | None = None  # launch: from `tor --list-modules`, once
+        self._stall_reported = False
 
         self.onion_address: str | None = None
         self.journalist_onion_address: str | None = None
@@ -174,6 +185,30 @@ class TorOnionService(service.Service):
         d = Deferred()
         self._ready_waiters.append(d)
         return d
+
+    def close_circuit(self, circuit_id: int) -> Deferred:
+        """``CLOSECIRCUIT`` on the Tor whose PROXY headers carry ``circuit_id``; fires True if
+        Tor closed it, False if there is nothing to close (not ready, attached Tor, gone).
+
+        The id is never logged, not even in a failure."""
+        attempt = self._attempt
+        if (
+            self._mode != "launch"
+            or attempt is None
+            or not attempt.alive
+            or attempt.control is None
+            or not isinstance(circuit_id, int)
+            or not 0 < circuit_id < 2**32
+        ):
+            return succeed(False)
+        d = attempt.control.queue_command(f"CLOSECIRCUIT {circuit_id}")
+
+        def refused(failure: Failure) -> bool:
+            # 552 Unknown circuit: already closed. Anything else: a lost control connection,
+            # which supervision handles. Either way the message would quote the id.
+            return False
+
+        return d.addCallbacks(lambda _: True, refused)
 
     def startService(self) -> None:
         super().startService()
@@ -246,8 +281,13 @@ class TorOnionService(service.Service):
                 await self._kill_stale_tor()
                 if not attempt.alive:
                     return
+                await self._check_pow_module()
+                if not attempt.alive:
+                    return
                 self._arm_deadline(attempt)
                 self._spawn(attempt)
+                # The torrc service: Tor publishes it by itself once bootstrapped.
+                attempt.onions[SOURCE] = _Onion(SOURCE, self._source_key, added_at=self._now())
                 control = await attempt.connected
             else:
                 self._arm_deadline(attempt)
@@ -265,11 +305,15 @@ class TorOnionService(service.Service):
                 await control.queue_command("TAKEOWNERSHIP")
             await control.add_event_listener("STATUS_CLIENT", partial(self._status_client, attempt))
             await control.add_event_listener("HS_DESC", partial(self._hs_desc, attempt))
+            self._arm_stall_timer(attempt)
             phase = await control.get_info_raw("status/bootstrap-phase")
             self._progress(attempt, _control.parse_bootstrap(phase))
             await attempt.bootstrapped
             if attempt.deadline is not None and attempt.deadline.active():
                 attempt.deadline.cancel()
+            if attempt.stall_timer is not None and attempt.stall_timer.active():
+                attempt.stall_timer.cancel()
+            self._stall_reported = False  # a later relaunch that stalls is worth saying again
             self.state = "publishing"
             await self._locked_publish(attempt, SOURCE)
             if self._journalist_target is not None:
@@ -308,6 +352,35 @@ class TorOnionService(service.Service):
                 message += f"; last problem: {attempt.warning}"
         self._fail(attempt, "bootstrap_timeout", message)
 
+    def _arm_stall_timer(self, attempt: _Attempt) -> None:
+        if attempt.stall_timer is not None and attempt.stall_timer.active():
+            attempt.stall_timer.cancel()
+        if self._stall_reported or attempt.bootstrapped.called:
+            return
+        attempt.stall_timer = self._reactor.callLater(self._tuning.stall_warning, self._bootstrap_stalled, attempt)
+        attempt.timers.append(attempt.stall_timer)
+
+    def _bootstrap_stalled(self, attempt: _Attempt) -> None:
+        """No bootstrap progress for a minute: say once, plainly, what it means."""
+        if not attempt.alive or attempt.bootstrapped.called or self._stall_reported:
+            return
+        self._stall_reported = True
+        minutes = self._tuning.stall_warning / 60
+        where = f"stuck at {attempt.progress}% ({attempt.summary})" if attempt.progress is not None else "not started"
+        why = f"; Tor says: {attempt.warning}" if attempt.warning else ""
+        message = (
+            f"The source onion is not reachable yet: Tor has made no bootstrap progress for "
+            f"{minutes:g} minute{'s' if minutes != 1 else ''} ({where}{why}). Tor needs to reach the "
+            "Tor network over the Internet to publish the onion; check this machine's Internet "
+            "access and firewall. On a machine without Internet access, start with --tor none "
+            "(no onion; the source interface is then only on --source-listen, for development)."
+        )
+        self._events.emit(
+            "tor.bootstrap.stalled", progress=attempt.progress, summary=attempt.summary, detail=attempt.warning
+        )
+        _log.warn("{message}", message=message)
+        self._say(message)
+
     async def _kill_stale_tor(self) -> None:
         files = TorFiles(keys.tor_dir(self._data_dir))
         pid = stale_tor_pid(files)
@@ -336,13 +409,49 @@ class TorOnionService(service.Service):
                     return
                 await task.deferLater(self._reactor, 0.1, lambda: None)
 
+    async def _check_pow_module(self) -> None:
+        """Once per service: does this Tor have the ``pow`` module? If not, say so loudly and
+        start anyway (the onion without PoW is still better than no onion)."""
+        if self._pow_available is not None or not self._defences.pow:
+            return
+        binary = find_tor_binary(self._tor_binary)
+        tor_dir = keys.tor_dir(self._data_dir)
+        d = getProcessOutputAndValue(binary, ["--list-modules"], env={"HOME": tor_dir}, reactor=self._reactor)
+        d.addTimeout(15, self._reactor)
+        try:
+            out, _err, _code = await d
+            text = out.decode("utf-8", "replace")
+        except Exception:
+            text = ""
+        self._pow_available = has_pow_module(text)
+        if not self._pow_available:
+            message = (
+                f"WARNING: this Tor ({binary}) has no proof-of-work module ('tor --list-modules' lacks "
+                "'pow: yes'): the source onion starts WITHOUT Tor's PoW defence against introduction "
+                "floods. Install Tor 0.4.8 or later built with it (Debian's tor package is)."
+            )
+            self._events.emit("tor.pow.unavailable", detail="tor --list-modules lacks pow")
+            _log.warn("{message}", message=message)
+            self._say(message)
+
+    def _source_service_lines(self) -> list[str]:
+        """The torrc block of the source onion (launch mode)."""
+        proxied = self._source_proxy_target is not None
+        target = self._resolve(self._source_proxy_target if proxied else self._source_target, SOURCE)
+        lines = hidden_service_lines(
+            keys.service_dir(self._data_dir, SOURCE), target, self._defences, bool(self._pow_available)
+        )
+        if not proxied:  # a plain listener would take the PROXY header for a broken request
+            lines.remove("HiddenServiceExportCircuitID haproxy")
+        return lines
+
     def _spawn(self, attempt: _Attempt) -> None:
         binary = find_tor_binary(self._tor_binary)
         tor_dir = keys.tor_dir(self._data_dir)
         keys.ensure_private_dir(tor_dir)
         files = TorFiles(tor_dir)
         remove_stale_files(files)
-        write_torrc(files, self._tor_options, os.getpid())
+        write_torrc(files, self._tor_options, os.getpid(), self._source_service_lines())
         proto = TorProcessProtocol(
             on_control_listener=partial(self._control_listener_up, attempt),
             on_ended=partial(self._process_ended, attempt),
@@ -414,6 +523,7 @@ class TorOnionService(service.Service):
         progress, summary = info["progress"], info["summary"]
         if progress != attempt.progress:
             attempt.progress, attempt.summary = progress, summary
+            self._arm_stall_timer(attempt)
             self._events.emit("tor.bootstrap", progress=progress, summary=summary)
             _log.info("Tor bootstrap {progress}%: {summary}", progress=progress, summary=summary)
             self._say(f"Tor bootstrap {progress}%: {summary}")
@@ -556,7 +666,9 @@ class TorOnionService(service.Service):
     # -- onions ---------------------------------------------------------------------------
 
     def _target(self, which: str) -> str:
-        value = self._source_target if which == SOURCE else self._journalist_target
+        return self._resolve(self._source_target if which == SOURCE else self._journalist_target, which)
+
+    def _resolve(self, value: str | Callable[[], str] | None, which: str) -> str:
         if callable(value):
             try:
                 value = value()
@@ -572,6 +684,9 @@ class TorOnionService(service.Service):
             return
         control = attempt.control
         clients: dict[str, str] = {}
+        if which == SOURCE and self._mode == "launch":
+            self._source_added(self._source_key)  # in the torrc: Tor publishes it by itself
+            return
         if which == SOURCE:
             key = self._source_key
         else:
@@ -602,23 +717,45 @@ class TorOnionService(service.Service):
         if which == JOURNALIST:
             command = _control.add_onion_command(key, target, list(clients.values()), self._journalist_onion_port)
         else:
-            command = _control.add_onion_command(key, target)
+            command = _control.add_onion_command(key, target, extra=add_onion_keywords(self._defences))
         onion = _Onion(which, key, clients=dict(clients), added_at=self._now())
         attempt.onions[which] = onion  # before the reply: upload events may follow at once
         _log.debug("control: {command}", command=_control.redact(command))
-        reply = await control.queue_command(command)
+        try:
+            reply = await control.queue_command(command)
+        except TorProtocolError as e:
+            if which != SOURCE or not self._defences.pow or "pow" not in str(e).lower():
+                raise
+            # An attached Tor without the pow module refuses the PoW keywords: say so, go on.
+            self._warn_no_pow_attached(_one_line(str(e)))
+            command = _control.add_onion_command(
+                key, target, extra=add_onion_keywords(Defences(**{**self._defences.__dict__, "pow": False}))
+            )
+            reply = await control.queue_command(command)
         service_id = _control.parse_keywords(reply).get("ServiceID")
         if service_id != key.service_id:
             raise TorStartError(f"Tor published {service_id}.onion but our key is for {key.address}", "key_mismatch")
         onion.added_at = self._now()
         if which == SOURCE:
-            self.onion_address = key.address
-            self._write_source_onion_file(key.address)
-            self._events.emit("tor.onion.added", onion=key.address, detail=SOURCE)
+            self._source_added(key)
         else:
             self.journalist_onion_address = key.address
             attempt.journalist_status = "published"
             self._events.emit("tor.onion.added", detail=JOURNALIST, count=len(clients))
+
+    def _source_added(self, key: keys.OnionKey) -> None:
+        self.onion_address = key.address
+        self._write_source_onion_file(key.address)
+        self._events.emit("tor.onion.added", onion=key.address, detail=SOURCE)
+
+    def _warn_no_pow_attached(self, why: str) -> None:
+        message = (
+            "WARNING: the attached Tor refused the proof-of-work settings (no pow module, or older "
+            f"than 0.4.8: {why}); the source onion is published WITHOUT Tor's PoW defence"
+        )
+        self._events.emit("tor.pow.unavailable", detail="ADD_ONION refused the PoW keywords")
+        _log.warn("{message}", message=message)
+        self._say(message)
 
     async def _take_down(self, attempt: _Attempt, which: str) -> None:
         onion = attempt.onions.pop(which, None)
@@ -674,7 +811,8 @@ class TorOnionService(service.Service):
         for which, onion in list(attempt.onions.items()):
             if not attempt.alive:
                 return
-            if onion.key.service_id not in current:
+            in_torrc = which == SOURCE and self._mode == "launch"
+            if onion.key.service_id not in current and not in_torrc:
                 reason = "missing"
             elif onion.uploaded_at is None and now - onion.added_at >= self._tuning.publish_grace:
                 reason = "not_uploaded"
@@ -682,6 +820,11 @@ class TorOnionService(service.Service):
                 reason = "stale"
             else:
                 continue
+            if in_torrc:
+                # Re-adding a torrc service would need a SETCONF (it resets PoW): relaunch Tor.
+                self._fail(attempt, reason, "the source onion's descriptor was not uploaded; relaunching Tor",
+                           event="tor.onion.republish")
+                return
             await self._republish(attempt, which, reason)
 
     def _check_clients(self):

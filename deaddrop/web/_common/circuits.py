@@ -14,6 +14,8 @@ from typing import Any, Optional, Protocol
 
 from twisted.internet.address import IPv6Address
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IProtocolFactory
+from twisted.protocols.policies import ProtocolWrapper, WrappingFactory
 
 _TOR_PREFIX = "fc00:dead:beef:4dad::"
 
@@ -46,10 +48,44 @@ def circuit_of_address(address: Any) -> Circuit:
     return LOCAL
 
 
+class _FromTor(ProtocolWrapper):
+    """Marks a connection accepted on the listener only Tor connects to (see ``from_tor``)."""
+
+
+class _FromTorFactory(WrappingFactory):
+    protocol = _FromTor
+
+
+def from_tor(factory: IProtocolFactory) -> IProtocolFactory:
+    """Wrap the factory of the Tor-only listener, whose endpoint is ``haproxy:``-wrapped::
+
+        proxyEndpoint(serverFromString(reactor, "unix:DATA/tor/source.sock")).listen(from_tor(site))
+
+    Only connections through this wrapper have their PROXY-header address trusted.
+    """
+    return _FromTorFactory(factory)
+
+
+def _came_from_tor(request: Any) -> bool:
+    """True if the request's connection was accepted by the Tor-only listener. Anywhere else
+    the peer address is the socket's own, which a client whose address falls under Tor's
+    prefix (an IPv6 ULA with ``--tor none``) could choose."""
+    transport = getattr(getattr(request, "channel", None), "transport", None)
+    for _ in range(8):  # the wrapper chain (limits, TLS...) is never deep
+        if transport is None:
+            return False
+        if isinstance(transport, _FromTor):
+            return True
+        transport = getattr(transport, "transport", None)
+    return False
+
+
 def circuit_of(request: Any) -> Circuit:
     """The circuit of a twisted.web request (read per request: the PROXY header is parsed
     on the connection's first bytes, after ``connectionMade``)."""
     try:
+        if not _came_from_tor(request):
+            return LOCAL
         return circuit_of_address(request.getClientAddress())
     except Exception:
         return LOCAL
