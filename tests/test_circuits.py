@@ -1,0 +1,89 @@
+"""deaddrop.web._common.circuits against real listeners on 127.0.0.1: the Tor-only listener
+(``haproxy:`` endpoint + ``from_tor``) turns Tor's PROXY header into a Circuit; anywhere else
+the same bytes are just a bad request and the peer is the shared LOCAL bucket."""
+from __future__ import annotations
+
+import socket
+
+from twisted.internet import reactor
+from twisted.internet.address import IPv4Address, IPv6Address
+from twisted.internet.endpoints import serverFromString
+from twisted.internet.threads import deferToThread
+from twisted.protocols.haproxy import proxyEndpoint
+from twisted.trial import unittest
+from twisted.web.resource import Resource
+from twisted.web.server import Site
+
+from deaddrop.web._common.circuits import LOCAL, Circuit, circuit_of, circuit_of_address, from_tor
+
+
+class Recorder(Resource):
+    isLeaf = True
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def render_GET(self, request):
+        self.seen.append(circuit_of(request))
+        return b"ok"
+
+
+def exchange(port: int, data: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(data)
+        out = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return out
+            out += chunk
+
+
+GET = b"GET / HTTP/1.1\r\nHost: x.onion\r\nConnection: close\r\n\r\n"
+# What Tor sends (HiddenServiceExportCircuitID haproxy): HI:LO in hex, then id & 0xffff.
+TOR_HEADER = b"PROXY TCP6 fc00:dead:beef:4dad::1:2 ::1 2 80\r\n"
+
+
+class CircuitTests(unittest.TestCase):
+    def listen(self, description: str, factory, proxied: bool) -> int:
+        endpoint = serverFromString(reactor, description)
+        if proxied:
+            endpoint = proxyEndpoint(endpoint)
+        port = self.successResultOf(endpoint.listen(factory))
+        self.addCleanup(port.stopListening)
+        return port.getHost().port
+
+    async def test_tor_listener_reads_the_circuit_from_the_header(self):
+        page = Recorder()
+        port = self.listen("tcp:0:interface=127.0.0.1", from_tor(Site(page)), proxied=True)
+        self.assertIn(b"200 OK", await deferToThread(exchange, port, TOR_HEADER + GET))
+        self.assertEqual(page.seen, [Circuit((1 << 16) | 2)])
+        other = b"PROXY TCP6 fc00:dead:beef:4dad::0:9b ::1 155 80\r\n"
+        await deferToThread(exchange, port, other + GET)
+        self.assertEqual(page.seen[-1], Circuit(0x9B))
+        # No header on the Tor-only listener: the connection is dropped, nothing served.
+        self.assertEqual(await deferToThread(exchange, port, GET), b"")
+        self.assertEqual(len(page.seen), 2)
+
+    async def test_header_not_trusted_anywhere_else(self):
+        page = Recorder()
+        plain = self.listen("tcp:0:interface=127.0.0.1", Site(page), proxied=False)
+        self.assertNotIn(b"200 OK", await deferToThread(exchange, plain, TOR_HEADER + GET))
+        reply = await deferToThread(exchange, plain, GET)
+        self.assertIn(b"200 OK", reply)
+        self.assertEqual(page.seen, [LOCAL])
+        # A PROXY-wrapped listener that is not marked from_tor (a misconfiguration) still
+        # yields LOCAL: only the marker makes the header's address count.
+        unmarked = self.listen("tcp:0:interface=127.0.0.1", Site(page), proxied=True)
+        await deferToThread(exchange, unmarked, TOR_HEADER + GET)
+        self.assertEqual(page.seen[-1], LOCAL)
+
+    def test_address_parsing(self):
+        self.assertEqual(circuit_of_address(IPv6Address("TCP", "fc00:dead:beef:4dad::0:9b", 155)), Circuit(155))
+        self.assertEqual(circuit_of_address(IPv6Address("TCP", "fc00:dead:beef:4dad::1:2", 2)), Circuit(65538))
+        self.assertEqual(circuit_of_address(IPv6Address("TCP", "fc00:dead:beef:4dad::9b", 155)), Circuit(155))
+        self.assertEqual(circuit_of_address(IPv6Address("TCP", "FC00:DEAD:BEEF:4DAD::0:9B", 155)), Circuit(155))
+        self.assertEqual(circuit_of_address(IPv6Address("TCP", "::1", 80)), LOCAL)
+        self.assertEqual(circuit_of_address(IPv4Address("TCP", "127.0.0.1", 80)), LOCAL)
+        self.assertEqual(repr(Circuit(155)), "Circuit(tor)")  # no id in any repr
