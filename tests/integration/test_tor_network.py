@@ -384,9 +384,10 @@ class RealTorFatalTests(unittest.TestCase):
         self.assertEqual(message, "Tor binary not found: /nonexistent/tor (check --tor-binary)")
 
     async def test_bootstrap_timeout(self):
-        message, elapsed = await self.fatal_message(tor_options=[("DisableNetwork", "1")], bootstrap_timeout=3.0)
-        self.assertEqual(message, "Tor did not finish bootstrapping within 3 s (stuck at 0%: Starting)")
-        self.assertLess(elapsed, 10)
+        # 8 s: under a loaded CI machine Tor may need several seconds to open its control port.
+        message, elapsed = await self.fatal_message(tor_options=[("DisableNetwork", "1")], bootstrap_timeout=8.0)
+        self.assertEqual(message, "Tor did not finish bootstrapping within 8 s (stuck at 0%: Starting)")
+        self.assertLess(elapsed, 20)
 
 
 _NAMES.update(
