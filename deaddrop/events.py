@@ -33,6 +33,10 @@ ALLOWED_FIELDS = frozenset(
         "detail",  # a fixed, non-source-derived explanation
         "expires",  # when a CRL or certificate expires (ISO 8601, UTC)
         "days_left",  # whole days until it does
+        "bytes",  # a size, e.g. of a backup
+        "submissions",  # counts only, e.g. deleted by retention
+        "replies",
+        "sources",
     }
 )
 

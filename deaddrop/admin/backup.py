@@ -1,0 +1,390 @@
+"""Backups of a data directory: one tar stream, encrypted by gpg to an admin's key as it is made.
+
+``make_backup`` works while the server runs. The database is copied first with SQLite's online
+backup API (a consistent snapshot, taken in memory so no plaintext copy touches a disk), then the
+files are streamed one by one: the store, the GnuPG keyring with the sources' keys, the peppers,
+everything under ``DATA/tor`` that is a key or a client list, TLS and CA material, the submission
+key copy and the logs. A file placed after the snapshot has no row and a row whose file was
+deleted meanwhile has no file; the server's start-up recovery reconciles both after a restore.
+Nothing is ever held whole in memory apart from the database snapshot, and nothing unencrypted is
+written: tar writes into gpg's stdin, gpg writes ``FILE.part``, renamed when gpg succeeded.
+
+The last member, ``MANIFEST.json``, lists every file with its size, mode and SHA-256.
+``restore_backup`` decrypts with the admin's gpg, refuses a non-empty target, accepts only plain
+files and folders with safe relative names, checks every file against the manifest and gpg's
+integrity check, and removes everything it wrote if any check fails.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import IO, Any, Iterator
+
+import deaddrop
+from deaddrop.store import migrations
+from deaddrop.store._atomic import fsync_directory
+
+FORMAT = "deaddrop-backup/1"
+MANIFEST = "MANIFEST.json"
+DB_NAME = "db.sqlite"
+CHUNK = 1024 * 1024
+
+# Top-level entries never backed up: runtime state, scratch space, and the live database files
+# (the snapshot replaces them); ``backups`` holds the automatic pre-upgrade database copies.
+_SKIP_TOP = {"server.lock", "tmp", "backups", DB_NAME, DB_NAME + "-wal", DB_NAME + "-shm", "status.json"}
+# Under DATA/tor: Tor's runtime files and caches (re-fetched at start); the keys stay.
+_TOR_SKIP = re.compile(r"^(lock|tor\.pid|control\.sock|control-port\.txt|cached-.*|diff-cache|.*\.tmp)$")
+# GnuPG's own lock files (".#lk0x...", "*.lock") belong to the running process, not the keyring.
+_LOCK_FILE = re.compile(r"^\.#lk.*|.*\.lock$")
+_SAFE_PART = re.compile(r"^[A-Za-z0-9._@+=~,-][A-Za-z0-9._@+=~, -]{0,254}$")
+
+
+class BackupError(Exception):
+    """A backup or restore failed; one line for the admin."""
+
+
+@dataclass(frozen=True)
+class BackupReport:
+    path: str
+    files: int
+    bytes: int
+    recipient: str
+    schema_version: int
+
+
+@dataclass(frozen=True)
+class RestoreReport:
+    data_dir: str
+    files: int
+    bytes: int
+    schema_version: int
+    created: str
+
+
+# -- the recipient key ---------------------------------------------------------------------------
+
+
+def _gpg(gpg_binary: str, homedir: str, *args: str) -> list[str]:
+    return [gpg_binary, "--homedir", homedir, "--batch", "--no-tty", "--quiet", "--yes", *args]
+
+
+@contextlib.contextmanager
+def _scratch_gnupg_home() -> Iterator[str]:
+    # Short and private: gpg-agent's socket path is limited to 107 bytes.
+    home = tempfile.mkdtemp(prefix="dd-bk-", dir="/tmp")
+    try:
+        yield home
+    finally:
+        subprocess.run(["gpgconf", "--homedir", home, "--kill", "all"], capture_output=True)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def recipient_fingerprint(key_file: str, gpg_binary: str = "gpg") -> str:
+    """The fingerprint of the one public key in ``key_file``; refuses secret keys and bundles."""
+    try:
+        with open(key_file, "rb") as f:
+            data = f.read(1024 * 1024)
+    except OSError as e:
+        raise BackupError(f"cannot read {key_file}: {e.strerror}") from None
+    if b"PRIVATE KEY BLOCK" in data:
+        raise BackupError(f"{key_file} holds a secret key: give the public key (gpg --armor --export)")
+    with _scratch_gnupg_home() as home:
+        proc = subprocess.run(_gpg(gpg_binary, home, "--with-colons", "--show-keys", key_file), capture_output=True)
+    rows = [line.split(":") for line in proc.stdout.decode("utf-8", "replace").splitlines()]
+    primaries = [i for i, r in enumerate(rows) if r[0] == "pub"]
+    if proc.returncode != 0 or len(primaries) != 1:
+        raise BackupError(f"{key_file} must hold exactly one OpenPGP public key")
+    if any(r[0] == "sec" for r in rows):
+        raise BackupError(f"{key_file} holds a secret key: give the public key (gpg --armor --export)")
+    can_encrypt = any("e" in r[11] for r in rows if r[0] in ("pub", "sub") and len(r) > 11 and r[1] not in "rei")
+    if not can_encrypt:
+        raise BackupError(f"{key_file} has no usable encryption key (expired or revoked?)")
+    fingerprint = next((r[9] for r in rows[primaries[0]:] if r[0] == "fpr"), "")
+    return fingerprint
+
+
+# -- what goes in ----------------------------------------------------------------------------------
+
+
+def backup_members(data_dir: str) -> Iterator[str]:
+    """Relative paths of the regular files to back up (the database snapshot comes separately)."""
+    for root, dirs, files in os.walk(data_dir):
+        rel_root = os.path.relpath(root, data_dir)
+        top = rel_root.split(os.sep)[0] if rel_root != "." else None
+        if top is None:
+            dirs[:] = [d for d in dirs if d not in _SKIP_TOP]
+            files = [f for f in files if f not in _SKIP_TOP]
+        if top == "tor":
+            dirs[:] = [d for d in dirs if not _TOR_SKIP.match(d)]
+            files = [f for f in files if not _TOR_SKIP.match(f)]
+        dirs.sort()
+        for name in sorted(files):
+            if _LOCK_FILE.match(name):
+                continue
+            path = os.path.join(root, name)
+            if os.path.isfile(path) and not os.path.islink(path):
+                yield os.path.normpath(os.path.join(rel_root, name))
+
+
+def _database_snapshot(data_dir: str) -> tuple[bytes, int]:
+    """The live database, consistent, through SQLite's backup API into memory. -> (image, version)."""
+    path = os.path.join(data_dir, DB_NAME)
+    if not os.path.isfile(path):
+        raise BackupError(f"{path}: no database")
+    source = sqlite3.connect(path, timeout=30.0)
+    memory = sqlite3.connect(":memory:")
+    try:
+        source.backup(memory)
+        version = migrations.schema_version(memory)
+        if version is None:
+            raise BackupError(f"{path} has no schema version: not a DeadDrop database")
+        migrations.check_known(version, path)
+        return memory.serialize(), version
+    except sqlite3.Error as e:
+        raise BackupError(f"cannot read the database {path}: {e}") from None
+    finally:
+        memory.close()
+        source.close()
+
+
+class _Hashing:
+    """A read-only file wrapper that hashes what tar reads from it."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self._f = f
+        self.sha256 = hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._f.read(n)
+        self.sha256.update(data)
+        return data
+
+
+def _tarinfo(name: str, size: int, mode: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mode = mode & 0o700  # owner only, as in the data dir; nobody else's bits come back
+    info.mtime = 0  # a backup does not need to date each file
+    info.type = tarfile.REGTYPE
+    return info
+
+
+# -- backup ---------------------------------------------------------------------------------------
+
+
+def make_backup(data_dir: str, out_path: str, key_file: str, gpg_binary: str = "gpg") -> BackupReport:
+    """Write the encrypted backup of ``data_dir`` to ``out_path`` (which must not exist)."""
+    out_path = os.path.abspath(out_path)
+    if os.path.lexists(out_path):
+        raise BackupError(f"{out_path} already exists: choose a new file name")
+    if os.path.commonpath([out_path, os.path.abspath(data_dir)]) == os.path.abspath(data_dir):
+        raise BackupError(f"{out_path} is inside the data directory: write the backup elsewhere")
+    fingerprint = recipient_fingerprint(key_file, gpg_binary)
+    partial = out_path + ".part"
+    manifest: dict[str, Any] = {}
+    total = 0
+    with _scratch_gnupg_home() as home:
+        with tempfile.TemporaryFile() as errors:
+            proc = subprocess.Popen(
+                _gpg(gpg_binary, home, "--trust-model", "always", "--compress-algo", "none",
+                     "--recipient-file", key_file, "--output", partial, "--encrypt"),
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errors,
+            )
+            try:
+                assert proc.stdin is not None
+                with tarfile.open(fileobj=proc.stdin, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+                    image, version = _database_snapshot(data_dir)
+                    tar.addfile(_tarinfo(DB_NAME, len(image), 0o600), io.BytesIO(image))
+                    manifest[DB_NAME] = {"size": len(image), "mode": 0o600,
+                                         "sha256": hashlib.sha256(image).hexdigest()}
+                    total += len(image)
+                    del image
+                    for name in backup_members(data_dir):
+                        total += _add_file(tar, data_dir, name, manifest)
+                    body = json.dumps({
+                        "format": FORMAT, "deaddrop_version": deaddrop.__version__, "schema_version": version,
+                        "created": time.strftime("%Y-%m-%d", time.gmtime()), "files": manifest,
+                    }, sort_keys=True, indent=1).encode()
+                    tar.addfile(_tarinfo(MANIFEST, len(body), 0o600), io.BytesIO(body))
+                proc.stdin.close()
+            except BaseException:
+                proc.kill()
+                proc.wait()
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(partial)
+                raise
+            code = proc.wait()
+            if code != 0:
+                errors.seek(0)
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(partial)
+                message = errors.read().decode("utf-8", "replace").strip().splitlines()
+                raise BackupError(f"gpg could not encrypt the backup: {message[-1] if message else f'exit {code}'}")
+    os.chmod(partial, 0o600)
+    with open(partial, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(partial, out_path)
+    fsync_directory(os.path.dirname(out_path))
+    return BackupReport(out_path, len(manifest), total, fingerprint, version)
+
+
+def _add_file(tar: tarfile.TarFile, data_dir: str, name: str, manifest: dict[str, Any]) -> int:
+    try:
+        f = open(os.path.join(data_dir, name), "rb")
+    except FileNotFoundError:
+        return 0  # deleted since the walk (a submission deleted meanwhile): nothing to keep
+    with f:
+        st = os.fstat(f.fileno())
+        wrapped = _Hashing(f)
+        tar.addfile(_tarinfo(name, st.st_size, st.st_mode), wrapped)
+    manifest[name] = {"size": st.st_size, "mode": st.st_mode & 0o700, "sha256": wrapped.sha256.hexdigest()}
+    return st.st_size
+
+
+# -- restore ---------------------------------------------------------------------------------------
+
+
+def _safe_name(name: str) -> bool:
+    parts = name.split("/")
+    return all(_SAFE_PART.match(p) and p not in (".", "..") for p in parts) and not name.startswith("/")
+
+
+def _prepare_target(data_dir: str) -> bool:
+    """-> True if the directory was created here. Refuses a non-empty one."""
+    if os.path.lexists(data_dir):
+        if not os.path.isdir(data_dir) or os.path.islink(data_dir):
+            raise BackupError(f"{data_dir} exists and is not a directory")
+        if os.listdir(data_dir):
+            raise BackupError(f"{data_dir} is not empty: restore only into a new or empty directory")
+        os.chmod(data_dir, 0o700)
+        return False
+    os.makedirs(data_dir, mode=0o700)
+    return True
+
+
+def _clear(data_dir: str, created: bool) -> None:
+    if created:
+        shutil.rmtree(data_dir, ignore_errors=True)
+        return
+    for entry in os.listdir(data_dir):
+        path = os.path.join(data_dir, entry)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+
+
+def restore_backup(archive: str, data_dir: str, gnupg_home: str | None = None,
+                   gpg_binary: str = "gpg") -> RestoreReport:
+    """Decrypt ``archive`` (with the admin's key in ``gnupg_home``, or gpg's default) into a new
+    or empty ``data_dir``, verifying everything; on any failure nothing is left behind."""
+    data_dir = os.path.abspath(data_dir)
+    if not os.path.isfile(archive):
+        raise BackupError(f"{archive}: no such file")
+    created = _prepare_target(data_dir)
+    home = ["--homedir", gnupg_home] if gnupg_home else []
+    try:
+        with tempfile.TemporaryFile() as errors:
+            proc = subprocess.Popen(
+                [gpg_binary, *home, "--batch", "--quiet", "--yes", "--decrypt", archive],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors,
+            )
+            try:
+                assert proc.stdout is not None
+                report = _extract(proc.stdout, data_dir)
+                while proc.stdout.read(CHUNK):  # gpg checks integrity only at the end
+                    pass
+            except BaseException:
+                proc.kill()
+                proc.wait()
+                raise
+            code = proc.wait()
+            if code != 0:
+                errors.seek(0)
+                lines = errors.read().decode("utf-8", "replace").strip().splitlines()
+                raise BackupError(f"gpg could not decrypt or verify {archive}: "
+                                  f"{lines[-1] if lines else f'exit {code}'}")
+        _check_database(data_dir)
+        fsync_directory(data_dir)
+        return report
+    except BaseException as e:
+        _clear(data_dir, created)
+        if isinstance(e, (tarfile.TarError, EOFError)):
+            raise BackupError(f"{archive} is not a complete DeadDrop backup ({e})") from None
+        raise
+
+
+def _extract(stream: IO[bytes], data_dir: str) -> RestoreReport:
+    written: dict[str, dict[str, Any]] = {}
+    manifest: dict[str, Any] | None = None
+    total = 0
+    with tarfile.open(fileobj=stream, mode="r|") as tar:
+        for member in tar:
+            if manifest is not None:
+                raise BackupError(f"the archive has entries after its manifest ({member.name!r})")
+            if not member.isfile() or not _safe_name(member.name):
+                raise BackupError(f"the archive holds an entry that is not a plain file with a safe name: {member.name!r}")
+            f = tar.extractfile(member)
+            assert f is not None
+            if member.name == MANIFEST:
+                if member.size > 64 * 1024 * 1024:
+                    raise BackupError("the archive's manifest is implausibly large")
+                manifest = json.loads(f.read().decode("utf-8"))
+                continue
+            written[member.name] = _write_member(f, data_dir, member)
+            total += member.size
+    if manifest is None or manifest.get("format") != FORMAT:
+        raise BackupError("the archive has no DeadDrop backup manifest (not a backup, or cut short)")
+    if manifest["files"] != written:
+        missing = sorted(set(manifest["files"]) - set(written))
+        changed = sorted(n for n in written if manifest["files"].get(n) != written[n])
+        raise BackupError(f"the archive does not match its manifest (missing {missing[:3]}, changed {changed[:3]})")
+    return RestoreReport(data_dir, len(written), total, int(manifest["schema_version"]), manifest["created"])
+
+
+def _write_member(f: IO[bytes], data_dir: str, member: tarfile.TarInfo) -> dict[str, Any]:
+    path = os.path.join(data_dir, *member.name.split("/"))
+    parent = os.path.dirname(path)
+    os.makedirs(parent, mode=0o700, exist_ok=True)
+    mode = member.mode & 0o700 or 0o600
+    digest = hashlib.sha256()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    with os.fdopen(fd, "wb") as out:
+        while True:
+            chunk = f.read(CHUNK)
+            if not chunk:
+                break
+            digest.update(chunk)
+            out.write(chunk)
+        out.flush()
+        os.fsync(out.fileno())
+    return {"size": member.size, "mode": mode, "sha256": digest.hexdigest()}
+
+
+def _check_database(data_dir: str) -> None:
+    path = os.path.join(data_dir, DB_NAME)
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            if conn.execute("PRAGMA integrity_check").fetchone()[0] != "ok":
+                raise BackupError("the database in the archive fails SQLite's integrity check")
+            version = migrations.schema_version(conn)
+        finally:
+            conn.close()
+    except sqlite3.Error as e:
+        raise BackupError(f"the database in the archive cannot be opened: {e}") from None
+    if version is None:
+        raise BackupError("the database in the archive has no schema version")
+    migrations.check_known(version, path)

@@ -1,0 +1,229 @@
+"""``deaddrop-admin backup`` while the server runs, ``restore`` into a fresh directory, and the
+restored instance on the real stack: same onion key, the source logs in with its codename and
+reads its reply, the journalist downloads the old submissions and they decrypt on the SVS."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import tarfile
+import time
+
+from twisted.internet.defer import inlineCallbacks
+from twisted.internet.threads import deferToThread
+from twisted.trial import unittest
+
+from deaddrop.admin import backup
+from deaddrop.svs import cli as svs_cli
+from deaddrop.tor import keys
+from tests._support import (
+    ApiClient, Browser, TotpDevice, add_journalist, issue_client_cert, kill_gpg_agent, short_tempdir,
+    start_journalist_server, test_svs,
+)
+from tests.integration.test_admin_cli import run_cli
+
+
+class AdminKey:
+    """The admin's own key pair for backups (its secret half stays off the server)."""
+
+    def __init__(self, testcase: unittest.TestCase) -> None:
+        self.home = short_tempdir("dd-adm-")
+        os.chmod(self.home, 0o700)
+        testcase.addCleanup(shutil.rmtree, self.home, True)
+        testcase.addCleanup(kill_gpg_agent, self.home)
+        subprocess.run(["gpg", "--homedir", self.home, "--batch", "--passphrase", "", "--quick-gen-key",
+                        "DeadDrop backups", "future-default", "default", "never"], check=True, capture_output=True)
+        self.public = os.path.join(self.home, "backup-key.asc")
+        with open(self.public, "wb") as f:
+            f.write(subprocess.run(["gpg", "--homedir", self.home, "--armor", "--export"], check=True,
+                                   capture_output=True).stdout)
+        self.fingerprint = backup.recipient_fingerprint(self.public)
+
+    def decrypt(self, path: str) -> bytes:
+        return subprocess.run(["gpg", "--homedir", self.home, "--batch", "-q", "-d", path], check=True,
+                              capture_output=True).stdout
+
+
+class BackupRoundTripTests(unittest.TestCase):
+    timeout = 240
+
+    @inlineCallbacks
+    def test_round_trip_into_a_fresh_directory(self):
+        server = yield start_journalist_server(self)
+        onion_key, _ = keys.load_or_create_onion_key(keys.service_dir(server.data_dir, keys.SOURCE))
+        journalist_onion, _ = keys.load_or_create_onion_key(keys.service_dir(server.data_dir, keys.JOURNALIST))
+        cert = issue_client_cert(server, "alice")
+        account = yield add_journalist(server, "alice")
+        device = TotpDevice(server, account.totp_secret)
+        source = Browser(server.source_url)
+        self.addCleanup(source.close)
+        codename = yield source.create_source()
+        document = os.urandom(3 * 1024 * 1024)
+        response, html = yield source.submit("BACKUP-MESSAGE-MARKER", [("evidence.pdf", document)])
+        self.assertEqual(response.code, 200)
+        conn = sqlite3.connect(os.path.join(server.data_dir, "db.sqlite"))
+        [(source_id,)] = conn.execute("SELECT id FROM sources").fetchall()
+        conn.close()
+        yield server.service.newsroom.add_reply(source_id, "BACKUP-REPLY-MARKER")
+
+        admin = AdminKey(self)
+        work = short_tempdir("dd-bkw-")
+        self.addCleanup(shutil.rmtree, work, True)
+        archive = os.path.join(work, "deaddrop.backup")
+        started = time.monotonic()
+        code, out, err = yield deferToThread(run_cli, "backup", "--out", archive, "--to-key", admin.public,
+                                             "--data-dir", server.data_dir, "--json")
+        backup_seconds = time.monotonic() - started
+        self.assertEqual(code, 0, err)
+        made = json.loads(out)
+        self.assertEqual(made["recipient"], admin.fingerprint)
+        self.assertEqual(os.stat(archive).st_mode & 0o777, 0o600)
+        self.assertFalse(os.path.exists(archive + ".part"))
+        # Encrypted as a whole: no name, no byte of any stored file is readable in it.
+        with open(archive, "rb") as f:
+            raw = f.read()
+        for secret in [b"db.sqlite", b"pepper", b"hs_ed25519", document[:64], b"MANIFEST"]:
+            self.assertNotIn(secret, raw)
+        yield source.close()
+        yield server.stop()
+
+        target = os.path.join(short_tempdir("dd-rst-"), "restored")
+        self.addCleanup(shutil.rmtree, os.path.dirname(target), True)
+        started = time.monotonic()
+        code, out, err = yield deferToThread(run_cli, "restore", archive, "--data-dir", target,
+                                             "--gnupg-home", admin.home)
+        restore_seconds = time.monotonic() - started
+        self.assertEqual(code, 0, err)
+        self.assertIn("every file matched the manifest", out)
+        self.assertEqual(os.stat(target).st_mode & 0o777, 0o700)
+        self.assertEqual(keys.read_onion_key(keys.service_dir(target, keys.SOURCE)).address, onion_key.address)
+        self.assertEqual(keys.read_onion_key(keys.service_dir(target, keys.JOURNALIST)).address,
+                         journalist_onion.address)
+        for name in ("pepper-filesystem-id", "pepper-key-passphrase", "tls/server.pem", "ca/ca.pem"):
+            with open(os.path.join(server.data_dir, name), "rb") as a, open(os.path.join(target, name), "rb") as b:
+                self.assertEqual(a.read(), b.read(), name)
+
+        restored = yield start_journalist_server(self, data_dir=target)
+        # The source logs in with its codename and reads the reply (its key came back too).
+        source = Browser(restored.source_url)
+        self.addCleanup(source.close)
+        response, html = yield source.login(codename)
+        self.assertEqual(response.code, 200)
+        self.assertIn("BACKUP-REPLY-MARKER", html)
+        # The journalist logs in with the same account and downloads the old submissions...
+        device.server = restored
+        api = ApiClient(restored, cert)
+        self.addCleanup(api.close)
+        yield api.log_in(account, device)
+        status, data = yield api.json("GET", "/api/v1/sources")
+        [listed] = data["sources"]
+        status, data = yield api.json("GET", f"/api/v1/sources/{listed['uuid']}/submissions")
+        inbox = os.path.join(work, "inbox", "source")
+        os.makedirs(inbox)
+        for item in data["submissions"]:
+            response, body = yield api.request("GET", item["download_url"])
+            self.assertEqual(response.code, 200)
+            with open(os.path.join(inbox, item["filename"]), "wb") as f:
+                f.write(body)
+        self.assertEqual(len(data["submissions"]), 2)
+        # ... and they decrypt on the SVS.
+        svs_home = short_tempdir("dd-svsb-")
+        self.addCleanup(shutil.rmtree, svs_home, True)
+        os.symlink(test_svs().homedir, os.path.join(svs_home, "gnupg"))
+        plain = os.path.join(work, "plain")
+        code = yield deferToThread(svs_cli.main, ["--home", svs_home, "decrypt", inbox, "--out", plain])
+        self.assertEqual(code, 0)
+        [folder] = os.listdir(plain)
+        files = sorted(os.listdir(os.path.join(plain, folder)))
+        with open(os.path.join(plain, folder, "evidence.pdf"), "rb") as f:
+            self.assertEqual(f.read(), document)
+        [msg] = [n for n in files if n.endswith("-msg.txt")]
+        with open(os.path.join(plain, folder, msg)) as f:
+            self.assertEqual(f.read(), "BACKUP-MESSAGE-MARKER")
+
+        print(f"\nbackup round trip: backup {backup_seconds:.2f} s + restore {restore_seconds:.2f} s "
+              f"({made['files']} files, {made['bytes'] / 1e6:.1f} MB)")
+
+
+class BackupArchiveTests(unittest.TestCase):
+    """The archive itself: its content, and what restore refuses (nothing is left behind)."""
+
+    timeout = 120
+
+    @inlineCallbacks
+    def setUp(self):
+        from tests._support import initialised_data_dir
+
+        self.data_dir = yield initialised_data_dir(self)
+        self.admin = AdminKey(self)
+        self.work = short_tempdir("dd-bka-")
+        self.addCleanup(shutil.rmtree, self.work, True)
+        self.archive = os.path.join(self.work, "b.gpg")
+        code, out, err = yield deferToThread(run_cli, "backup", "--out", self.archive, "--to-key", self.admin.public,
+                                             "--data-dir", self.data_dir)
+        self.assertEqual(code, 0, err)
+
+    def members(self, blob: bytes) -> list[str]:
+        import io
+
+        with tarfile.open(fileobj=io.BytesIO(blob), mode="r|") as tar:
+            return [m.name for m in tar]
+
+    def restore(self, archive: str, target: str):
+        return deferToThread(run_cli, "restore", archive, "--data-dir", target, "--gnupg-home", self.admin.home)
+
+    def test_what_is_in_it(self):
+        names = self.members(self.admin.decrypt(self.archive))
+        self.assertEqual(names[0], "db.sqlite")
+        self.assertEqual(names[-1], "MANIFEST.json")
+        for expected in ["pepper-filesystem-id", "pepper-key-passphrase", "submission-key.asc"]:
+            self.assertIn(expected, names)
+        self.assertTrue(any(n.startswith("gnupg/") for n in names))
+        for runtime in ["server.lock", "db.sqlite-wal", "db.sqlite-shm"]:
+            self.assertNotIn(runtime, names)
+        self.assertFalse(any(n.startswith(("tmp/", "backups/")) or "S.gpg-agent" in n for n in names), names)
+
+    @inlineCallbacks
+    def test_a_non_empty_directory_is_refused(self):
+        target = os.path.join(self.work, "busy")
+        os.makedirs(target)
+        with open(os.path.join(target, "keep.txt"), "w") as f:
+            f.write("mine")
+        code, out, err = yield self.restore(self.archive, target)
+        self.assertEqual(code, 1)
+        self.assertEqual(err, f"deaddrop-admin: error: {target} is not empty: restore only into a new or empty directory\n")
+        self.assertEqual(os.listdir(target), ["keep.txt"])
+
+    @inlineCallbacks
+    def test_a_tampered_or_truncated_archive_is_refused_and_nothing_is_left(self):
+        with open(self.archive, "rb") as f:
+            blob = f.read()
+        cases = {"flipped": blob[:len(blob) // 2] + bytes([blob[len(blob) // 2] ^ 1]) + blob[len(blob) // 2 + 1:],
+                 "truncated": blob[: len(blob) * 3 // 4]}
+        for label, data in cases.items():
+            bad = os.path.join(self.work, label)
+            with open(bad, "wb") as f:
+                f.write(data)
+            target = os.path.join(self.work, "restore-" + label)
+            code, out, err = yield self.restore(bad, target)
+            self.assertEqual(code, 1, label)
+            self.assertEqual(len(err.splitlines()), 1, err)
+            self.assertFalse(os.path.exists(target), label)
+
+    @inlineCallbacks
+    def test_a_backup_key_must_be_a_public_encryption_key_and_the_out_file_new(self):
+        secret = os.path.join(self.work, "secret.asc")
+        with open(secret, "wb") as f:
+            f.write(subprocess.run(["gpg", "--homedir", self.admin.home, "--batch", "--armor", "--export-secret-keys"],
+                                   check=True, capture_output=True).stdout)
+        code, out, err = yield deferToThread(run_cli, "backup", "--out", os.path.join(self.work, "x"), "--to-key",
+                                             secret, "--data-dir", self.data_dir)
+        self.assertEqual(code, 1)
+        self.assertIn("holds a secret key", err)
+        code, out, err = yield deferToThread(run_cli, "backup", "--out", self.archive, "--to-key", self.admin.public,
+                                             "--data-dir", self.data_dir)
+        self.assertEqual(code, 1)
+        self.assertIn("already exists", err)
+        self.assertFalse(os.path.exists(os.path.join(self.work, "x")))
