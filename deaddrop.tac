@@ -1,26 +1,21 @@
 # Start DeadDrop with `twistd -ny deaddrop.tac`, configured from the environment:
-# every `twistd deaddrop` option --some-option maps to DEADDROP_SOME_OPTION
-# (e.g. DEADDROP_DATA_DIR, DEADDROP_SUBMISSION_KEY, DEADDROP_TOR=none).
+# every `twistd deaddrop` option --some-option is read from DEADDROP_SOME_OPTION
+# (e.g. DEADDROP_DATA_DIR, DEADDROP_SUBMISSION_KEY, DEADDROP_TOR=none, DEADDROP_DEMO=1,
+# DEADDROP_SOURCE_SESSION_MINUTES=60, DEADDROP_TOR_OPTION="KEY=VALUE,KEY=VALUE").
 import os
+import sys
 
 from twisted.application import service
+from twisted.python import usage
 
-from deaddrop.config import from_environment
-from deaddrop.tap import Options, makeService
+from deaddrop.tap import Options, argv_from_environment, makeService
 
 options = Options()
-argv = []
-for name, value in from_environment(os.environ).items():
-    if name in ("journalist-onion", "demo", "journalist-explain-missing-cert"):
-        if value.lower() in ("1", "true", "yes"):
-            argv.append(f"--{name}")
-    elif name == "tor-options":
-        for item in value.split(","):
-            if item.strip():
-                argv += ["--tor-option", item.strip()]
-    else:
-        argv += [f"--{name}", value]
-options.parseOptions(argv)
+try:
+    options.parseOptions(argv_from_environment(os.environ))
+except usage.UsageError as e:
+    sys.stderr.write(f"deaddrop: error: {e}\n")
+    raise SystemExit(1)
 
 application = service.Application("deaddrop")
 makeService(options).setServiceParent(application)

@@ -19,13 +19,58 @@ MAX_CODENAME_CHARS = 256
 _WORD = re.compile(r"^[a-z]+(?:-[a-z]+)?$")
 
 
+MIN_CODENAME_BITS = 64
+CODENAME_LIST, DESIGNATION_LISTS = "codename-words.txt", ("adjectives.txt", "nouns.txt")
+
+
+class WordListError(ValueError):
+    """A word list is missing, damaged or too small; one line naming the file and the fault."""
+
+
+def read_word_list(path: str) -> tuple[str, ...]:
+    """The words of a list: one per line, unique, lowercase ASCII (a hyphen inside is allowed)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise WordListError(f"word list {path}: {e.strerror}") from None
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError as e:
+        raise WordListError(f"word list {path}: byte {e.start} is not ASCII") from None
+    words = tuple(line.strip() for line in text.splitlines() if line.strip())
+    for number, word in enumerate(words, 1):
+        if not _WORD.match(word):
+            raise WordListError(f"word list {path}: {word!r} is not a lowercase ASCII word")
+    if len(set(words)) != len(words):
+        seen: set[str] = set()
+        duplicate = next(w for w in words if w in seen or seen.add(w))  # type: ignore[func-returns-value]
+        raise WordListError(f"word list {path}: {duplicate!r} appears more than once")
+    return words
+
+
+def check_word_lists(n_words: int, directory: str = WORDLIST_DIR) -> float:
+    """Start-up check: every list well formed, and a codename of ``n_words`` words at least
+    ``MIN_CODENAME_BITS`` bits. -> the codename's entropy in bits."""
+    import math
+
+    for name in DESIGNATION_LISTS:
+        read_word_list(os.path.join(directory, name))
+    path = os.path.join(directory, CODENAME_LIST)
+    words = read_word_list(path)
+    bits = n_words * math.log2(len(words)) if len(words) > 1 else 0.0
+    if bits < MIN_CODENAME_BITS:
+        needed = math.ceil(MIN_CODENAME_BITS / math.log2(len(words))) if len(words) > 1 else None
+        advice = f"use --codename-words {needed} or more" if needed and needed <= MAX_WORDS else "use a longer list"
+        raise WordListError(
+            f"a codename of {n_words} words from {path} ({len(words)} words) has {bits:.1f} bits, "
+            f"fewer than the {MIN_CODENAME_BITS} required: {advice}")
+    return bits
+
+
 @lru_cache(maxsize=None)
 def _load(name: str) -> tuple[str, ...]:
-    with open(os.path.join(WORDLIST_DIR, name), encoding="ascii") as f:
-        words = tuple(line.strip() for line in f if line.strip())
-    if len(set(words)) != len(words) or not all(_WORD.match(w) for w in words):
-        raise ValueError(f"word list {name} has duplicates or non-ASCII-lowercase words")
-    return words
+    return read_word_list(os.path.join(WORDLIST_DIR, name))
 
 
 def codename_words() -> tuple[str, ...]:

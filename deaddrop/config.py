@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields, replace
-from typing import Any, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from deaddrop.crypto.kdf import KdfCost
 
@@ -48,11 +48,25 @@ class Config:
     journalist_connection_max_age: float = 3600.0
     organisation_name: str = "DeadDrop"
     demo: bool = False
-    source_session_idle: float = 30 * 60.0
-    source_session_lifetime: float = 4 * 3600.0
+    # Session lengths in minutes. A source session ends that long after log-in whatever the
+    # activity (absolute); a journalist's also ends after ``journalist_session_idle`` unused.
+    source_session_minutes: int = 120
+    journalist_session_minutes: int = 480
     journalist_session_idle: float = 30 * 60.0
-    journalist_session_lifetime: float = 8 * 3600.0
+    retention_days: int | None = None  # off: keep submissions and replies until deleted
     source_login_failures_per_minute: int = 30
+
+    @property
+    def source_session_lifetime(self) -> float:
+        return self.source_session_minutes * 60.0
+
+    @property
+    def source_session_idle(self) -> float:
+        return self.source_session_lifetime  # absolute: activity does not extend it
+
+    @property
+    def journalist_session_lifetime(self) -> float:
+        return self.journalist_session_minutes * 60.0
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.data_dir, *parts)
@@ -60,6 +74,18 @@ class Config:
     def validated(self) -> "Config":
         if not 4 <= self.codename_words <= 16:
             raise ConfigError("--codename-words must be between 4 and 16")
+        from deaddrop.codenames import WordListError, check_word_lists
+
+        try:
+            check_word_lists(self.codename_words)
+        except WordListError as e:
+            raise ConfigError(str(e)) from None
+        for option, minutes in (("--source-session-minutes", self.source_session_minutes),
+                                ("--journalist-session-minutes", self.journalist_session_minutes)):
+            if not 5 <= minutes <= 7 * 24 * 60:
+                raise ConfigError(f"{option} must be between 5 and 10080 (a week)")
+        if self.retention_days is not None and not 1 <= self.retention_days <= 36500:
+            raise ConfigError("--retention-days must be between 1 and 36500")
         if self.max_upload_size < 1024:
             raise ConfigError("--max-upload-size must be at least 1024 bytes")
         if not 1 <= self.crypto_threads <= 256:
@@ -93,16 +119,3 @@ class Config:
     def with_changes(self, **changes: Any) -> "Config":
         return replace(self, **changes)
 
-
-def option_names() -> list[str]:
-    return [f.name for f in fields(Config)]
-
-
-def from_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """``DEADDROP_DATA_DIR=...`` -> ``{"data-dir": ...}``: the .tac's view of the options."""
-    found = {}
-    for name in option_names():
-        key = "DEADDROP_" + name.upper()
-        if key in environ:
-            found[name.replace("_", "-")] = environ[key]
-    return found

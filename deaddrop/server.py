@@ -158,7 +158,8 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
     if schema_backup is not None:
         _log.info("database upgraded to schema version {v}; the previous one is kept in {path}",
                   v=SCHEMA_VERSION, path=schema_backup)
-    settings = InstanceSettings(config.organisation_name, config.max_upload_size).apply_stored(
+    settings = InstanceSettings(config.organisation_name, config.max_upload_size,
+                                retention_days=config.retention_days).apply_stored(
         db.run_blocking(queries.get_settings)
     )
 
@@ -216,7 +217,48 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
 
     add_journalist_interface(top, config, reactor)
     _add_tor(top, config, reactor)
+    _add_retention(top, reactor)
+    _add_status_file(top, config, reactor, io_pool, fingerprint)
     return top
+
+
+def _add_retention(top: DeadDropService, reactor: Any) -> None:
+    from deaddrop.retention import Retention, retention_timer
+
+    top.retention = Retention(top.newsroom, top.settings, top.events)
+    top.retention_timer = retention_timer(reactor, top.retention)
+    top.retention_timer.setServiceParent(top)
+
+
+def _add_status_file(top: DeadDropService, config: Config, reactor: Any, io_pool: WorkerPool,
+                     fingerprint: str) -> None:
+    """``DATA/status.json`` for ``deaddrop-admin status`` (see ``runtime_status``)."""
+    from deaddrop.runtime_status import StatusFile
+    from deaddrop.web.journalist.wiring import find_ca
+
+    found = find_ca(config)
+    cert = config.journalist_tls_cert or (config.path("tls", "server.pem") if found else None)
+    paths = {
+        "journalist_ca": found[0] if found else None,
+        "journalist_crl": found[1] if found else None,
+        "journalist_tls_cert": os.path.abspath(cert) if cert else None,
+    }
+
+    def describe() -> dict[str, Any]:
+        tor = getattr(top, "tor", None)
+        return dict(
+            paths,
+            tor_mode=config.tor,
+            tor_state=tor.state if tor is not None else "none",
+            source_onion=getattr(tor, "onion_address", None) if tor is not None else None,
+            submission_key_fingerprint=fingerprint,
+            source_session_minutes=config.source_session_minutes,
+            journalist_session_minutes=config.journalist_session_minutes,
+            demo=config.demo,
+        )
+
+    top.status_file = StatusFile(reactor, config.data_dir, describe, io_pool)
+    top.status_file.setServiceParent(top)
 
 
 def _lock_data_dir(data_dir: str) -> Callable[[], None]:

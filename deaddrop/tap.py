@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import Any, Mapping
 
 from twisted.python import usage
 
@@ -38,6 +38,12 @@ class Options(usage.Options):
         ["journalist-connection-max-age", None, 3600.0,
          "Seconds after which a journalist connection is closed (the browser reconnects).", float],
         ["organisation-name", None, "DeadDrop", "The name sources see (admins can change it later)."],
+        ["source-session-minutes", None, 120, "A source is logged out this long after logging in (absolute).", int],
+        ["journalist-session-minutes", None, 480,
+         "A journalist is logged out this long after logging in (and after 30 idle minutes).", int],
+        ["retention-days", None, None,
+         "Delete submissions and replies older than this many days, daily (default: keep; admins can change it).",
+         int],
     ]
     optFlags = [
         ["journalist-onion", None, "Also publish the journalist interface as an onion service with client authorisation."],
@@ -88,7 +94,46 @@ def config_from_options(options: Any) -> Config:
         journalist_connection_max_age=float(options["journalist-connection-max-age"]),
         organisation_name=options["organisation-name"],
         demo=bool(options["demo"]),
+        source_session_minutes=int(options["source-session-minutes"]),
+        journalist_session_minutes=int(options["journalist-session-minutes"]),
+        retention_days=None if options["retention-days"] is None else int(options["retention-days"]),
     )
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+
+
+def environment_name(option: str) -> str:
+    """``--some-option`` is read from ``DEADDROP_SOME_OPTION`` by ``deaddrop.tac``."""
+    return "DEADDROP_" + option.upper().replace("-", "_")
+
+
+def argv_from_environment(environ: Mapping[str, str]) -> list[str]:
+    """The ``twistd deaddrop`` arguments ``deaddrop.tac`` takes from the environment.
+
+    Every option of ``Options`` maps (parameters, flags, ``--tor-option``), so a new option
+    works from the environment without touching the .tac; other ``DEADDROP_*`` variables
+    (used by the workstation and SVS tools) are not options and are left alone.
+    """
+    argv: list[str] = []
+    for name, *_ in Options.optParameters:
+        value = environ.get(environment_name(name))
+        if value is not None:
+            argv.append(f"--{name}={value}")
+    for name, *_ in Options.optFlags:
+        value = environ.get(environment_name(name))
+        if value is None:
+            continue
+        if value.strip().lower() in _TRUE:
+            argv.append(f"--{name}")
+        elif value.strip().lower() not in _FALSE:
+            raise usage.UsageError(f"{environment_name(name)} must be 1/true/yes or 0/false/no, not {value!r}")
+    # Repeatable: KEY=VALUE items separated by commas or newlines.
+    for key in (environment_name("tor-option"), environment_name("tor-options")):
+        for item in environ.get(key, "").replace("\n", ",").split(","):
+            if item.strip():
+                argv.append(f"--tor-option={item.strip()}")
+    return argv
 
 
 def makeService(options: Options) -> Any:

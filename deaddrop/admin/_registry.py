@@ -9,11 +9,14 @@ from typing import Any, Callable
 
 
 def registrars() -> list[Callable[[Any, Any], None]]:
-    from deaddrop.admin import _backup_commands, _ca_commands, _journalist_commands, _tor_commands
+    from deaddrop.admin import (
+        _backup_commands, _ca_commands, _journalist_commands, _status_commands, _tor_commands,
+    )
 
     return [
         _ca_commands.register,  # ca init, cert issue|revoke, crl
         _journalist_commands.register,  # journalist add|list|delete|reset-2fa|reset-password
-        _tor_commands.register,  # status, onion-client add|remove|list
+        _status_commands.register,  # status
+        _tor_commands.register,  # onion-client add|remove|list
         _backup_commands.register,  # backup, restore
     ]

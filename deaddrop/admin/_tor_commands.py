@@ -1,4 +1,4 @@
-"""``deaddrop-admin status`` and ``deaddrop-admin onion-client add|remove|list``.
+"""The Tor part of ``deaddrop-admin status``, and ``deaddrop-admin onion-client add|remove|list``.
 
 ``tor_status(data_dir)`` returns the Tor part of the status as a dict and ``format_tor_status``
 renders it, so a fuller ``status`` can include both.
@@ -18,11 +18,7 @@ CLIENTS_POLL_SECONDS = 10  # matches deaddrop.tor.Tuning.clients_interval
 
 
 def register(subparsers, common_parent) -> None:
-    status = subparsers.add_parser(
-        "status", parents=[common_parent], help="show the onion addresses and check the data directory"
-    )
-    status.set_defaults(func=_status)
-
+    # "status" itself is deaddrop.admin._status_commands; it includes tor_status() below.
     # Only the leaves take the common options: argparse lets a nested parser's defaults
     # overwrite values parsed by its parent, so "--data-dir" on both would be silently lost.
     client = subparsers.add_parser(
@@ -181,12 +177,6 @@ def format_tor_status(status: dict[str, Any]) -> str:
     for check in status["checks"]:
         lines.append(f"  [{'ok' if check['ok'] else 'FAIL'}] {check['name']}: {check['detail']}")
     return "\n".join(lines)
-
-
-def _status(args, out) -> int:
-    status = tor_status(_data_dir(args))
-    out.result(status, format_tor_status(status))
-    return 0 if all(c["ok"] for c in status["checks"]) else 1
 
 
 # -- onion-client -----------------------------------------------------------------------------

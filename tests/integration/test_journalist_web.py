@@ -273,7 +273,7 @@ class JournalistWebTests(unittest.TestCase):
         self.assertNotIn('type="file"', html)
         stored = dict(db_rows(self.server, "SELECT key, value FROM settings"))
         self.assertEqual(stored, {"organisation_name": "The Daily Planet", "max_upload_size": str(7 * 1024 * 1024),
-                                  "allow_uploads": "0"})
+                                  "allow_uploads": "0", "retention_days": "0"})
         response, html = yield b.get("/admin/settings")
         response, html = yield b.post("/admin/settings", data={
             "csrf_token": b.csrf(html), "organisation_name": "", "max_upload_mib": "0"})

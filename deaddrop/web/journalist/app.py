@@ -16,6 +16,7 @@ from twisted.internet.defer import inlineCallbacks
 from deaddrop.events import SecurityEvents
 from deaddrop.journalist_desk import Desk, KeyNotReady, MAX_REPLY_CHARS, SourceView, valid_uuid
 from deaddrop.journalists import Accounts, AccountError, Journalist, LoginFailed
+from deaddrop.retention import MAX_DAYS as MAX_RETENTION_DAYS
 from deaddrop.settings import InstanceSettings
 from deaddrop.web._common.responses import HtmlResponses
 from deaddrop.web._common.pages import error_page_bytes, http_error_page_text
@@ -480,20 +481,25 @@ class JournalistInterface(HtmlResponses):
         session, admin = current
         name = (self._arg(request, "organisation_name", 100) or "").strip()
         size_text = (self._arg(request, "max_upload_mib", 16) or "").strip()
+        retention_text = (self._arg(request, "retention_days", 16) or "").strip()
         error = None
         if not name or len(name) > 100 or any(ord(c) < 32 for c in name):
             error = "The organisation name must be 1 to 100 characters."
         elif not size_text.isdigit() or not 1 <= int(size_text) <= MAX_UPLOAD_MIB:
             error = f"The largest upload must be a whole number of MiB between 1 and {MAX_UPLOAD_MIB}."
+        elif retention_text and not (retention_text.isdigit() and 1 <= int(retention_text) <= MAX_RETENTION_DAYS):
+            error = f"Retention must be empty (keep everything) or a whole number of days between 1 and {MAX_RETENTION_DAYS}."
         if error:
             page = pages.settings_page(self._name, session, admin, self.settings, error)
             return (yield self._html(request, page, 400))
-        updated = InstanceSettings(name, int(size_text) * MiB, self._arg(request, "refuse_uploads") != "1")
+        updated = InstanceSettings(name, int(size_text) * MiB, self._arg(request, "refuse_uploads") != "1",
+                                   int(retention_text) if retention_text else None)
         yield shield(self.accounts.db.run(updated.save))
         # In memory after the database: the source side reads this same object per request.
         self.settings.organisation_name = updated.organisation_name
         self.settings.max_upload_size = updated.max_upload_size
         self.settings.allow_uploads = updated.allow_uploads
+        self.settings.retention_days = updated.retention_days
         self.events.emit("admin.settings.changed", username=admin.username)
         session.flash("Settings saved.", "ok")
         return self._redirect(request, "/admin/settings")

@@ -311,6 +311,10 @@ def settings_page(site_name: str, session: Session, journalist: Journalist, sett
             tags.input(type="number", name="max_upload_mib", id="max_upload_mib", min="1", max="102400",
                        value=str(max(1, settings.max_upload_size // (1024 * 1024))), required=""),
             tags.label(refuse, " Refuse file uploads (sources can still send messages)"),
+            tags.label("Delete submissions and replies older than this many days (empty: keep them)",
+                       for_="retention_days"),
+            tags.input(type="number", name="retention_days", id="retention_days", min="1", max="36500",
+                       value=str(settings.retention_days or "")),
             tags.div(class_="actions")(tags.button("Save", type="submit")),
         ),
     ], session, journalist)

@@ -1,0 +1,264 @@
+"""``deaddrop-admin status``: is the server running, its onion and Tor, counts, disk, keys, certs.
+
+Read-only. Whether the server runs comes from the kernel's lock table (the server holds an
+exclusive lock on ``DATA/server.lock`` for its lifetime; reading ``/proc/locks`` never takes it,
+so a status call cannot make a starting server fail); what it runs with comes from the file it
+keeps up to date (``DATA/status.json``, see ``deaddrop.runtime_status``).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+import time
+from typing import Any
+
+from cryptography import x509
+
+from deaddrop.admin import _tor_commands
+from deaddrop.admin._datadir import initialised_data_dir
+from deaddrop.admin.cli import Output
+from deaddrop.runtime_status import status_path
+from deaddrop.store import migrations
+
+EXPIRY_WARNING_DAYS = 30
+
+
+def register(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
+    p = subparsers.add_parser(
+        "status", parents=[common_parent],
+        help="is the server running; onion and Tor; counts; free disk; submission key; CRL and certificate expiry")
+    p.set_defaults(func=_status)
+
+
+# -- the parts -------------------------------------------------------------------------------------
+
+
+def _lock_holder(data_dir: str) -> int | None:
+    """The pid holding ``DATA/server.lock`` (the running server), from the kernel's lock table."""
+    path = os.path.join(data_dir, "server.lock")
+    try:
+        st = os.stat(path)
+        with open("/proc/locks") as f:
+            table = f.read().splitlines()
+    except OSError:
+        return None
+    for line in table:
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 08:01:131 0 EOF" (blocked waiters carry "->")
+        if "->" in fields or len(fields) < 6:
+            continue
+        try:
+            pid = int(fields[4])
+            major, minor, inode = fields[5].split(":")
+        except ValueError:
+            continue
+        if int(inode) == st.st_ino and os.makedev(int(major, 16), int(minor, 16)) == st.st_dev:
+            return pid
+    return None
+
+
+def server_status(data_dir: str, now: float | None = None) -> dict[str, Any]:
+    now = time.time() if now is None else now
+    pid = _lock_holder(data_dir)
+    reported: dict[str, Any] = {}
+    if pid is not None:
+        try:
+            with open(status_path(data_dir)) as f:
+                reported = json.load(f)
+        except (OSError, ValueError):
+            reported = {}
+        if reported.get("pid") != pid:
+            reported = {}  # still starting, or a stale file from an earlier run
+    started = reported.get("started_at")
+    return {
+        "running": pid is not None,
+        "pid": pid,
+        "version": reported.get("version"),
+        "started_at": _iso(started) if started else None,
+        "uptime_seconds": int(now - started) if started else None,
+        "reported": reported,
+    }
+
+
+def counts(data_dir: str) -> dict[str, int]:
+    conn = sqlite3.connect(f"file:{os.path.join(data_dir, 'db.sqlite')}?mode=ro", uri=True, timeout=10.0)
+    try:
+        one = lambda sql: int(conn.execute(sql).fetchone()[0])  # noqa: E731
+        return {
+            # As journalists see them: a source that never submitted anything is not listed.
+            "sources": one("SELECT COUNT(*) FROM sources WHERE pending = 0"),
+            "unread_submissions": one("SELECT COUNT(*) FROM submissions WHERE seen = 0"),
+            "journalists": one("SELECT COUNT(*) FROM journalists"),
+            "schema_version": migrations.schema_version(conn) or 0,
+        }
+    finally:
+        conn.close()
+
+
+def disk(data_dir: str) -> dict[str, int]:
+    usage = shutil.disk_usage(data_dir)
+    return {"free_bytes": usage.free, "total_bytes": usage.total}
+
+
+def key_fingerprint(armored_path: str) -> str | None:
+    """The primary key fingerprint of an armored public key file (no keyring touched)."""
+    if not os.path.isfile(armored_path):
+        return None
+    home = tempfile.mkdtemp(prefix="dd-st-", dir="/tmp")
+    try:
+        proc = subprocess.run(["gpg", "--homedir", home, "--batch", "--with-colons", "--show-keys", armored_path],
+                              capture_output=True)
+    finally:
+        subprocess.run(["gpgconf", "--homedir", home, "--kill", "all"], capture_output=True)
+        shutil.rmtree(home, ignore_errors=True)
+    for line in proc.stdout.decode("utf-8", "replace").splitlines():
+        fields = line.split(":")
+        if fields[0] == "fpr":
+            return fields[9]
+    return None
+
+
+def crl_expiry(path: str) -> datetime.datetime | None:
+    """When a CRL (PEM or DER) must be replaced: its nextUpdate, in UTC."""
+    with open(path, "rb") as f:
+        data = f.read()
+    crl = x509.load_pem_x509_crl(data) if b"-----BEGIN" in data else x509.load_der_x509_crl(data)
+    return crl.next_update_utc
+
+
+def _certificate_expiry(path: str) -> datetime.datetime:
+    with open(path, "rb") as f:
+        return x509.load_pem_x509_certificate(f.read()).not_valid_after_utc
+
+
+def certificates(data_dir: str, reported: dict[str, Any], now: datetime.datetime) -> dict[str, Any]:
+    """The CRL's expiry and every certificate expiring within ``EXPIRY_WARNING_DAYS``: the server's
+    TLS certificate, the CA, and (with a CA in the data dir) issued client certificates."""
+    ca = reported.get("journalist_ca") or _existing(os.path.join(data_dir, "ca", "ca.pem"))
+    crl = reported.get("journalist_crl") or _existing(os.path.join(data_dir, "ca", "crl.pem"))
+    server_cert = reported.get("journalist_tls_cert") or _existing(os.path.join(data_dir, "tls", "server.pem"))
+    horizon = now + datetime.timedelta(days=EXPIRY_WARNING_DAYS)
+    result: dict[str, Any] = {"crl": None, "expiring_certificates": [], "problems": []}
+    if crl and os.path.isfile(crl):
+        try:
+            next_update = crl_expiry(crl)
+            result["crl"] = {"path": crl, "next_update": _iso(next_update.timestamp()) if next_update else None,
+                             "expired": bool(next_update and next_update <= now),
+                             "expires_within_30_days": bool(next_update and next_update <= horizon)}
+        except (OSError, ValueError) as e:
+            result["problems"].append(f"cannot read the CRL {crl}: {e}")
+    for label, path in (("server TLS certificate", server_cert), ("journalist CA", ca)):
+        if path and os.path.isfile(path):
+            try:
+                expiry = _certificate_expiry(path)
+            except (OSError, ValueError) as e:
+                result["problems"].append(f"cannot read the {label} {path}: {e}")
+                continue
+            if expiry <= horizon:
+                result["expiring_certificates"].append({"what": label, "path": path, "expires": _iso(expiry.timestamp())})
+    result["expiring_certificates"] += _issued_expiring(os.path.join(data_dir, "ca"), now, horizon)
+    return result
+
+
+def _issued_expiring(ca_dir: str, now: datetime.datetime, horizon: datetime.datetime) -> list[dict[str, Any]]:
+    try:
+        with open(os.path.join(ca_dir, "state.json")) as f:
+            state = json.load(f)
+    except (OSError, ValueError):
+        return []
+    found = []
+    for entry in state.get("certs", []):
+        try:
+            expiry = datetime.datetime.fromisoformat(entry["not_after"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if not entry.get("revoked") and now < expiry <= horizon:
+            found.append({"what": f"client certificate {entry.get('name')}", "serial": entry.get("serial"),
+                          "expires": _iso(expiry.timestamp())})
+    return found
+
+
+def _existing(path: str) -> str | None:
+    return path if os.path.exists(path) else None
+
+
+def _iso(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+# -- the command -----------------------------------------------------------------------------------
+
+
+def instance_status(data_dir: str) -> dict[str, Any]:
+    now = time.time()
+    server = server_status(data_dir, now)
+    reported = server.pop("reported")
+    status = _tor_commands.tor_status(data_dir)
+    if server["running"] and reported.get("source_onion"):
+        status["source_onion"] = reported["source_onion"]  # as published by the running server
+    status["tor_state"] = reported.get("tor_state") if server["running"] else "not running"
+    status["tor_mode"] = reported.get("tor_mode")
+    status["server"] = server
+    status["counts"] = counts(data_dir)
+    status["disk"] = disk(data_dir)
+    status["submission_key_fingerprint"] = reported.get("submission_key_fingerprint") or key_fingerprint(
+        os.path.join(data_dir, "submission-key.asc"))
+    certs = certificates(data_dir, reported, datetime.datetime.fromtimestamp(now, datetime.timezone.utc))
+    status["crl"] = certs["crl"]
+    status["expiring_certificates"] = certs["expiring_certificates"]
+    for problem in certs["problems"]:
+        status["checks"].append({"name": "certificates", "ok": False, "detail": problem})
+    if certs["crl"] and certs["crl"]["expired"]:
+        status["checks"].append({"name": "crl", "ok": False, "detail": f"the CRL expired at {certs['crl']['next_update']}"
+                                 ": issue a new one (deaddrop-admin crl) or journalists cannot connect"})
+    return status
+
+
+def _gib(n: int) -> str:
+    return f"{n / 1024 ** 3:.1f} GiB"
+
+
+def _duration(seconds: int) -> str:
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    return (f"{days} d " if days else "") + f"{hours} h {rest // 60} min"
+
+
+def format_status(status: dict[str, Any]) -> str:
+    server = status["server"]
+    if server["running"]:
+        version = server["version"] or "?"
+        up = f", up {_duration(server['uptime_seconds'])}" if server["uptime_seconds"] is not None else ""
+        running = f"running (pid {server['pid']}, version {version}{up})"
+    else:
+        running = "not running"
+    c = status["counts"]
+    crl = status["crl"]
+    lines = [
+        f"Server:           {running}",
+        f"Tor:              {status['tor_state'] or '?'}" + (f" ({status['tor_mode']})" if status.get("tor_mode") else ""),
+        f"Sources:          {c['sources']}",
+        f"Unread:           {c['unread_submissions']} submission(s)",
+        f"Journalists:      {c['journalists']}",
+        f"Free disk:        {_gib(status['disk']['free_bytes'])} of {_gib(status['disk']['total_bytes'])}",
+        f"Submission key:   {status['submission_key_fingerprint'] or '(none yet)'}",
+        "CRL:              " + (f"next update {crl['next_update']}" + (" (EXPIRED)" if crl["expired"] else
+                                 " (within 30 days)" if crl["expires_within_30_days"] else "")
+                                 if crl else "(none)"),
+    ]
+    expiring = status["expiring_certificates"]
+    lines.append("Expiring (30 d):  " + ("none" if not expiring else
+                                         "; ".join(f"{e['what']} {e['expires']}" for e in expiring)))
+    return "\n".join(lines) + "\n" + _tor_commands.format_tor_status(status)
+
+
+def _status(args: argparse.Namespace, out: Output) -> int:
+    status = instance_status(initialised_data_dir(args.data_dir))
+    out.result(status, format_status(status))
+    return 0 if all(c["ok"] for c in status["checks"]) else 1

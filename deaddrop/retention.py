@@ -1,0 +1,69 @@
+"""Retention: submissions and replies older than N days are deleted by a daily timer.
+
+Deletion is the one a journalist's manual delete does (rows first, so they are gone for every
+reader at once; then the files through the store), and a source left with nothing and no
+activity for N days is deleted like a manual "delete source": its folder, its key pair, its
+row and any logged-in session. The security log gets counts only. Activity means a submission
+or a reply (``sources.last_updated``); logins are not recorded anywhere, by design.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from twisted.application.internet import TimerService
+from twisted.internet.defer import inlineCallbacks
+from twisted.logger import Logger
+
+from deaddrop.store import retention_queries as rq
+
+DAY = 86400.0
+MAX_DAYS = 36500
+
+_log = Logger()
+
+
+class Retention:
+    def __init__(self, newsroom: Any, settings: Any, events: Any, clock: Callable[[], float] = time.time) -> None:
+        self._newsroom = newsroom
+        self._settings = settings
+        self._events = events
+        self._clock = clock
+        self._running = False
+
+    @inlineCallbacks
+    def run_once(self):
+        """One pass with the current setting. -> the counts deleted, or None when off (or busy)."""
+        days = self._settings.retention_days
+        if not days or self._running:
+            return None
+        self._running = True
+        try:
+            cutoff = self._clock() - days * DAY
+            newsroom = self._newsroom
+            submissions = yield newsroom.db.run(rq.expire_submissions, cutoff)
+            replies = yield newsroom.db.run(rq.expire_replies, cutoff)
+            for fid, name in submissions + replies:
+                yield newsroom.crypto_pool.run(newsroom.store.remove, fid, name)
+            sources = yield newsroom.db.run(rq.idle_empty_sources, cutoff)
+            deleted = 0
+            for source_id in sources:
+                if (yield newsroom.delete_source(source_id)):
+                    deleted += 1
+            counts = {"submissions": len(submissions), "replies": len(replies), "sources": deleted}
+            if any(counts.values()):
+                self._events.emit("retention.deleted", count=days, **counts)
+            return counts
+        finally:
+            self._running = False
+
+
+def retention_timer(reactor: Any, retention: Retention) -> TimerService:
+    """Daily, and once at start-up (a server restarted every night still expires things)."""
+
+    def run() -> Any:
+        return retention.run_once().addErrback(lambda f: _log.failure("retention pass failed", f))
+
+    timer = TimerService(DAY, run)
+    timer.clock = reactor
+    return timer

@@ -1,0 +1,91 @@
+"""``deaddrop-admin status`` against a stopped and a running server (real files, real gpg)."""
+from __future__ import annotations
+
+import json
+import os
+
+from twisted.internet.defer import inlineCallbacks
+from twisted.internet.threads import deferToThread
+from twisted.trial import unittest
+
+import deaddrop
+from deaddrop.admin import ca
+from deaddrop.runtime_status import status_path
+from tests._support import Browser, add_journalist, short_tempdir, start_journalist_server, test_svs
+from tests.integration.test_admin_cli import run_cli
+
+
+class StatusTests(unittest.TestCase):
+    timeout = 90
+
+    @inlineCallbacks
+    def status(self, data_dir: str):
+        code, out, err = yield deferToThread(run_cli, "--json", "status", "--data-dir", data_dir)
+        self.assertEqual(len(out.splitlines()), 1, out + err)
+        return code, json.loads(out)
+
+    @inlineCallbacks
+    def test_a_running_server_then_a_stopped_one(self):
+        server = yield start_journalist_server(self)
+        yield add_journalist(server, "alice")
+        source = Browser(server.source_url)
+        self.addCleanup(source.close)
+        yield source.create_source()
+        yield source.submit("hello", [("a.txt", b"x" * 1000)])
+        idle = Browser(server.source_url)  # never submits: not a source journalists see
+        self.addCleanup(idle.close)
+        yield idle.create_source()
+        ca.issue_client_cert(server.ca_dir, "soon", os.path.join(short_tempdir(), "soon.p12"), b"pw", days=10)
+
+        code, data = yield self.status(server.data_dir)
+        self.assertEqual(code, 0, data["checks"])
+        s = data["server"]
+        self.assertEqual((s["running"], s["pid"], s["version"]), (True, os.getpid(), deaddrop.__version__))
+        self.assertGreaterEqual(s["uptime_seconds"], 0)
+        self.assertLess(s["uptime_seconds"], 120)
+        self.assertEqual(data["counts"], {"sources": 1, "unread_submissions": 2, "journalists": 1,
+                                          "schema_version": data["counts"]["schema_version"]})
+        self.assertEqual(data["submission_key_fingerprint"], test_svs().fingerprint)
+        self.assertGreater(data["disk"]["free_bytes"], 0)
+        self.assertLessEqual(data["disk"]["free_bytes"], data["disk"]["total_bytes"])
+        self.assertEqual(data["tor_state"], "none")
+        self.assertRegex(data["crl"]["next_update"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+        self.assertFalse(data["crl"]["expired"])
+        self.assertEqual([e["what"] for e in data["expiring_certificates"]], ["client certificate soon"])
+
+        code, out, err = yield deferToThread(run_cli, "status", "--data-dir", server.data_dir)
+        self.assertIn(f"Server:           running (pid {os.getpid()}, version {deaddrop.__version__}, up 0 h", out)
+        self.assertIn("Unread:           2 submission(s)", out)
+        self.assertIn(f"Submission key:   {test_svs().fingerprint}", out)
+        self.assertIn("Expiring (30 d):  client certificate soon", out)
+
+        # The onion address as the running server published it (Tor is replaced here by what the
+        # Tor service exposes: its state and address).
+        class PublishedTor:
+            state = "ready"
+            onion_address = "b" * 56 + ".onion"
+
+        server.service.tor = PublishedTor()
+        yield server.service.status_file._write()
+        code, data = yield self.status(server.data_dir)
+        self.assertEqual((data["tor_state"], data["source_onion"]), ("ready", "b" * 56 + ".onion"))
+        del server.service.tor
+
+        yield server.stop()
+        self.assertFalse(os.path.exists(status_path(server.data_dir)))
+        code, data = yield self.status(server.data_dir)
+        self.assertEqual(data["server"], {"running": False, "pid": None, "version": None, "started_at": None,
+                                          "uptime_seconds": None})
+        self.assertEqual(data["tor_state"], "not running")
+        self.assertEqual(data["counts"]["sources"], 1)
+        self.assertEqual(data["submission_key_fingerprint"], test_svs().fingerprint)
+
+    @inlineCallbacks
+    def test_a_stale_status_file_does_not_make_a_server_look_alive(self):
+        server = yield start_journalist_server(self)
+        yield server.stop()
+        with open(status_path(server.data_dir), "w") as f:
+            json.dump({"pid": os.getpid(), "version": "9.9", "started_at": 1, "tor_state": "ready"}, f)
+        code, data = yield self.status(server.data_dir)
+        self.assertFalse(data["server"]["running"])
+        self.assertIsNone(data["server"]["version"])

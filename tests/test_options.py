@@ -1,0 +1,138 @@
+"""Start-up options (issue 12): word lists checked at start-up, session lengths, and every option
+through deaddrop.tac's environment -- the last one with a real ``twistd -ny deaddrop.tac``."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+from twisted.python import usage
+from twisted.trial import unittest
+
+from deaddrop import codenames
+from deaddrop.config import Config, ConfigError
+from deaddrop.tap import Options, argv_from_environment
+from tests._support import short_tempdir, test_svs
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class WordListTests(unittest.TestCase):
+    def lists(self, codename_words: list[str], adjectives=("calm",), nouns=("otter",)) -> str:
+        d = self.mktemp()
+        os.makedirs(d)
+        for name, words in [("codename-words.txt", codename_words), ("adjectives.txt", adjectives),
+                            ("nouns.txt", nouns)]:
+            with open(os.path.join(d, name), "w", encoding="utf-8") as f:
+                f.write("\n".join(words) + "\n")
+        return d
+
+    def words(self, n: int) -> list[str]:
+        import itertools
+        import string
+
+        return ["".join(p) for p in itertools.islice(itertools.product(string.ascii_lowercase, repeat=4), n)]
+
+    def test_the_shipped_lists_pass_and_give_over_64_bits_from_5_words(self):
+        self.assertGreater(codenames.check_word_lists(7), 90)
+        self.assertGreater(codenames.check_word_lists(5), 64)
+        with self.assertRaises(codenames.WordListError) as caught:
+            codenames.check_word_lists(4)
+        self.assertIn("has 51.7 bits, fewer than the 64 required: use --codename-words 5 or more", str(caught.exception))
+
+    def test_damaged_lists_are_refused_with_the_file_and_the_fault(self):
+        cases = [
+            (self.words(7000) + ["aaab"], "'aaab' appears more than once"),
+            (self.words(7000) + ["Paris"], "'Paris' is not a lowercase ASCII word"),
+            (self.words(7000) + ["café"], "is not ASCII"),
+            (self.words(7000) + ["two words"], "'two words' is not a lowercase ASCII word"),
+            (["yes", "no"], "has 7.0 bits, fewer than the 64 required: use a longer list"),
+        ]
+        for words, message in cases:
+            d = self.lists(words)
+            with self.assertRaises(codenames.WordListError) as caught:
+                codenames.check_word_lists(7, d)
+            self.assertIn(os.path.join(d, "codename-words.txt"), str(caught.exception))
+            self.assertIn(message, str(caught.exception))
+        d = self.lists(self.words(7000), nouns=("otter", "otter"))
+        with self.assertRaises(codenames.WordListError):
+            codenames.check_word_lists(7, d)
+        os.remove(os.path.join(d, "nouns.txt"))
+        with self.assertRaises(codenames.WordListError) as caught:
+            codenames.check_word_lists(7, d)
+        self.assertIn("No such file", str(caught.exception))
+
+    def test_the_server_refuses_to_start_with_too_few_bits(self):
+        config = Config(submission_key=test_svs().public_key_path, codename_words=4, tor="none")
+        with self.assertRaises(ConfigError) as caught:
+            config.validated()
+        self.assertIn("fewer than the 64 required", str(caught.exception))
+        with self.assertRaises(usage.UsageError):
+            Options().parseOptions(["--submission-key", test_svs().public_key_path, "--codename-words", "4"])
+
+
+class SessionOptionTests(unittest.TestCase):
+    def parse(self, *argv: str) -> Config:
+        options = Options()
+        options.parseOptions(["--submission-key", test_svs().public_key_path, "--tor", "none", *argv])
+        return options.config
+
+    def test_defaults_and_options(self):
+        config = self.parse()
+        self.assertEqual((config.source_session_minutes, config.journalist_session_minutes), (120, 480))
+        # Absolute for sources: activity does not extend a session.
+        self.assertEqual((config.source_session_idle, config.source_session_lifetime), (7200.0, 7200.0))
+        config = self.parse("--source-session-minutes", "30", "--journalist-session-minutes", "60")
+        self.assertEqual((config.source_session_lifetime, config.journalist_session_lifetime), (1800.0, 3600.0))
+        for bad in ("0", "4", "20000"):
+            with self.assertRaises(usage.UsageError):
+                self.parse("--source-session-minutes", bad)
+
+
+class EnvironmentTests(unittest.TestCase):
+    def test_every_option_maps_flags_and_tor_options_too(self):
+        argv = argv_from_environment({
+            "DEADDROP_SOURCE_SESSION_MINUTES": "30", "DEADDROP_DEMO": "yes", "DEADDROP_JOURNALIST_ONION": "0",
+            "DEADDROP_TOR_OPTION": "ConnectionPadding=1, Sandbox=0", "DEADDROP_URL": "https://not-an-option",
+        })
+        self.assertEqual(argv, ["--source-session-minutes=30", "--demo", "--tor-option=ConnectionPadding=1",
+                                "--tor-option=Sandbox=0"])
+        with self.assertRaises(usage.UsageError):
+            argv_from_environment({"DEADDROP_DEMO": "maybe"})
+
+    def test_twistd_runs_deaddrop_tac_with_session_minutes_from_the_environment(self):
+        # Issue 12: DEADDROP_SOURCE_SESSION_IDLE made this start-up fail.
+        work = short_tempdir("dd-tac-")
+        self.addCleanup(shutil.rmtree, work, True)
+        data = os.path.join(work, "data")
+        env = dict(os.environ, DEADDROP_DATA_DIR=data, DEADDROP_SUBMISSION_KEY=test_svs().public_key_path,
+                   DEADDROP_TOR="none", DEADDROP_SOURCE_LISTEN="tcp:0:interface=127.0.0.1",
+                   DEADDROP_JOURNALIST_LISTEN="tcp:0:interface=127.0.0.1", DEADDROP_KDF_COST="insecure-fast",
+                   DEADDROP_SOURCE_SESSION_MINUTES="30", DEADDROP_JOURNALIST_SESSION_MINUTES="90")
+        twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
+        proc = subprocess.Popen([twistd, "-n", "--pidfile=", "-y", os.path.join(REPO, "deaddrop.tac")], cwd=work,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            status = os.path.join(data, "status.json")
+            deadline = time.monotonic() + 60
+            while not os.path.exists(status):
+                self.assertIsNone(proc.poll(), proc.stdout.read().decode(errors="replace") if proc.poll() else "")
+                self.assertLess(time.monotonic(), deadline, "the server did not start")
+                time.sleep(0.2)
+            with open(status) as f:
+                reported = json.load(f)
+            self.assertEqual((reported["source_session_minutes"], reported["journalist_session_minutes"]), (30, 90))
+            self.assertEqual(reported["pid"], proc.pid)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            output = proc.communicate(timeout=30)[0].decode(errors="replace")
+            subprocess.run(["gpgconf", "--homedir", os.path.join(data, "gnupg"), "--kill", "gpg-agent"],
+                           capture_output=True)
+        # twistd re-raises SIGTERM on itself once it has shut down cleanly.
+        self.assertIn(proc.returncode, (0, -signal.SIGTERM), output)
+        self.assertIn("Server Shut Down.", output)
+        self.assertFalse(os.path.exists(status))
