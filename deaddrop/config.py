@@ -53,16 +53,14 @@ class Config:
     source_session_minutes: int = 120
     journalist_session_minutes: int = 480
     journalist_session_idle: float = 30 * 60.0
+    # None: the absolute length (activity does not extend a source session); tests shorten it.
+    source_session_idle: float | None = None
     retention_days: int | None = None  # off: keep submissions and replies until deleted
     source_login_failures_per_minute: int = 30
 
     @property
     def source_session_lifetime(self) -> float:
         return self.source_session_minutes * 60.0
-
-    @property
-    def source_session_idle(self) -> float:
-        return self.source_session_lifetime  # absolute: activity does not extend it
 
     @property
     def journalist_session_lifetime(self) -> float:
@@ -113,7 +111,8 @@ class Config:
                 )
             if self.journalist_onion and not is_loopback_endpoint(self.journalist_listen):
                 raise ConfigError("--journalist-onion needs a loopback --journalist-listen")
-        return replace(self, tor=tor, data_dir=os.path.abspath(self.data_dir),
+        idle = self.source_session_lifetime if self.source_session_idle is None else self.source_session_idle
+        return replace(self, tor=tor, data_dir=os.path.abspath(self.data_dir), source_session_idle=idle,
                        submission_key=os.path.abspath(self.submission_key))
 
     def with_changes(self, **changes: Any) -> "Config":

@@ -86,6 +86,7 @@ class SessionOptionTests(unittest.TestCase):
         self.assertEqual((config.source_session_minutes, config.journalist_session_minutes), (120, 480))
         # Absolute for sources: activity does not extend a session.
         self.assertEqual((config.source_session_idle, config.source_session_lifetime), (7200.0, 7200.0))
+        self.assertEqual(Config(source_session_minutes=30).source_session_lifetime, 1800.0)
         config = self.parse("--source-session-minutes", "30", "--journalist-session-minutes", "60")
         self.assertEqual((config.source_session_lifetime, config.journalist_session_lifetime), (1800.0, 3600.0))
         for bad in ("0", "4", "20000"):

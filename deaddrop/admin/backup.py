@@ -297,9 +297,14 @@ def restore_backup(archive: str, data_dir: str, gnupg_home: str | None = None,
     home = ["--homedir", gnupg_home] if gnupg_home else []
     try:
         with tempfile.TemporaryFile() as errors:
+            # Not --batch: the backup key's secret half should have a passphrase, and gpg-agent
+            # asks for it on the admin's terminal (GPG_TTY).
+            env = dict(os.environ)
+            with contextlib.suppress(OSError):
+                env.setdefault("GPG_TTY", os.ttyname(0))
             proc = subprocess.Popen(
-                [gpg_binary, *home, "--batch", "--quiet", "--yes", "--decrypt", archive],
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors,
+                [gpg_binary, *home, "--quiet", "--decrypt", archive],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors, env=env,
             )
             try:
                 assert proc.stdout is not None

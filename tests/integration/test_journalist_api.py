@@ -310,6 +310,9 @@ class JournalistApiTests(unittest.TestCase):
     @inlineCallbacks
     def test_delete_source_and_the_security_log_stays_clean(self):
         source = yield self.only_source()
+        # The source's key is made in the background; under load it may not exist yet.
+        [(source_id,)] = db_rows(self.server, "SELECT id FROM sources WHERE pending = 0")
+        yield self.server.service.newsroom.key_ready(source_id)
         [(fid, fingerprint, designation)] = db_rows(
             self.server, "SELECT filesystem_id, key_fingerprint, designation FROM sources WHERE pending = 0")
         status, data = yield self.api.json("DELETE", f"/api/v1/sources/{source['uuid']}")
