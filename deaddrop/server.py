@@ -196,6 +196,7 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
             lambda s: getattr(s.data.get("source"), "source_id", None) == source_id
         )
     )
+    top.circuit_closer = _circuit_closer(top, config)
     source = SourceInterface(
         newsroom=newsroom,
         sessions=source_sessions,
@@ -206,6 +207,7 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
         login_throttle=FailureThrottle(config.source_login_failures_per_minute, 60.0),
         demo=config.demo,
         uploads_per_session=config.uploads_per_session,
+        circuit_closer=top.circuit_closer,
     )
     top.source = source
     top.source_listener = ListenerService(reactor, config.source_listen, source.site(reactor), top.fatal)
@@ -284,13 +286,10 @@ def _lock_data_dir(data_dir: str) -> Callable[[], None]:
 
 def _add_tor(top: DeadDropService, config: Config, reactor: Any) -> None:
     """Publish the source interface (and optionally the journalist one) as onion services."""
-    from deaddrop.web._common.circuits import NoCloser
-
-    top.circuit_closer = NoCloser()
     if config.tor == "none":
         _log.warn("--tor none: the source interface is NOT published as an onion service (development only)")
         return
-    from deaddrop.tor import TorCircuitCloser, make_tor_service, target_of
+    from deaddrop.tor import make_tor_service, target_of
 
     journalist_listener = getattr(top, "journalist_listener", None)
     journalist_target = None
@@ -324,8 +323,18 @@ def _add_tor(top: DeadDropService, config: Config, reactor: Any) -> None:
         report=lambda line: _log.info("{line}", line=line),
     )
     top.tor.setServiceParent(top)
-    # For the web layer: closes a circuit that keeps flooding (CLOSECIRCUIT).
-    top.circuit_closer = TorCircuitCloser(top.tor)
+
+
+def _circuit_closer(top: DeadDropService, config: Config) -> Any:
+    """For the web layer: closes a circuit that keeps flooding (CLOSECIRCUIT on our Tor, made
+    later by ``_add_tor``). Only a launched Tor exports circuit ids; otherwise nothing to close."""
+    from deaddrop.web._common.circuits import NoCloser
+
+    if config.tor != "launch":
+        return NoCloser()
+    from deaddrop.tor import TorCircuitCloser
+
+    return TorCircuitCloser(lambda: getattr(top, "tor", None))
 
 
 def _add_tor_only_listener(top: DeadDropService, config: Config, reactor: Any) -> Any:

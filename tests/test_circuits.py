@@ -87,3 +87,49 @@ class CircuitTests(unittest.TestCase):
         self.assertEqual(circuit_of_address(IPv6Address("TCP", "::1", 80)), LOCAL)
         self.assertEqual(circuit_of_address(IPv4Address("TCP", "127.0.0.1", 80)), LOCAL)
         self.assertEqual(repr(Circuit(155)), "Circuit(tor)")  # no id in any repr
+
+
+class ServerWiringTests(unittest.TestCase):
+    """server.py hands the web layer its closer, and gives Tor its own PROXY listener."""
+
+    async def built(self, **overrides):
+        from twisted.internet.threads import deferToThread
+
+        from deaddrop.server import build_service
+        from tests._support import RunningServer
+
+        server = RunningServer(self, **overrides)
+        self.addCleanup(server.cleanup)
+        top = await deferToThread(build_service, server.config, reactor)
+
+        def close():
+            for closer in reversed(top.closers):
+                closer()
+
+        self.addCleanup(close)
+        return top, server.data_dir
+
+    async def test_launch_mode(self):
+        import os
+
+        from deaddrop.tor import TorCircuitCloser
+
+        top, data_dir = await self.built(tor="launch", tor_binary="/bin/false")
+        self.assertIsInstance(top.circuit_closer, TorCircuitCloser)
+        self.assertIs(top.source.circuit_closer, top.circuit_closer)
+        # Tor connects to a unix socket in DATA/tor/, wrapped for the PROXY header.
+        sock = os.path.join(os.path.abspath(data_dir), "tor", "source.sock")
+        self.assertEqual(top.source_tor_listener.description, f"haproxy:unix:{sock}:mode=600")
+        self.assertEqual(top.tor._source_proxy_target, f"unix:{sock}")
+        self.assertIs(top.tor._defences.pow, True)
+        # Before Tor runs there is nothing to close.
+        self.assertIs(await top.circuit_closer.close(Circuit(5)), False)
+
+    async def test_pow_off_and_no_tor(self):
+        from deaddrop.web._common.circuits import NoCloser
+
+        top, _ = await self.built(tor="launch", tor_binary="/bin/false", tor_pow=False)
+        self.assertIs(top.tor._defences.pow, False)
+        top, _ = await self.built(tor="none")
+        self.assertIsInstance(top.source.circuit_closer, NoCloser)
+        self.assertFalse(hasattr(top, "source_tor_listener"))

@@ -13,9 +13,10 @@ from twisted.internet.defer import Deferred, succeed
 
 
 class TorCircuitCloser:
-    """Closes circuits through a :class:`deaddrop.tor.TorOnionService`. Never logs an id."""
+    """Closes circuits through a :class:`deaddrop.tor.TorOnionService` (or a zero-argument
+    callable returning it, or None while there is none yet). Never logs an id."""
 
-    def __init__(self, tor) -> None:
+    def __init__(self, tor: Any) -> None:
         self._tor = tor
         self.closed = 0  # how many Tor confirmed: a count, for monitoring and tests
 
@@ -30,4 +31,7 @@ class TorCircuitCloser:
                 self.closed += 1
             return done
 
-        return self._tor.close_circuit(circuit_id).addCallback(count)
+        tor = self._tor() if callable(self._tor) and not hasattr(self._tor, "close_circuit") else self._tor
+        if tor is None:
+            return succeed(False)
+        return tor.close_circuit(circuit_id).addCallback(count)

@@ -5,7 +5,7 @@ import hashlib
 import hmac
 import json
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from klein import Klein
@@ -18,6 +18,7 @@ from deaddrop.crypto.streaming import EncryptionFailed
 from deaddrop.events import SecurityEvents
 from deaddrop.settings import InstanceSettings
 from deaddrop.sources import EncryptedPart, Newsroom, SourceIdentity, StorageFailed, is_disk_full
+from deaddrop.web._common.circuits import CircuitCloser, NoCloser
 from deaddrop.web._common.responses import HtmlResponses
 from deaddrop.web._common.pages import error_page_bytes, http_error_page_text
 from deaddrop.web._common.sessions import Session, SessionStore
@@ -63,6 +64,8 @@ class SourceInterface(HtmlResponses):
     login_throttle: FailureThrottle
     demo: bool = False
     uploads_per_session: int = 2
+    # Closes a Tor circuit that keeps flooding (CLOSECIRCUIT); NoCloser with --tor none.
+    circuit_closer: CircuitCloser = field(default_factory=NoCloser)
 
     app = Klein()
 
