@@ -106,7 +106,7 @@ class Flood:
         while not self.stop.is_set():
             ok = False
             try:  # a fresh username: a new circuit, a new introduction
-                ok = http_get(port, self.address, "flood-" + secrets.token_hex(6), timeout=20).startswith(b"<!")
+                ok = is_page(http_get(port, self.address, "flood-" + secrets.token_hex(6), timeout=20))
             except OSError:
                 pass
             with self.lock:
@@ -114,11 +114,15 @@ class Flood:
                 self.ok += ok
 
 
+def is_page(body: bytes) -> bool:
+    return b"<html" in body.lower()
+
+
 def legit_visit(port: int, address: str) -> tuple[bool, float]:
     t0 = time.monotonic()
     try:
         body = http_get(port, address, "legit-" + secrets.token_hex(6), timeout=120)
-        return b"<html" in body.lower() or body.startswith(b"<!"), time.monotonic() - t0
+        return is_page(body), time.monotonic() - t0
     except OSError:
         return False, time.monotonic() - t0
 
@@ -167,6 +171,7 @@ def main() -> int:
         metrics = Metrics(metrics_port)
         legit_port = net.client_socks_port
 
+        wait_for(lambda: legit_visit(legit_port, address)[0], 90, "a first visit (descriptor spreading)")
         before = [legit_visit(legit_port, address) for _ in range(3)]
         effort_before = metrics.read(onion)["tor_hs_pow_suggested_effort"]
         print(f"onion up; legit visits before the flood: "
