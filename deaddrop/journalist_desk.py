@@ -14,13 +14,16 @@ import hashlib
 import os
 import re
 import secrets
+import shutil
 import sqlite3
+import time
 import zipfile
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable
 
 from twisted.internet.defer import inlineCallbacks
 
+from deaddrop.crypto import armor
 from deaddrop.crypto.pool import forbid_reactor_thread
 from deaddrop.sources import KeyNotReady, Newsroom, SourceNotFound
 from deaddrop.store import journalist_queries as jq
@@ -210,9 +213,9 @@ class Desk:
         if fid is None:
             raise NotFound()
         known = yield self.db.run(read_sha256, row_id)
-        path = self.store.path_of(fid, filename)
         try:
-            f, size, digest = yield self.newsroom.io_pool.run(_open_and_hash, path, known is None)
+            f, size, digest = yield self.newsroom.io_pool.run(
+                _open_and_hash, self.store.open_stored, fid, filename, known is None)
         except FileNotFoundError:
             raise NotFound() from None
         if known is None:
@@ -238,9 +241,12 @@ class Desk:
         fid = yield self.db.run(jq.source_filesystem_id, source.id)
         if fid is None:
             raise NotFound()
-        entries = [(self.store.path_of(fid, i.filename), f"{source.folder_name}/{i.filename}") for i in chosen]
+        entries = [(fid, i.filename, f"{source.folder_name}/{i.filename}") for i in chosen]
         temp = os.path.join(self.store.tmp, f"{secrets.token_hex(16)}.zip.part")
-        f, size = yield self.newsroom.io_pool.run(_build_zip, temp, entries)
+        try:
+            f, size = yield self.newsroom.io_pool.run(_build_zip, temp, self.store.open_stored, entries)
+        except FileNotFoundError:
+            raise NotFound() from None
         yield self.db.run(jq.mark_seen, journalist_id, [i.id for i in chosen])
         name = f"{source.folder_name}.zip"
         return Download(f, size, name, content_type="application/zip")
@@ -259,14 +265,14 @@ class Desk:
     @inlineCallbacks
     def delete_submissions(self, source: SourceView, uuids: list[str]):
         """Rows first (then they are gone for everyone), files after. -> how many were deleted."""
-        fid, names = yield self.db.run(jq.delete_submissions, source.id, [u for u in uuids if valid_uuid(u)])
+        fid, names = yield self.db.run_and_scrub(jq.delete_submissions, source.id, [u for u in uuids if valid_uuid(u)])
         for name in names:
             yield self.newsroom.crypto_pool.run(self.store.remove, fid, name)
         return len(names)
 
     @inlineCallbacks
     def delete_reply(self, source: SourceView, uuid: str):
-        fid, name = yield self.db.run(jq.delete_reply, source.id, uuid)
+        fid, name = yield self.db.run_and_scrub(jq.delete_reply, source.id, uuid)
         if fid is None:
             return False
         if name is not None:
@@ -296,6 +302,11 @@ class Desk:
                 raise DuplicateReply()
         if not source.key_fingerprint:
             raise KeyNotReady()
+        try:
+            # Only the message itself is kept: armor headers (Comment: ...) are readable text.
+            text = armor.armor(armor.dearmor(text)).strip()
+        except ValueError as e:
+            raise NotEncryptedToSource(f"the reply must be an ASCII-armored OpenPGP message ({e})") from None
         keyring = self.newsroom.keyring
         recipients = yield self.newsroom.crypto_pool.run(keyring.recipients_of, text)
         source_ids = yield self.newsroom.crypto_pool.run(keyring.subkey_ids, source.key_fingerprint)
@@ -321,9 +332,10 @@ def _reply_sha256(conn: sqlite3.Connection, reply_id: int) -> str | None:
     return row[0] if row else None
 
 
-def _open_and_hash(path: str, want_hash: bool) -> tuple[BinaryIO, int, str | None]:
+def _open_and_hash(open_stored: Callable[[str, str], BinaryIO], fid: str, filename: str,
+                   want_hash: bool) -> tuple[BinaryIO, int, str | None]:
     forbid_reactor_thread("store")
-    f = open(path, "rb")
+    f = open_stored(fid, filename)  # a regular file in the store, never a link's target
     try:
         size = os.fstat(f.fileno()).st_size
         digest = None
@@ -342,15 +354,25 @@ def _open_and_hash(path: str, want_hash: bool) -> tuple[BinaryIO, int, str | Non
         raise
 
 
-def _build_zip(temp_path: str, entries: list[tuple[str, str]]) -> tuple[BinaryIO, int]:
+def _build_zip(temp_path: str, open_stored: Callable[[str, str], BinaryIO],
+               entries: list[tuple[str, str, str]]) -> tuple[BinaryIO, int]:
     """Write the zip (files copied in chunks, never whole in memory), then hand back an open,
-    already unlinked file: nothing is left in DATA/tmp however the download ends."""
+    already unlinked file: nothing is left in DATA/tmp however the download ends.
+
+    ``entries`` are (filesystem id, stored name, name in the zip); each file is opened the
+    store's careful way (no links followed)."""
     forbid_reactor_thread("store")
     fd = os.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
-            for source_path, arcname in entries:
-                zf.write(source_path, arcname, compress_type=zipfile.ZIP_STORED)
+            for fid, filename, arcname in entries:
+                with open_stored(fid, filename) as src:
+                    st = os.fstat(src.fileno())
+                    info = zipfile.ZipInfo(arcname, time.gmtime(max(st.st_mtime, 315532800))[:6])
+                    info.compress_type = zipfile.ZIP_STORED
+                    info.file_size = st.st_size
+                    with zf.open(info, "w", force_zip64=st.st_size >= zipfile.ZIP64_LIMIT) as dst:
+                        shutil.copyfileobj(src, dst, 1 << 20)
         f = open(temp_path, "rb")
     finally:
         try:

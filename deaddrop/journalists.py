@@ -42,7 +42,7 @@ from deaddrop.store import journalist_queries as jq
 from deaddrop.store.db import Database
 from deaddrop.web._common.throttle import FailureThrottle
 
-MAX_PASSPHRASE_CHARS = 1024
+MAX_PASSPHRASE_CHARS = 128  # generated ones are ~50; longer input is never hashed
 PASSPHRASE_WORDS = 7
 TOTP_INTERVAL = 30
 TOTP_VALID_WINDOW = 1
@@ -251,7 +251,10 @@ class Accounts:
         if self.throttle.blocked(key):
             self.events.emit("journalist.login.throttled", username=name)
             raise LoginFailed("throttled", throttled=True)
-        ok = yield self.crypto_pool.run(self._verify, row["password_hash"] if row is not None else None, passphrase)
+        if isinstance(passphrase, str) and len(passphrase) > MAX_PASSPHRASE_CHARS:
+            ok = False  # refused before any hashing: not even the crypto pool sees it
+        else:
+            ok = yield self.crypto_pool.run(self._verify, row["password_hash"] if row is not None else None, passphrase)
         if not ok:
             self._failed(key, name, "unknown_user" if row is None else "bad_passphrase")
         step = match_totp(row["totp_secret"], code, self.clock(), int(row["last_totp_step"]))

@@ -288,7 +288,7 @@ class Newsroom:
     def _read_reply(self, filesystem_id: str, filename: str, passphrase: str) -> str | None:
         forbid_reactor_thread("gpg")
         try:
-            with open(self.store.path_of(filesystem_id, filename), "rb") as f:
+            with self.store.open_stored(filesystem_id, filename) as f:
                 return self.keyring.decrypt(f.read(), passphrase).decode("utf-8", "replace")
         except (OSError, GpgError):
             return None
@@ -353,7 +353,7 @@ class Newsroom:
 
     @inlineCallbacks
     def delete_source(self, source_id: int):
-        row = yield self.db.run(queries.delete_source, source_id)
+        row = yield self.db.run_and_scrub(queries.delete_source, source_id)
         if row is None:
             return False
         for hook in self._source_deleted_hooks:

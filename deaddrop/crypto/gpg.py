@@ -39,9 +39,46 @@ class KeyInfo:
     public_armored: str
 
 
+# gpg writes a revocation certificate for every key it generates to openpgp-revocs.d/<FPR>.rev.
+# For a source key that file would prove, after the source is deleted, that the key existed;
+# and nobody ever needs to revoke a source key. A plain file in the directory's place makes
+# gpg fail to write it (the key itself is made all the same), so it never touches the disk.
+_REVOCS = "openpgp-revocs.d"
+
+
+def _block_revocation_certificates(homedir: str) -> None:
+    path = os.path.join(homedir, _REVOCS)
+    if os.path.isdir(path) and not os.path.islink(path):
+        for name in os.listdir(path):  # left by an older version: overwrite, then remove
+            _wipe(os.path.join(path, name))
+        os.rmdir(path)
+    if not os.path.lexists(path):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+        os.close(fd)
+
+
+def _wipe(path: str) -> None:
+    """Overwrite a small file with zeros (in place, fsynced), then remove it."""
+    try:
+        fd = os.open(path, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return
+    except OSError:
+        os.remove(path)  # a link or something odd: just drop it
+        return
+    try:
+        size = os.fstat(fd).st_size
+        os.write(fd, b"\0" * size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.remove(path)
+
+
 def prepare_homedir(homedir: str) -> None:
     os.makedirs(homedir, mode=0o700, exist_ok=True)
     os.chmod(homedir, 0o700)
+    _block_revocation_certificates(homedir)
     conf = os.path.join(homedir, "gpg-agent.conf")
     if not os.path.exists(conf) or open(conf).read() != _AGENT_CONF:
         with open(conf, "w") as f:
@@ -185,7 +222,9 @@ class Keyring:
         for line in proc.stdout.decode("ascii", "replace").splitlines():
             if line.startswith("[GNUPG:] KEY_CREATED "):
                 fingerprint = line.split()[-1]
-        if proc.returncode != 0 or not fingerprint:
+        # gpg exits 2 because it could not write the revocation certificate (on purpose, see
+        # _REVOCS): success is the key being there, with its secret half.
+        if not fingerprint or (proc.returncode != 0 and not self.has_secret_key(fingerprint)):
             raise GpgError(f"source key generation failed (gpg exit {proc.returncode})")
         return KeyInfo(fingerprint, self.export_public_key(fingerprint))
 
@@ -212,6 +251,44 @@ class Keyring:
             proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True)
             if proc.returncode != 0 and self._gpg.list_keys(keys=[fingerprint]):
                 raise GpgError("could not delete a source key")
+            self._rewrite_keyring()
+
+    def _rewrite_keyring(self) -> None:
+        """Rebuild ``pubring.kbx`` from the keys still in it; drop the trust database.
+
+        gpg only marks a deleted key's blob as free: its packets (and fingerprint) stay in
+        ``pubring.kbx`` and in the ``pubring.kbx~`` backup, and ``trustdb.gpg`` keeps the
+        fingerprint gpg gave ultimate trust at generation. Every run here uses
+        ``--trust-model always``, so the trust database holds nothing we need. Call with the
+        write lock held.
+        """
+        base = gpg_base_argv(self.gpg_binary, self.homedir)
+        exported = subprocess.run(base + ["--export"], stdin=subprocess.DEVNULL, capture_output=True)
+        if exported.returncode != 0:
+            raise GpgError("could not rewrite the keyring (export failed)")
+        new = os.path.join(self.homedir, "pubring.kbx.new")
+        for leftover in (new, new + "~"):
+            if os.path.lexists(leftover):
+                os.remove(leftover)
+        if exported.stdout:
+            proc = subprocess.run(base + ["--no-default-keyring", "--keyring", new, "--import"],
+                                  input=exported.stdout, capture_output=True)
+            if proc.returncode != 0 or not os.path.exists(new):
+                if os.path.lexists(new):
+                    os.remove(new)
+                raise GpgError(f"could not rewrite the keyring (import failed, gpg exit {proc.returncode})")
+            with open(new, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(new, os.path.join(self.homedir, "pubring.kbx"))
+        else:  # nothing left at all
+            _wipe(os.path.join(self.homedir, "pubring.kbx"))
+        for stale in ("pubring.kbx~", new + "~", "trustdb.gpg"):
+            _wipe(os.path.join(self.homedir, stale))
+        dir_fd = os.open(self.homedir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dir_fd)  # the renames and removals above are durable
+        finally:
+            os.close(dir_fd)
 
     # -- encryption ----------------------------------------------------------------------
 

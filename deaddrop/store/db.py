@@ -34,7 +34,22 @@ def connect(path: str) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute("PRAGMA busy_timeout=10000")
+    # Deleted rows are overwritten with zeros, not just unlinked from the b-tree: a deleted
+    # source's ids must not stay readable in free pages. Debian's SQLite does this by default;
+    # other builds don't, so say it.
+    conn.execute("PRAGMA secure_delete=ON")
     return conn
+
+
+def scrub_wal(conn: sqlite3.Connection) -> bool:
+    """Copy the WAL into the database and truncate it to zero bytes.
+
+    After a deletion the WAL still holds the pages as they were before it (a deleted source's
+    ids among them) until a checkpoint; TRUNCATE also empties the file. -> True if it could
+    (a reader holding an old snapshot makes it busy: the next scrub will do it).
+    """
+    busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    return not busy
 
 
 def migrate(conn: sqlite3.Connection, path: str = "the database") -> tuple[int | None, int]:
@@ -119,6 +134,18 @@ class Database:
 
     def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> "Deferred[T]":
         return self._pool.run(self._in_transaction, fn, *args, **kwargs)
+
+    def run_and_scrub(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> "Deferred[T]":
+        """``run`` for deletions: after the commit, the WAL is checkpointed and truncated so
+        no copy of the deleted rows stays in it."""
+        return self._pool.run(self._then_scrub, fn, *args, **kwargs)
+
+    def _then_scrub(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        result = self._in_transaction(fn, *args, **kwargs)
+        with self._lock:
+            assert self._conn is not None
+            scrub_wal(self._conn)
+        return result
 
     def run_blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """For start-up and recovery, before the reactor runs."""

@@ -10,13 +10,23 @@ import os
 import re
 import secrets
 import shutil
+import stat
+import time
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from deaddrop.crypto.pool import forbid_reactor_thread
 from deaddrop.store._atomic import fsync_directory, rename_durably
 
 _FILESYSTEM_ID = re.compile(r"^[a-z2-7]{52}$")
 _STORED_NAME = re.compile(r"^[1-9][0-9]{0,9}-[a-z]+_[a-z]+-(msg|doc\.gz|reply)\.gpg$")
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DAY = 86400
+
+
+def day_of(timestamp: float) -> float:
+    """Midnight UTC of ``timestamp``'s day: the only precision a stored time keeps."""
+    return float(int(timestamp // _DAY) * _DAY)
 
 
 def stored_filename(n: int, designation: str, kind: str) -> str:
@@ -66,7 +76,51 @@ class Store:
         if os.path.exists(final):
             raise FileExistsError(final)
         rename_durably(temp_path, final)
+        self.even_mtimes(filesystem_id)
         return final
+
+    def even_mtimes(self, filesystem_id: str, now: float | None = None) -> None:
+        """Give every file of a source (and its folder) one mtime: today, at midnight UTC.
+
+        File times would otherwise record when each submission and reply arrived, which a
+        seized disk must not reveal (SecureDrop does the same).
+        """
+        forbid_reactor_thread("store")
+        day = day_of(time.time() if now is None else now)
+        directory = self.source_dir(filesystem_id)
+        for name in os.listdir(directory):
+            try:
+                os.utime(os.path.join(directory, name), (day, day), follow_symlinks=False)
+            except FileNotFoundError:
+                pass  # deleted meanwhile
+        os.utime(directory, (day, day), follow_symlinks=False)
+
+    def open_stored(self, filesystem_id: str, filename: str) -> BinaryIO:
+        """Open a stored file for reading: a regular file inside the store, reached without links.
+
+        A stored file (or a source folder) replaced by a symbolic link must not serve the
+        link's target: ``FileNotFoundError`` for anything that is not exactly that.
+        """
+        forbid_reactor_thread("store")
+        path = self.path_of(filesystem_id, filename)
+        try:
+            dir_fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW | os.O_CLOEXEC)
+        except OSError as e:  # missing, or a link (ELOOP), or not a folder
+            raise FileNotFoundError(e.errno, "not a source folder of the store", filesystem_id) from None
+        try:
+            fd = os.open(filename, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+        except OSError as e:
+            raise FileNotFoundError(e.errno, "not a stored file", filename) from None
+        finally:
+            os.close(dir_fd)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise FileNotFoundError(0, "not a regular file", filename)
+            os.set_blocking(fd, True)
+            return os.fdopen(fd, "rb")
+        except BaseException:
+            os.close(fd)
+            raise
 
     def remove(self, filesystem_id: str, filename: str) -> None:
         forbid_reactor_thread("store")

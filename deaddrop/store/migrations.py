@@ -102,11 +102,22 @@ def _v2_age_indexes(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX IF NOT EXISTS sources_last_updated ON sources(last_updated)")
 
 
+def _v3_day_precision(conn: sqlite3.Connection) -> None:
+    # Source, submission and reply times are kept to the day (midnight UTC) from now on; older
+    # databases stored them to the microsecond.
+    day = "CAST({0} / 86400 AS INTEGER) * 86400.0"
+    conn.execute(f"UPDATE sources SET created_at = {day.format('created_at')},"
+                 f" last_updated = {day.format('last_updated')}")
+    for table in ("submissions", "replies"):
+        conn.execute(f"UPDATE {table} SET created_at = {day.format('created_at')}")
+
+
 Step = Callable[[sqlite3.Connection], None]
 
 # (the version a step produces, the step); versions are consecutive from BASELINE + 1.
 STEPS: list[tuple[int, Step]] = [
     (2, _v2_age_indexes),
+    (3, _v3_day_precision),
 ]
 
 CURRENT = BASELINE + len(STEPS)

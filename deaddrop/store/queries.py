@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from deaddrop.store.files import stored_filename
+from deaddrop.store.files import day_of, stored_filename
 
 Row = sqlite3.Row
 
@@ -13,6 +13,9 @@ Row = sqlite3.Row
 # -- sources -------------------------------------------------------------------------------
 
 def insert_source(conn: sqlite3.Connection, uuid: str, filesystem_id: str, designation: str, now: float) -> int:
+    # Times of sources, submissions and replies are kept to the day (day_of): a seized
+    # database must not tell when, within a day, a source came or wrote.
+    now = day_of(now)
     cur = conn.execute(
         "INSERT INTO sources(uuid, filesystem_id, designation, created_at, last_updated) VALUES (?,?,?,?,?)",
         (uuid, filesystem_id, designation, now, now),
@@ -66,6 +69,7 @@ def insert_submissions(
     allocated = _allocate(conn, source_id, len(parts))
     if allocated is None:
         return None
+    now = day_of(now)
     first_n, designation = allocated
     names = []
     for offset, (kind, size) in enumerate(parts):
@@ -93,6 +97,7 @@ def insert_reply(
     allocated = _allocate(conn, source_id, 1)
     if allocated is None:
         return None
+    now = day_of(now)
     n, designation = allocated
     name = stored_filename(n, designation, "reply")
     conn.execute(

@@ -154,7 +154,7 @@ class SourceFlowTests(unittest.TestCase):
     def test_honeypot_refuses_bots(self):
         yield self.browser.create_source()
         response, html = yield self.browser.submit("buy pills", extra=[("website", "http://spam.example")])
-        self.assertEqual(response.code, 400)
+        self.assertEqual(response.code, 403)  # as SecureDrop (issue 10)
         self.assertEqual(stored_files(self.server.data_dir), [])
 
     @inlineCallbacks

@@ -63,6 +63,9 @@ class DeadDropRequest(server.Request):
         content_type = (self.requestHeaders.getRawHeaders(b"content-type") or [b""])[0]
         boundary = _boundary_of(content_type)
         self.content = io.BytesIO()
+        refusal = site.refuse_request(self.requestHeaders) if site.refuse_request is not None else None
+        if refusal is not None:  # all headers are in: refuse before any of the body
+            return self._refuse_early(*refusal)
         if boundary is not None:
             # HTTPChannel has parsed the request line (its _command/_path) before gotLength.
             method, target = getattr(self.channel, "_command", b""), getattr(self.channel, "_path", b"")
@@ -241,6 +244,7 @@ class DeadDropSite(server.Site):
         multipart_limit: Callable[[], int] = lambda: 0,
         too_large_message: str = "That upload is too large.",
         upload_targets: frozenset[bytes] | None = None,
+        refuse_request: Callable[[Any], tuple[int, str, str] | None] | None = None,
         idle_timeout: float = 60.0,
         reactor: Any = None,
     ) -> None:
@@ -251,6 +255,8 @@ class DeadDropSite(server.Site):
         self.multipart_limit = multipart_limit
         self.too_large_message = too_large_message
         self.upload_targets = upload_targets
+        # Headers -> (status, title, message) to refuse the request with, before its body.
+        self.refuse_request = refuse_request
 
     def takes_upload(self, method: bytes, target: bytes) -> bool:
         """Multipart bodies only for POST to ``upload_targets`` (any request if it is None)."""

@@ -189,6 +189,9 @@ class JournalistAPI:
     @inlineCallbacks
     def token(self, request: Any):
         body = self._body(request)
+        for field in ("username", "passphrase", "one_time_code"):
+            if body.get(field) is None:  # absent: a malformed request, not a failed login
+                raise ApiError(400, "Bad Request", f"'{field}' is missing from the request body.")
         try:
             journalist = yield shield(self.accounts.authenticate(
                 body.get("username"), body.get("passphrase"), body.get("one_time_code")))

@@ -14,7 +14,7 @@ from klein import Klein
 from twisted.internet.defer import inlineCallbacks
 
 from deaddrop.events import SecurityEvents
-from deaddrop.journalist_desk import Desk, KeyNotReady, MAX_REPLY_CHARS, SourceView, valid_uuid
+from deaddrop.journalist_desk import Desk, KeyNotReady, MAX_REPLY_CHARS, NotFound, SourceView, valid_uuid
 from deaddrop.journalists import Accounts, AccountError, Journalist, LoginFailed
 from deaddrop.retention import MAX_DAYS as MAX_RETENTION_DAYS
 from deaddrop.settings import InstanceSettings
@@ -211,7 +211,10 @@ class JournalistInterface(HtmlResponses):
         submission = yield self.desk.submission(source, item)
         if submission is None:
             return self._error(request, 404, "Not found", "There is no such submission (it may have been deleted).")
-        download = yield self.desk.open_submission(source, submission, current[1].id)
+        try:
+            download = yield self.desk.open_submission(source, submission, current[1].id)
+        except NotFound:  # its file is gone, or is not a regular file inside the store
+            return self._error(request, 404, "Not found", "There is no such submission (it may have been deleted).")
         return FileResponse(download, etag=True)
 
     @app.route("/sources/<uuid>/replies/<item>/download", methods=["GET"])
@@ -226,7 +229,10 @@ class JournalistInterface(HtmlResponses):
         reply = yield self.desk.reply(source, item)
         if reply is None or reply.deleted_by_source:
             return self._error(request, 404, "Not found", "There is no such reply.")
-        download = yield self.desk.open_reply(source, reply, current[1].id)
+        try:
+            download = yield self.desk.open_reply(source, reply, current[1].id)
+        except NotFound:
+            return self._error(request, 404, "Not found", "There is no such reply.")
         return FileResponse(download, etag=True)
 
     @app.route("/sources/<uuid>/download-unread", methods=["POST"])
@@ -264,7 +270,10 @@ class JournalistInterface(HtmlResponses):
         source = yield self._source(request, uuid)
         if not isinstance(source, SourceView):
             return source
-        download = yield self.desk.zip_submissions(source, chosen, current[1].id)
+        try:
+            download = yield self.desk.zip_submissions(source, chosen, current[1].id)
+        except NotFound:
+            return self._error(request, 404, "Not found", "A selected submission's file is missing.")
         if download is None:
             current[0].flash("Nothing to download: select submissions first." if chosen is not None
                              else "There are no unread submissions.", "warning")

@@ -41,6 +41,8 @@ def _error(message: str | None) -> Any:
 def when(ts: float | None) -> str:
     if ts is None:
         return "never"
+    if ts % 86400 == 0:  # source times are kept to the day only
+        return time.strftime("%Y-%m-%d", time.gmtime(ts))
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts))
 
 

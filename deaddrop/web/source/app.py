@@ -27,6 +27,7 @@ from deaddrop.web._common.static import serve_static
 from deaddrop.web._common.throttle import FailureThrottle
 from deaddrop.web._common.upload import MultipartUpload, UploadError, UploadLimits, UploadResult
 from deaddrop.web.source import pages
+from deaddrop.web.source._proxies import refuse_proxied
 
 _log = Logger()
 
@@ -262,7 +263,7 @@ class SourceInterface(HtmlResponses):
         if not session.check_csrf(result.fields.get("csrf_token")):
             problem = (403, "The form was stale. Please submit again.")
         elif result.fields.get(pages.HONEYPOT_FIELD):
-            problem = (400, "Your submission could not be accepted.")
+            problem = (403, "Your submission could not be accepted.")  # as SecureDrop: a bot
         elif len(message) > MAX_MESSAGE_CHARS:
             problem = (413, f"Messages are limited to {MAX_MESSAGE_CHARS:,} characters.")
         elif not message.strip() and not result.files:
@@ -415,6 +416,7 @@ class SourceInterface(HtmlResponses):
             start_upload=self.start_upload,
             too_large_message="That upload is larger than this instance accepts. Nothing was stored.",
             upload_targets=frozenset({b"/submit"}),
+            refuse_request=refuse_proxied,
             reactor=reactor,
         )
 
