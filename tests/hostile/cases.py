@@ -258,7 +258,7 @@ def field_cases() -> list[Case]:
         Case("fields", "NUL in the CSRF token", sub(lambda c: fields(c.csrf.encode() + b"\x00")), (403,), says="form was stale"),
         Case("fields", "CSRF token of 300 bytes", sub(lambda c: fields(b"t" * 300, b"x")), (413,)),
         Case("fields", "honeypot not UTF-8", sub(lambda c: fields(c.csrf, b"x") + [part(b"website", b"\xff")]), (400,)),
-        Case("fields", "honeypot filled in", sub(lambda c: fields(c.csrf, b"x") + [part(b"website", b"http://spam.example")]), (400,), says="could not be accepted"),
+        Case("fields", "honeypot filled in", sub(lambda c: fields(c.csrf, b"x") + [part(b"website", b"http://spam.example")]), (403,), says="could not be accepted"),
         Case("fields", "unknown field", sub(lambda c: fields(c.csrf, b"x") + [part(b"journalist_id", b"1")]), (400,), says="Unexpected form field"),
         Case("fields", "field name not UTF-8", sub(lambda c: fields(c.csrf, b"x") + [part(b"\xff\xfe", b"1")]), (400,)),
         Case("fields", "NUL in a field name", sub(lambda c: [part(b"msg\x00", b"1")] + fields(c.csrf, b"x")), (400,)),
