@@ -118,6 +118,27 @@ def is_page(body: bytes) -> bool:
     return b"<html" in body.lower()
 
 
+class Visitor:
+    """The legitimate visitor, in its own thread: a fresh circuit every ``every`` seconds."""
+
+    def __init__(self, port: int, address: str, every: float, effort) -> None:
+        self.port, self.address, self.every, self.effort = port, address, every, effort
+        self.visits: list[tuple[float, bool, float, float]] = []  # (start, ok, latency, effort at start)
+        self.stop = threading.Event()
+
+    def run(self, t0: float) -> threading.Thread:
+        def loop():
+            while not self.stop.wait(0 if not self.visits else self.every):
+                effort = self.effort()
+                start = time.monotonic() - t0
+                ok, latency = legit_visit(self.port, self.address)
+                self.visits.append((start, ok, latency, effort))
+
+        thread = threading.Thread(target=loop, daemon=True)
+        thread.start()
+        return thread
+
+
 def legit_visit(port: int, address: str) -> tuple[bool, float]:
     t0 = time.monotonic()
     try:
@@ -179,20 +200,17 @@ def main() -> int:
 
         flood = Flood(address, [port for _, port in clients], args.threads)
         samples: list[dict] = []
-        visits: list[tuple[float, bool, float, float]] = []
         t0 = time.monotonic()
         flood.run()
-        next_visit = t0 + 5
+        visitor = Visitor(legit_port, address, args.legit_every,
+                          lambda: metrics.read(onion)["tor_hs_pow_suggested_effort"])
+        visitor.run(t0)
+        visits = visitor.visits
         next_sample = t0
         last = (t0, metrics.read(onion))
         print(f"{'t':>5} {'effort':>6} {'queue':>5} {'INTRO2/s':>8} {'rend/s':>6} {'flood/s':>7}  legit", flush=True)
         attempts_at = (t0, 0)
         while time.monotonic() - t0 < args.flood:
-            now = time.monotonic()
-            if now >= next_visit:
-                ok, latency = legit_visit(legit_port, address)
-                visits.append((now - t0, ok, latency, metrics.read(onion)["tor_hs_pow_suggested_effort"]))
-                next_visit = time.monotonic() + args.legit_every
             if time.monotonic() >= next_sample:
                 now = time.monotonic()
                 m = metrics.read(onion)
@@ -208,13 +226,14 @@ def main() -> int:
                           "queue": m["tor_hs_rdv_pow_pqueue_count"], "intro_per_s": intro_rate,
                           "rend_per_s": rend_rate, "flood_per_s": flood_rate}
                 samples.append(sample)
-                recent = [v for v in visits if v[0] > sample["t"] - 10]
+                recent = [v for v in list(visits) if v[0] + v[2] > sample["t"] - 10]  # ended in the last 10 s
                 legit = " ".join(f"{'ok' if ok else 'FAIL'} {lat:.1f}s" for _, ok, lat, _ in recent)
                 print(f"{sample['t']:5.0f} {sample['effort']:6g} {sample['queue']:5g} {intro_rate:8.1f} "
                       f"{rend_rate:6.1f} {flood_rate:7.1f}  {legit}", flush=True)
                 next_sample = now + 10
             time.sleep(0.5)
         flood.stop.set()
+        visitor.stop.set()
         flood_seconds = time.monotonic() - t0
         after = metrics.read(onion)
 
@@ -236,8 +255,11 @@ def main() -> int:
             "legit_ok": len(ok_visits),
             "legit_latency_p50_s": round(statistics.median(v[2] for v in ok_visits), 2) if ok_visits else None,
             "legit_latency_max_s": round(max(v[2] for v in ok_visits), 2) if ok_visits else None,
-            "legit_ok_after_rise": sum(1 for v in ok_visits if v[3] > effort_before),
-            "legit_visits_after_rise": sum(1 for v in visits if v[3] > effort_before),
+            # by the effort published when the visit started
+            "legit_before_rise": f"{sum(1 for v in ok_visits if v[3] <= effort_before)}/"
+                                 f"{sum(1 for v in visits if v[3] <= effort_before)} ok",
+            "legit_after_rise": f"{sum(1 for v in ok_visits if v[3] > effort_before)}/"
+                                f"{sum(1 for v in visits if v[3] > effort_before)} ok",
         }
         print(json.dumps(summary, indent=2))
         if args.json:
