@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+from twisted.internet.defer import inlineCallbacks
 from twisted.python import usage
 from twisted.trial import unittest
 
@@ -137,3 +138,17 @@ class EnvironmentTests(unittest.TestCase):
         self.assertIn(proc.returncode, (0, -signal.SIGTERM), output)
         self.assertIn("Server Shut Down.", output)
         self.assertFalse(os.path.exists(status))
+
+
+class SessionLengthOnPagesTests(unittest.TestCase):
+    timeout = 60
+
+    @inlineCallbacks
+    def test_the_journalist_login_page_shows_the_configured_length(self):
+        from tests._support import JournalistBrowser, issue_client_cert, start_journalist_server
+
+        server = yield start_journalist_server(self, journalist_session_minutes=90)
+        browser = JournalistBrowser(server, issue_client_cert(server, "alice"))
+        self.addCleanup(browser.close)
+        response, html = yield browser.get("/login")
+        self.assertIn("You are logged out 90 minutes after logging in, or after 30 minutes without activity.", html)

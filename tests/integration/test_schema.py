@@ -142,3 +142,23 @@ class SchemaTests(unittest.TestCase):
         with open(db_path, "rb") as f:
             self.assertEqual(f.read(), before)
         self.assertFalse(os.path.exists(os.path.join(server.data_dir, "backups")))
+
+
+class AdminSchemaTests(unittest.TestCase):
+    timeout = 60
+
+    @inlineCallbacks
+    def test_deaddrop_admin_leaves_an_older_schema_to_the_server(self):
+        from tests.integration.test_admin_cli import run_cli
+
+        server = RunningServer(self)
+        self.addCleanup(server.cleanup)
+        yield server.start()
+        yield server.stop()
+        db_path = os.path.join(server.data_dir, "db.sqlite")
+        yield deferToThread(rebuild_as_version_1, db_path)
+        code, out, err = yield deferToThread(run_cli, "journalist", "list", "--data-dir", server.data_dir)
+        self.assertEqual(code, 1)
+        self.assertEqual(err, f"deaddrop-admin: error: {db_path} has schema version 1, older than this deaddrop-admin "
+                              f"({migrations.CURRENT}): restart the server to upgrade it first (it keeps a copy)\n")
+        self.assertEqual(_version(db_path), 1)

@@ -131,7 +131,9 @@ class JournalistInterface(HtmlResponses):
         current = yield self._current(request)
         if current is not None:
             return self._redirect(request, "/sources")
-        return (yield self._html(request, pages.login(self._name, self._anonymous_session(request), None)))
+        lengths = (round(self.sessions.absolute_timeout / 60), round(self.sessions.idle_timeout / 60))
+        return (yield self._html(request, pages.login(self._name, self._anonymous_session(request), None,
+                                                      session_minutes=lengths)))
 
     @app.route("/login", methods=["POST"])
     @inlineCallbacks

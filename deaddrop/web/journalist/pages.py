@@ -61,9 +61,14 @@ def human_size(n: int) -> str:
 
 # -- login --------------------------------------------------------------------------------
 
-def login(site_name: str, session: Session, error: str | None, username: str = "") -> Tag:
+def login(site_name: str, session: Session, error: str | None, username: str = "",
+          session_minutes: tuple[int, int] | None = None) -> Tag:
+    """``session_minutes``: (absolute, idle) lengths of a session, shown under the heading."""
+    lengths = tags.p(f"You are logged out {session_minutes[0]} minutes after logging in, or after "
+                     f"{session_minutes[1]} minutes without activity.", class_="hint") if session_minutes else ""
     return _page(site_name, "Log in", [
         tags.h1("Journalist log in"),
+        lengths,
         _error(error),
         tags.form(method="post", action="/login", class_="card")(
             csrf_field(session),
