@@ -27,6 +27,9 @@ from deaddrop.runtime_status import status_path
 from deaddrop.store import migrations
 
 EXPIRY_WARNING_DAYS = 30
+# A CRL lives 30 days (deaddrop-admin crl) and is refreshed monthly: warn in its last week, as the
+# server's crl.expires_soon event does.
+CRL_WARNING_DAYS = 7
 
 
 def register(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
@@ -148,9 +151,11 @@ def certificates(data_dir: str, reported: dict[str, Any], now: datetime.datetime
     if crl and os.path.isfile(crl):
         try:
             next_update = crl_expiry(crl)
+            days_left = (next_update - now).days if next_update else None
             result["crl"] = {"path": crl, "next_update": _iso(next_update.timestamp()) if next_update else None,
-                             "expired": bool(next_update and next_update <= now),
-                             "expires_within_30_days": bool(next_update and next_update <= horizon)}
+                             "days_left": days_left, "expired": bool(next_update and next_update <= now),
+                             "expires_soon": bool(next_update and next_update <= now + datetime.timedelta(
+                                 days=CRL_WARNING_DAYS))}
         except (OSError, ValueError) as e:
             result["problems"].append(f"cannot read the CRL {crl}: {e}")
     for label, path in (("server TLS certificate", server_cert), ("journalist CA", ca)):
@@ -214,9 +219,11 @@ def instance_status(data_dir: str) -> dict[str, Any]:
     status["expiring_certificates"] = certs["expiring_certificates"]
     for problem in certs["problems"]:
         status["checks"].append({"name": "certificates", "ok": False, "detail": problem})
-    if certs["crl"] and certs["crl"]["expired"]:
-        status["checks"].append({"name": "crl", "ok": False, "detail": f"the CRL expired at {certs['crl']['next_update']}"
-                                 ": issue a new one (deaddrop-admin crl) or journalists cannot connect"})
+    crl = certs["crl"]
+    if crl and crl["expires_soon"]:
+        when = "expired at" if crl["expired"] else "expires at"
+        status["checks"].append({"name": "crl", "ok": False, "detail": f"the CRL {when} {crl['next_update']}: issue a "
+                                 "new one (deaddrop-admin crl) and copy it to the server, or journalists cannot connect"})
     return status
 
 
@@ -242,15 +249,15 @@ def format_status(status: dict[str, Any]) -> str:
     crl = status["crl"]
     lines = [
         f"Server:           {running}",
-        f"Tor:              {status['tor_state'] or '?'}" + (f" ({status['tor_mode']})" if status.get("tor_mode") else ""),
+        "Tor:              " + ("not used (--tor none)" if status.get("tor_mode") == "none" else
+                                 f"{status['tor_state'] or '?'}" + (f" ({status['tor_mode']})" if status.get("tor_mode") else "")),
         f"Sources:          {c['sources']}",
         f"Unread:           {c['unread_submissions']} submission(s)",
         f"Journalists:      {c['journalists']}",
         f"Free disk:        {_gib(status['disk']['free_bytes'])} of {_gib(status['disk']['total_bytes'])}",
         f"Submission key:   {status['submission_key_fingerprint'] or '(none yet)'}",
         "CRL:              " + (f"next update {crl['next_update']}" + (" (EXPIRED)" if crl["expired"] else
-                                 " (within 30 days)" if crl["expires_within_30_days"] else "")
-                                 if crl else "(none)"),
+                                 f" (in {crl['days_left']} days)") if crl else "(none)"),
     ]
     expiring = status["expiring_certificates"]
     lines.append("Expiring (30 d):  " + ("none" if not expiring else

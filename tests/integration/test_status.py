@@ -50,7 +50,8 @@ class StatusTests(unittest.TestCase):
         self.assertLessEqual(data["disk"]["free_bytes"], data["disk"]["total_bytes"])
         self.assertEqual(data["tor_state"], "none")
         self.assertRegex(data["crl"]["next_update"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
-        self.assertFalse(data["crl"]["expired"])
+        self.assertEqual((data["crl"]["expired"], data["crl"]["expires_soon"]), (False, False))
+        self.assertIn(data["crl"]["days_left"], (29, 30))
         self.assertEqual([e["what"] for e in data["expiring_certificates"]], ["client certificate soon"])
 
         code, out, err = yield deferToThread(run_cli, "status", "--data-dir", server.data_dir)
@@ -58,6 +59,14 @@ class StatusTests(unittest.TestCase):
         self.assertIn("Unread:           2 submission(s)", out)
         self.assertIn(f"Submission key:   {test_svs().fingerprint}", out)
         self.assertIn("Expiring (30 d):  client certificate soon", out)
+        self.assertIn("Tor:              not used (--tor none)", out)
+
+        # A CRL in its last week makes status fail (exit 1), as it should for monitoring.
+        ca.write_crl(server.ca_dir, os.path.join(server.ca_dir, "crl.pem"), next_update_days=3)
+        code, data = yield self.status(server.data_dir)
+        self.assertEqual((code, data["crl"]["expires_soon"]), (1, True))
+        [check] = [c for c in data["checks"] if c["name"] == "crl"]
+        self.assertIn("expires at", check["detail"])
 
         # The onion address as the running server published it (Tor is replaced here by what the
         # Tor service exposes: its state and address).
