@@ -37,7 +37,9 @@ class Config:
     max_upload_size: int = 500 * MiB
     crypto_threads: int = 4
     stream_threads: int = 256  # mostly idle pumps waiting for a slow Tor upload
-    uploads_per_session: int = 2
+    uploads_per_source: int = 2  # uploads in flight per source identity (not per session)
+    message_threads: int = 4  # text-only parts: a pool of their own, never behind uploads
+    pending_source_hours: float = 24.0  # a source with no submission is purged after this
     kdf_cost: KdfCost = field(default_factory=lambda: KdfCost.parse("default"))
     gpg_binary: str = "gpg"
     journalist_ca: str | None = None
@@ -90,6 +92,8 @@ class Config:
             raise ConfigError("--crypto-threads must be between 1 and 256")
         if not 10 <= self.journalist_connection_max_age <= 7 * 86400:
             raise ConfigError("--journalist-connection-max-age must be between 10 seconds and 7 days")
+        if not 0 < self.pending_source_hours <= 24 * 365:
+            raise ConfigError("--pending-source-hours must be more than 0 and at most a year")
         if self.submission_key is None:
             raise ConfigError(NO_KEY_HELP)
         if not os.path.isfile(self.submission_key):

@@ -7,8 +7,9 @@
 * Two-factor codes are RFC 6238 TOTP (30 s, 6 digits, SHA-1: what every authenticator app
   speaks) accepted one step either side, and never twice: the last accepted time step is kept
   per account in the database and only a later step is accepted (RFC 6238 section 5.2).
-* Login failures are throttled per account name (``FailureThrottle``: 5 a minute); a throttled
-  attempt is refused before any credential is looked at.
+* Login failures are throttled per account name (``FailureThrottle``: 5 a minute); an attempt
+  is counted before any credential is looked at, at most one per account is checked at a time,
+  and a throttled attempt is refused without looking at any.
 * Every session and API token records the account's ``auth_epoch``; a new passphrase, a new
   two-factor secret or deletion bumps it (even from ``deaddrop-admin`` in another process), so
   old sessions and tokens stop working on their next request.
@@ -206,6 +207,7 @@ class Accounts:
         self.clock = clock
         self.throttle = throttle or FailureThrottle(LOGIN_FAILURES_PER_MINUTE, 60.0)
         self.token_lifetime = token_lifetime
+        self._in_flight: set[str] = set()  # account keys with an attempt being checked
         self._dummy_hash: str | None = None
         self._dummy_lock = threading.Lock()
 
@@ -240,41 +242,61 @@ class Accounts:
 
     @inlineCallbacks
     def authenticate(self, username: Any, passphrase: Any, code: Any):
-        """-> ``Journalist``; raises ``LoginFailed``. All three factors, every time."""
+        """-> ``Journalist``; raises ``LoginFailed``. All three factors, every time.
+
+        The attempt is counted, and marked in flight, before anything is looked at and in the
+        same reactor turn as the check: concurrent attempts on one account cannot race the
+        limit, and only one at a time is ever checked (sixty logins sent at once with a known
+        passphrase check one code, not sixty).
+        """
         key = username.strip().lower() if isinstance(username, str) else ""
-        row = None
-        if valid_username(key):
-            row = yield self.db.run(jq.journalist_by_username, key)
-        else:
+        if not valid_username(key):
             key = ""  # names that can never be an account share one throttle bucket
-        name = row["username"] if row is not None else None
-        if self.throttle.blocked(key):
-            self.events.emit("journalist.login.throttled", username=name)
+        reservation = None
+        if key not in self._in_flight:
+            reservation = self.throttle.reserve(key)
+        if reservation is None:
+            row = (yield self.db.run(jq.journalist_by_username, key)) if key else None
+            self.events.emit("journalist.login.throttled", username=row["username"] if row is not None else None)
             raise LoginFailed("throttled", throttled=True)
+        self._in_flight.add(key)
+        try:
+            journalist = yield self._check(key, passphrase, code)
+        except BaseException:
+            reservation.failed()
+            raise
+        finally:
+            self._in_flight.discard(key)
+        reservation.cancel()
+        self.throttle.reset(key)
+        return journalist
+
+    @inlineCallbacks
+    def _check(self, key: str, passphrase: Any, code: Any):
+        row = (yield self.db.run(jq.journalist_by_username, key)) if key else None
+        name = row["username"] if row is not None else None
         if isinstance(passphrase, str) and len(passphrase) > MAX_PASSPHRASE_CHARS:
             ok = False  # refused before any hashing: not even the crypto pool sees it
         else:
             ok = yield self.crypto_pool.run(self._verify, row["password_hash"] if row is not None else None, passphrase)
         if not ok:
-            self._failed(key, name, "unknown_user" if row is None else "bad_passphrase")
+            self._failed(name, "unknown_user" if row is None else "bad_passphrase")
         step = match_totp(row["totp_secret"], code, self.clock(), int(row["last_totp_step"]))
         if step == TOTP_BAD:
-            self._failed(key, name, "bad_totp")
+            self._failed(name, "bad_totp")
         if step != TOTP_REUSED:
             accepted = yield self.db.run(jq.accept_totp_step, row["id"], step)
             if not accepted:  # a concurrent login used it first
                 step = TOTP_REUSED
         if step == TOTP_REUSED:
             self.events.emit("journalist.totp.reused", username=name)
-            self._failed(key, name, "totp_reused")
-        self.throttle.reset(key)
+            self._failed(name, "totp_reused")
         yield self.db.run(jq.record_login, row["id"], self.clock())
         self.events.emit("journalist.login.ok", username=name)
         fresh = yield self.db.run(jq.journalist_by_id, row["id"])
         return Journalist.from_row(fresh)
 
-    def _failed(self, key: str, name: str | None, reason: str) -> None:
-        self.throttle.failed(key)
+    def _failed(self, name: str | None, reason: str) -> None:
         self.events.emit("journalist.login.fail", username=name, reason=reason)
         raise LoginFailed(reason)
 

@@ -23,7 +23,7 @@ from deaddrop.crypto.pool import WorkerPool
 from deaddrop.crypto.streaming import EncryptionTarget
 from deaddrop.events import SecurityEvents
 from deaddrop.settings import InstanceSettings
-from deaddrop.sources import Newsroom
+from deaddrop.sources import Newsroom, SourceQueues
 from deaddrop.store import queries
 from deaddrop.store._atomic import write_atomically
 from deaddrop.store.db import SCHEMA_VERSION, Database
@@ -163,10 +163,15 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
         db.run_blocking(queries.get_settings)
     )
 
-    crypto_pool = WorkerPool(reactor, "deaddrop-crypto", max_threads=config.crypto_threads)
+    # Source work is admitted to crypto_threads slots; the one extra thread keeps journalist
+    # work (passphrase checks, replies) from waiting behind a full queue of source Argon2id.
+    crypto_pool = WorkerPool(reactor, "deaddrop-crypto", max_threads=config.crypto_threads + 1)
     stream_pool = WorkerPool(reactor, "deaddrop-stream", max_threads=config.stream_threads)
+    message_pool = WorkerPool(reactor, "deaddrop-messages", max_threads=config.message_threads)
     io_pool = WorkerPool(reactor, "deaddrop-io", max_threads=8)
-    top.pools += [crypto_pool, stream_pool, io_pool]
+    top.pools += [crypto_pool, stream_pool, message_pool, io_pool]
+    queues = SourceQueues.build(crypto_pool, config.crypto_threads, message_pool, config.message_threads,
+                                stream_pool, config.stream_threads, config.uploads_per_source)
 
     newsroom = Newsroom(
         reactor=reactor,
@@ -180,6 +185,8 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
         encryption=EncryptionTarget(config.gpg_binary, keyring.homedir, key_copy),
         submission_fingerprint=fingerprint,
         events=events,
+        queues=queues,
+        message_pool=message_pool,
     )
     report = newsroom.recover_blocking()
     _log.info(
@@ -206,7 +213,6 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
         codename_words=config.codename_words,
         login_throttle=FailureThrottle(config.source_login_failures_per_minute, 60.0),
         demo=config.demo,
-        uploads_per_session=config.uploads_per_session,
         circuit_closer=top.circuit_closer,
     )
     top.source = source
@@ -215,6 +221,10 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
     sweeper = TimerService(60.0, source_sessions.sweep)
     sweeper.clock = reactor
     sweeper.setServiceParent(top)
+    pending_max_age = config.pending_source_hours * 3600.0
+    purger = TimerService(min(600.0, pending_max_age / 4), _purge_quietly, newsroom, pending_max_age)
+    purger.clock = reactor
+    purger.setServiceParent(top)
     from deaddrop.web.journalist.wiring import add_journalist_interface
 
     add_journalist_interface(top, config, reactor)
@@ -261,6 +271,14 @@ def _add_status_file(top: DeadDropService, config: Config, reactor: Any, io_pool
 
     top.status_file = StatusFile(reactor, config.data_dir, describe, io_pool)
     top.status_file.setServiceParent(top)
+
+
+def _purge_quietly(newsroom: Newsroom, max_age: float) -> Deferred:
+    """One round of the pending-source purge; a failure is logged and the next round retries."""
+    d = newsroom.purge_pending_sources(max_age)
+    # Only the error's type: a message could carry a store path, which names a source.
+    d.addErrback(lambda f: _log.error("pending-source purge failed: {error}", error=f.type.__name__))
+    return d
 
 
 def _lock_data_dir(data_dir: str) -> Callable[[], None]:

@@ -16,18 +16,20 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from twisted.internet.defer import Deferred, DeferredList, inlineCallbacks
+from twisted.internet.defer import Deferred, inlineCallbacks
 from twisted.logger import Logger
 
 from deaddrop import codenames
+from deaddrop.crypto.admission import Admission, AdmissionQueue, Ticket
 from deaddrop.crypto.gpg import GpgError, Keyring
-from deaddrop.crypto.kdf import CodenameKdf
+from deaddrop.crypto.kdf import CodenameKdf, Derived, unwrap_passphrase, wrap_passphrase
 from deaddrop.crypto.pool import WorkerPool, forbid_reactor_thread
 from deaddrop.crypto.streaming import EncryptionTarget, StreamEncryption
 from deaddrop.events import SecurityEvents
 from deaddrop.store import queries
 from deaddrop.store.db import Database
 from deaddrop.store.files import Store
+from deaddrop.web._common.throttle import FailureThrottle
 
 _log = Logger()
 
@@ -79,6 +81,45 @@ class KeyNotReady(Exception):
     """The source's key pair does not exist yet and cannot be made without its codename."""
 
 
+class LoginThrottled(Exception):
+    """This codename was tried too often lately (counted per derived identity, after the KDF)."""
+
+
+# Logins per derived identity: a source logs in a few times a visit; 128 sessions opened at once
+# with one codename (to hold many uploads) are not a source.
+IDENTITY_LOGINS_PER_MINUTE = 30
+
+
+@dataclass
+class SourceQueues:
+    """The bounded, fair admission queues in front of a source's expensive work."""
+
+    argon2id: AdmissionQueue  # key: the Tor circuit; creation and login
+    keygen: AdmissionQueue  # key: source id
+    decrypt: AdmissionQueue  # key: source id; a logged-in source's replies
+    messages: AdmissionQueue  # key: source id; text-only parts, on their own pool
+    uploads: AdmissionQueue  # key: source id; a slot is held for an upload's whole life
+
+    @classmethod
+    def build(cls, crypto_pool: Any, crypto_slots: int, message_pool: Any, message_slots: int,
+              stream_pool: Any, upload_slots: int, uploads_per_identity: int) -> "SourceQueues":
+        crypto = Admission(crypto_pool, crypto_slots)
+        # About 4 s of Argon2id work waiting at ~0.25 s a run: beyond that a source is better
+        # told at once to come back than kept waiting.
+        waiting = 16 * crypto_slots
+        messages = Admission(message_pool, message_slots)
+        return cls(
+            # Served in this order when a crypto slot frees: what a logged-in source is waiting
+            # for first, fresh Argon2id (anyone, anonymous) last.
+            decrypt=crypto.queue("decrypt", priority=0, per_key=2, max_waiting=waiting),
+            keygen=crypto.queue("keygen", priority=1, per_key=1, max_waiting=waiting),
+            argon2id=crypto.queue("argon2id", priority=2, per_key=2, max_waiting=waiting),
+            messages=messages.queue("messages", priority=0, per_key=2, max_waiting=16 * message_slots),
+            uploads=Admission(stream_pool, upload_slots).queue(
+                "uploads", priority=0, per_key=uploads_per_identity, max_waiting=0),
+        )
+
+
 @dataclass
 class Newsroom:
     """The use cases, wired to their blocking back-ends through thread pools."""
@@ -94,7 +135,14 @@ class Newsroom:
     encryption: EncryptionTarget
     submission_fingerprint: str
     events: SecurityEvents
+    queues: SourceQueues
+    message_pool: WorkerPool  # text-only parts: never behind slow file uploads
     clock: Callable[[], float] = time.time
+    identity_logins: FailureThrottle = field(
+        default_factory=lambda: FailureThrottle(IDENTITY_LOGINS_PER_MINUTE, 60.0))
+    # True while sources of the first KDF scheme remain: only then does a codename that matches
+    # nothing cost a second Argon2id run (the legacy filesystem id).
+    legacy_sources: bool = True
     _keygen: dict[int, Deferred] = field(default_factory=dict)
     # Stored filenames whose row is committed but whose file is not in the store yet. Readers
     # skip those rows, or a download would 404 and /lookup show an unreadable reply. (Safe
@@ -106,10 +154,18 @@ class Newsroom:
 
     # -- accounts ------------------------------------------------------------------------
 
+    def create_source(self, codename: str, circuit: Any = None) -> Deferred:
+        """Make a source for a freshly generated codename. -> (SourceIdentity, passphrase).
+
+        Waits in the Argon2id queue of ``circuit`` (cancellable while it waits; fails with
+        ``Busy`` when full). The key pair is made at the first submission, not here.
+        """
+        return self.queues.argon2id.admit(circuit, lambda ticket: self._create(ticket, codename))
+
     @inlineCallbacks
-    def create_source(self, codename: str):
-        """Make a source for a freshly generated codename. -> (SourceIdentity, passphrase)."""
-        fid, passphrase = yield self._derive(codename)
+    def _create(self, ticket: Ticket, codename: str):
+        derived = yield ticket.run(self.kdf.derive, codename)
+        fid = derived.filesystem_id
         for _attempt in range(20):
             designation = codenames.generate_designation()
             try:
@@ -117,45 +173,74 @@ class Newsroom:
                     queries.insert_source, str(uuidlib.uuid4()), fid, designation, self.clock()
                 )
             except sqlite3.IntegrityError as e:
-                if "filesystem_id" in str(e):
+                if "filesystem_id" in str(e) or "login_id" in str(e):
                     raise ValueError("codename already in use")
                 continue  # designation taken: draw another
             break
         else:
             raise RuntimeError("could not find a free designation")
         yield self.io_pool.run(self.store.make_source_dir, fid)
-        identity = SourceIdentity(source_id, fid, designation)
-        # Key generation runs after /create answers; replies wait for it (key_ready).
-        self.ensure_key(identity, passphrase)
-        return identity, passphrase
+        return SourceIdentity(source_id, fid, designation), derived.key_passphrase
+
+    def login(self, codename: str, circuit: Any = None) -> Deferred:
+        """-> (SourceIdentity, passphrase) or None; raises ``LoginThrottled`` or ``Busy``.
+
+        One Argon2id run, in the Argon2id queue of ``circuit``. While sources of the first KDF
+        scheme remain, a codename that matches no current source costs one more run (the old
+        filesystem id); a legacy source that matches is migrated then (a third run, once per
+        source, for its old key passphrase).
+        """
+        return self.queues.argon2id.admit(circuit, lambda ticket: self._login(ticket, codename))
 
     @inlineCallbacks
-    def login(self, codename: str):
-        """-> (SourceIdentity, passphrase) or None. Costs two KDF runs either way."""
-        fid, passphrase = yield self._derive(codename)
-        row = yield self.db.run(queries.source_by_filesystem_id, fid)
+    def _login(self, ticket: Ticket, codename: str):
+        derived: Derived = yield ticket.run(self.kdf.derive, codename)
+        if self.identity_logins.blocked(derived.filesystem_id):
+            raise LoginThrottled()
+        self.identity_logins.failed(derived.filesystem_id)  # counts attempts, good or bad
+        row = yield self.db.run(queries.source_by_login_id, derived.filesystem_id)
+        if row is None and self.legacy_sources:
+            row = yield self._migrate_legacy(ticket, codename, derived)
         if row is None:
             return None
-        identity = SourceIdentity(row["id"], fid, row["designation"])
-        if row["key_fingerprint"] is None:
+        passphrase = derived.key_passphrase
+        if row["key_wrap"] is not None:
+            passphrase = unwrap_passphrase(derived, row["key_wrap"])
+        identity = SourceIdentity(row["id"], row["filesystem_id"], row["designation"])
+        if row["key_fingerprint"] is None and not row["pending"]:
             self.ensure_key(identity, passphrase)
         return identity, passphrase
 
-    def _derive(self, codename: str) -> Deferred:
-        # Both derivations always run (in parallel), so a failed login costs what a good one does.
-        d = DeferredList(
-            [self.crypto_pool.run(self.kdf.filesystem_id, codename), self.crypto_pool.run(self.kdf.key_passphrase, codename)],
-            fireOnOneErrback=True, consumeErrors=True,
-        )
-        return d.addCallback(lambda results: (results[0][1], results[1][1]))
+    @inlineCallbacks
+    def _migrate_legacy(self, ticket: Ticket, codename: str, derived: Derived):
+        """A source of the first scheme: move it to the one-run scheme. -> its row or None."""
+        legacy_fid = yield ticket.run(self.kdf.legacy_filesystem_id, codename)
+        row = yield self.db.run(queries.legacy_source_by_filesystem_id, legacy_fid)
+        if row is None:
+            self.legacy_sources = yield self.db.run(queries.any_legacy_source)
+            return None
+        wrapped = None
+        if row["key_fingerprint"] is not None:
+            # Its key pair is locked with the old passphrase (and its replies are encrypted to
+            # it): keep that passphrase, encrypted under the new derivation.
+            old_passphrase = yield ticket.run(self.kdf.legacy_key_passphrase, codename)
+            wrapped = wrap_passphrase(derived, old_passphrase)
+        yield self.db.run(queries.migrate_source_login, row["id"], derived.filesystem_id, wrapped)
+        self.legacy_sources = yield self.db.run(queries.any_legacy_source)
+        row = yield self.db.run(queries.source_by_id, row["id"])
+        return row
 
     # -- source key pairs ----------------------------------------------------------------
 
-    def ensure_key(self, identity: SourceIdentity, passphrase: str) -> Deferred:
-        """Make the source's key pair unless it exists or is being made. Never fails loudly."""
+    def ensure_key(self, identity: SourceIdentity, passphrase: str, after: Deferred | None = None) -> Deferred:
+        """Make the source's key pair unless it exists or is being made. Never fails loudly.
+
+        Only a source that has submitted something gets one (nobody can reply to the others).
+        ``after``: wait for it first (a first submission being committed).
+        """
         if identity.source_id in self._keygen:
             return self._keygen[identity.source_id]
-        d = self._make_key(identity, passphrase)
+        d = self._make_key(identity, passphrase, after)
         self._keygen[identity.source_id] = d
 
         def done(result: Any) -> Any:
@@ -171,13 +256,15 @@ class Newsroom:
         return d
 
     @inlineCallbacks
-    def _make_key(self, identity: SourceIdentity, passphrase: str):
+    def _make_key(self, identity: SourceIdentity, passphrase: str, after: Deferred | None):
+        if after is not None:
+            yield after
         row = yield self.db.run(queries.source_by_id, identity.source_id)
-        if row is None:
+        if row is None or row["pending"]:
             return None
         if row["key_fingerprint"]:
             return row["key_fingerprint"]
-        info = yield self.crypto_pool.run(self.keyring.generate_source_key, passphrase)
+        info = yield self.queues.keygen.run(identity.source_id, self.keyring.generate_source_key, passphrase)
         stored = yield self.db.run(queries.set_source_key, identity.source_id, info.fingerprint, info.public_armored)
         if not stored:  # the source was deleted meanwhile
             yield self.crypto_pool.run(self.keyring.delete_key_pair, info.fingerprint)
@@ -215,20 +302,45 @@ class Newsroom:
         for stream in list(self._streams):
             stream.abort()
 
+    def encrypt_message(self, identity: SourceIdentity, text: str) -> Deferred:
+        """Encrypt a text part on the message pool: slow file uploads cannot hold it up."""
+        return self.queues.messages.admit(identity.source_id, lambda ticket: self._encrypt_message(text))
+
     @inlineCallbacks
-    def encrypt_message(self, text: str):
-        stream = self.encrypt_stream(gzip_name=None, compress=True, on_pause=lambda: None, on_resume=lambda: None)
+    def _encrypt_message(self, text: str):
+        stream = StreamEncryption(
+            self.reactor, self.message_pool, self.encryption, self.store.new_temp_path(),
+            gzip_name=None, compress=True, on_pause=lambda: None, on_resume=lambda: None,
+        )
+        self._streams.add(stream)
         stream.write(text.encode("utf-8"))
         size = yield stream.finish()
         return EncryptedPart("msg", stream.out_path, size)
 
-    @inlineCallbacks
-    def commit_submission(self, identity: SourceIdentity, parts: list[EncryptedPart]):
+    def commit_submission(self, identity: SourceIdentity, parts: list[EncryptedPart],
+                          passphrase: str | None = None) -> Deferred:
         """Make encrypted parts durable and visible. Only after this returns is it acknowledged.
 
         Raises ``StorageFailed`` (``disk_full`` set when space ran out) if the database or the
         store could not take it; then no part of it is left in either.
+
+        With ``passphrase``, the source's key pair is made after its first submission. The key
+        generation is registered before the submission becomes visible to journalists, so a
+        reply sent meanwhile waits for the key instead of failing.
         """
+        committed: Deferred = Deferred()
+        if passphrase is not None:
+            self.ensure_key(identity, passphrase, after=committed)
+        d = self._commit_submission(identity, parts)
+
+        def done(result: Any) -> Any:
+            committed.callback(None)
+            return result
+
+        return d.addBoth(done)
+
+    @inlineCallbacks
+    def _commit_submission(self, identity: SourceIdentity, parts: list[EncryptedPart]):
         placed: list[str] = []
         try:
             names = yield self.db.run(
@@ -276,14 +388,17 @@ class Newsroom:
 
     @inlineCallbacks
     def replies_for(self, identity: SourceIdentity, passphrase: str):
+        """The source's replies, decrypted in its decryption queue (``Busy`` when full)."""
         rows = yield self.db.run(queries.replies_for_source, identity.source_id)
-        replies = []
-        for row in rows:
-            if not self.is_placed(row["filename"]):
-                continue
-            text = yield self.crypto_pool.run(self._read_reply, identity.filesystem_id, row["filename"], passphrase)
-            replies.append(Reply(row["filename"], text))
-        return replies
+        names = [row["filename"] for row in rows if self.is_placed(row["filename"])]
+        if not names:
+            return []
+        texts = yield self.queues.decrypt.run(identity.source_id, self._read_replies,
+                                              identity.filesystem_id, names, passphrase)
+        return [Reply(name, text) for name, text in zip(names, texts)]
+
+    def _read_replies(self, filesystem_id: str, filenames: list[str], passphrase: str) -> list[str | None]:
+        return [self._read_reply(filesystem_id, name, passphrase) for name in filenames]
 
     def _read_reply(self, filesystem_id: str, filename: str, passphrase: str) -> str | None:
         forbid_reactor_thread("gpg")
@@ -363,10 +478,28 @@ class Newsroom:
             yield self.crypto_pool.run(self.keyring.delete_key_pair, row["key_fingerprint"])
         return True
 
+    @inlineCallbacks
+    def purge_pending_sources(self, max_age: float):
+        """Delete sources that submitted nothing within ``max_age`` seconds of their creation.
+
+        A source uploading its first submission right now is left for the next round.
+        """
+        ids = yield self.db.run(queries.pending_sources_before, self.clock() - max_age)
+        purged = 0
+        for source_id in ids:
+            if self.queues.uploads.holding(source_id) or self.queues.messages.holding(source_id):
+                continue
+            deleted = yield self.delete_source(source_id)
+            purged += bool(deleted)
+        if purged:
+            _log.info("purged {n} pending sources that never submitted", n=purged)
+        return purged
+
     # -- start-up ------------------------------------------------------------------------
 
     def recover_blocking(self) -> Any:
         """Reconcile store and database before serving (start-up, before the reactor runs)."""
+        self.legacy_sources = self.db.run_blocking(queries.any_legacy_source)
         known = self.db.run_blocking(queries.all_stored_filenames)
         report, missing = self.store.recover(known)
         if missing:

@@ -44,6 +44,7 @@ class Options(usage.Options):
         ["retention-days", None, None,
          "Delete submissions and replies older than this many days, daily (default: keep; admins can change it).",
          int],
+        ["pending-source-hours", None, 24.0, "Delete a source that has submitted nothing after this many hours.", float],
     ]
     optFlags = [
         ["journalist-onion", None, "Also publish the journalist interface as an onion service with client authorisation."],
@@ -97,6 +98,7 @@ def config_from_options(options: Any) -> Config:
         source_session_minutes=int(options["source-session-minutes"]),
         journalist_session_minutes=int(options["journalist-session-minutes"]),
         retention_days=None if options["retention-days"] is None else int(options["retention-days"]),
+        pending_source_hours=float(options["pending-source-hours"]),
     )
 
 

@@ -157,6 +157,35 @@ class AccountsTests(unittest.TestCase):
         yield self.accounts.authenticate("alice", creds.passphrase, self.code(creds.totp_secret))
 
     @inlineCallbacks
+    def test_concurrent_logins_check_one_attempt_at_a_time_per_account(self):
+        """60 logins at once with a known passphrase: one code is checked, not sixty."""
+        from twisted.internet.defer import DeferredList
+
+        creds = yield self.accounts.create("alice")
+        yield self.accounts.create("bob")
+        checked = []
+        real = journalists.match_totp
+        self.patch(journalists, "match_totp", lambda *a: checked.append(a[1]) or real(*a))
+        attempts = [self.accounts.authenticate("alice", creds.passphrase, f"{n:06d}") for n in range(60)]
+        results = yield DeferredList(attempts, consumeErrors=True)
+        self.assertEqual(len(checked), 1)
+        throttled = [r for ok, r in results if not ok and r.value.throttled]
+        self.assertEqual(len(throttled), 59)
+
+    @inlineCallbacks
+    def test_attempts_are_counted_before_they_are_checked(self):
+        """Five attempts in flight use up the minute's budget before any of them failed."""
+        creds = yield self.accounts.create("alice")
+        reservations = [self.accounts.throttle.reserve("alice") for _ in range(5)]
+        self.assertNotIn(None, reservations)
+        with self.assertRaises(LoginFailed) as ctx:
+            yield self.accounts.authenticate("alice", creds.passphrase, self.code(creds.totp_secret))
+        self.assertTrue(ctx.exception.throttled)
+        for r in reservations:
+            r.cancel()
+        yield self.accounts.authenticate("alice", creds.passphrase, self.code(creds.totp_secret))
+
+    @inlineCallbacks
     def test_unknown_names_are_not_logged_and_cost_a_hash(self):
         verified = []
         real = journalists.verify_passphrase

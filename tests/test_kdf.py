@@ -21,15 +21,77 @@ class KdfTests(unittest.TestCase):
 
     @inlineCallbacks
     def test_derivations_are_deterministic_distinct_and_shaped(self):
-        fid1 = yield deferToThread(self.kdf.filesystem_id, CODENAME)
-        fid2 = yield deferToThread(self.kdf.filesystem_id, CODENAME)
-        passphrase = yield deferToThread(self.kdf.key_passphrase, CODENAME)
-        other = yield deferToThread(self.kdf.filesystem_id, CODENAME + " x")
-        self.assertEqual(fid1, fid2)
-        self.assertRegex(fid1, r"^[a-z2-7]{52}$")
-        self.assertRegex(passphrase, r"^[0-9a-f]{64}$")
-        self.assertNotEqual(fid1, other)
-        self.assertNotIn(fid1, passphrase)
+        one = yield deferToThread(self.kdf.derive, CODENAME)
+        again = yield deferToThread(self.kdf.derive, CODENAME)
+        other = yield deferToThread(self.kdf.derive, CODENAME + " x")
+        self.assertEqual(one, again)
+        self.assertRegex(one.filesystem_id, r"^[a-z2-7]{52}$")
+        self.assertRegex(one.key_passphrase, r"^[0-9a-f]{64}$")
+        self.assertNotEqual(one.filesystem_id, other.filesystem_id)
+        self.assertNotEqual(one.key_passphrase, other.key_passphrase)
+        self.assertNotIn(one.filesystem_id, one.key_passphrase)
+        self.assertNotIn(CODENAME, repr(one))
+
+    @inlineCallbacks
+    def test_both_outputs_come_from_one_argon2id_run(self):
+        import deaddrop.crypto.kdf as kdf_module
+
+        runs = []
+        real = kdf_module.argon2id.kdf
+
+        def counting(*args, **kwargs):
+            runs.append(1)
+            return real(*args, **kwargs)
+
+        self.patch(kdf_module.argon2id, "kdf", counting)
+        yield deferToThread(self.kdf.derive, CODENAME)
+        self.assertEqual(len(runs), 1)
+
+    @inlineCallbacks
+    def test_each_output_depends_on_its_own_pepper(self):
+        base = yield deferToThread(self.kdf.derive, CODENAME)
+        peppers = Peppers.load_or_create(self.dir)
+        for changed in (Peppers(b"\x01" * 16, peppers.key_passphrase), Peppers(peppers.filesystem_id, b"\x01" * 16)):
+            other = yield deferToThread(CodenameKdf(changed, KdfCost.parse("insecure-fast")).derive, CODENAME)
+            self.assertNotEqual(other, base)
+        # Salted by both peppers: even the output whose own pepper is unchanged differs.
+        self.assertNotEqual(other.filesystem_id, base.filesystem_id)
+
+    @inlineCallbacks
+    def test_legacy_derivations_are_those_of_the_first_scheme(self):
+        import nacl.pwhash.argon2id as argon2id
+        import base64
+
+        peppers = Peppers.load_or_create(self.dir)
+        cost = KdfCost.parse("insecure-fast")
+        expected_fid = base64.b32encode(argon2id.kdf(32, CODENAME.encode(), peppers.filesystem_id,
+                                                     opslimit=cost.opslimit, memlimit=cost.memlimit)).decode().rstrip("=").lower()
+        expected_pass = argon2id.kdf(32, CODENAME.encode(), peppers.key_passphrase,
+                                     opslimit=cost.opslimit, memlimit=cost.memlimit).hex()
+        fid = yield deferToThread(self.kdf.legacy_filesystem_id, CODENAME)
+        passphrase = yield deferToThread(self.kdf.legacy_key_passphrase, CODENAME)
+        self.assertEqual((fid, passphrase), (expected_fid, expected_pass))
+
+    @inlineCallbacks
+    def test_wrapped_passphrase_opens_only_with_its_derivation(self):
+        from nacl.exceptions import CryptoError
+
+        from deaddrop.crypto.kdf import unwrap_passphrase, wrap_passphrase
+
+        mine = yield deferToThread(self.kdf.derive, CODENAME)
+        other = yield deferToThread(self.kdf.derive, CODENAME + " x")
+        wrapped = wrap_passphrase(mine, "ab" * 32)
+        self.assertEqual(unwrap_passphrase(mine, wrapped), "ab" * 32)
+        self.assertRaises(CryptoError, unwrap_passphrase, other, wrapped)
+
+    def test_kdf_imports_nothing_of_the_store(self):
+        import subprocess
+        import sys
+
+        code = ("import sys, deaddrop.crypto.kdf, deaddrop.crypto.admission; "
+                "print(sorted(m for m in sys.modules if m.startswith('deaddrop.store') or m.startswith('deaddrop.web')))")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        self.assertEqual(out.strip(), "[]")
 
     @inlineCallbacks
     def test_peppers_are_private_persistent_and_instance_specific(self):
@@ -38,9 +100,9 @@ class KdfTests(unittest.TestCase):
             self.assertEqual(mode, 0o600)
         again = CodenameKdf(Peppers.load_or_create(self.dir), KdfCost.parse("insecure-fast"))
         elsewhere = CodenameKdf(Peppers.load_or_create(short_tempdir()), KdfCost.parse("insecure-fast"))
-        a = yield deferToThread(self.kdf.filesystem_id, CODENAME)
-        b = yield deferToThread(again.filesystem_id, CODENAME)
-        c = yield deferToThread(elsewhere.filesystem_id, CODENAME)
+        a = yield deferToThread(self.kdf.derive, CODENAME)
+        b = yield deferToThread(again.derive, CODENAME)
+        c = yield deferToThread(elsewhere.derive, CODENAME)
         self.assertEqual(a, b)
         self.assertNotEqual(a, c)
 
@@ -75,8 +137,8 @@ class ReactorThreadGuardTests(unittest.TestCase):
     @on_running_reactor
     def test_kdf_refuses_the_reactor_thread(self):
         kdf = CodenameKdf(Peppers.load_or_create(short_tempdir()), KdfCost.parse("insecure-fast"))
-        self.assertRaises(BlockingCallOnReactorThread, kdf.filesystem_id, CODENAME)
-        self.assertRaises(BlockingCallOnReactorThread, kdf.key_passphrase, CODENAME)
+        self.assertRaises(BlockingCallOnReactorThread, kdf.derive, CODENAME)
+        self.assertRaises(BlockingCallOnReactorThread, kdf.legacy_filesystem_id, CODENAME)
 
     @on_running_reactor
     def test_gpg_refuses_the_reactor_thread(self):

@@ -1,20 +1,28 @@
-"""Argon2id derivations from a codename: the filesystem id and the source key's passphrase.
+"""One Argon2id run per codename: the filesystem id and the source key's passphrase.
 
-Both are deterministic (a source logs in from anywhere with only the codename) and use
-different per-instance peppers, so knowing one output says nothing about the other. The
-peppers live in the data dir (0600); without them, a stolen database cannot be attacked
-offline with a dictionary of codenames.
+Both are deterministic (a source logs in from anywhere with only the codename). One Argon2id
+run turns the codename into a 32-byte master secret; each output is then a BLAKE2b hash of it
+keyed with its own per-instance pepper, so knowing one output says nothing about the other.
+The Argon2id salt is itself derived from the peppers. The peppers live in the data dir (0600):
+without them a stolen database cannot be attacked offline with a dictionary of codenames; with
+them, a guess still costs one full Argon2id run, as it did when each output had its own run.
+
+``legacy_*`` are the derivations of the first scheme (one Argon2id run per output, each salted
+with its pepper): sources created under it are moved to the new one at their next login.
 """
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 from dataclasses import dataclass
 
 import nacl.pwhash.argon2id as argon2id
+import nacl.secret
+import nacl.utils
 
 from deaddrop.crypto.pool import forbid_reactor_thread
-from deaddrop.store._atomic import write_atomically
+from deaddrop.crypto._secret_file import create_secret_file
 
 PEPPER_BYTES = argon2id.SALTBYTES  # 16
 
@@ -65,33 +73,73 @@ def _load_or_create_pepper(path: str) -> bytes:
         with open(path, "rb") as f:
             pepper = f.read()
     except FileNotFoundError:
-        pepper = os.urandom(PEPPER_BYTES)
-        write_atomically(path, pepper, mode=0o600)
-        return pepper
+        try:
+            create_secret_file(path, os.urandom(PEPPER_BYTES))
+        except FileExistsError:
+            pass  # another process made it first: use theirs
+        return _load_or_create_pepper(path)
     if len(pepper) != PEPPER_BYTES:
         raise ValueError(f"{path} is damaged: expected {PEPPER_BYTES} bytes, found {len(pepper)}")
     return pepper
 
 
+@dataclass(frozen=True)
+class Derived:
+    """What a codename yields: where the source's files are, and its key's passphrase."""
+
+    filesystem_id: str
+    key_passphrase: str
+
+    def __repr__(self) -> str:  # never in a log line
+        return "Derived(...)"
+
+
+def _filesystem_id(digest: bytes) -> str:
+    return base64.b32encode(digest).decode("ascii").rstrip("=").lower()
+
+
 class CodenameKdf:
-    """The two derivations. Call from a worker thread; each call costs one Argon2id run."""
+    """Codename derivations. Call from a worker thread; each call costs one Argon2id run."""
 
     def __init__(self, peppers: Peppers, cost: KdfCost) -> None:
         self._peppers = peppers
         self._cost = cost
+        self._salt = hashlib.blake2b(peppers.filesystem_id + peppers.key_passphrase,
+                                     digest_size=argon2id.SALTBYTES, person=b"dd-argon2-salt").digest()
 
-    def filesystem_id(self, codename: str) -> str:
+    def _argon2id(self, codename: str, salt: bytes) -> bytes:
         forbid_reactor_thread("Argon2id")
-        digest = argon2id.kdf(
-            32, codename.encode("utf-8"), self._peppers.filesystem_id,
-            opslimit=self._cost.opslimit, memlimit=self._cost.memlimit,
-        )
-        return base64.b32encode(digest).decode("ascii").rstrip("=").lower()
+        return argon2id.kdf(32, codename.encode("utf-8"), salt,
+                            opslimit=self._cost.opslimit, memlimit=self._cost.memlimit)
 
-    def key_passphrase(self, codename: str) -> str:
-        forbid_reactor_thread("Argon2id")
-        digest = argon2id.kdf(
-            32, codename.encode("utf-8"), self._peppers.key_passphrase,
-            opslimit=self._cost.opslimit, memlimit=self._cost.memlimit,
-        )
-        return digest.hex()
+    def derive(self, codename: str) -> Derived:
+        """Both outputs from one Argon2id run."""
+        master = self._argon2id(codename, self._salt)
+        fid = hashlib.blake2b(master, key=self._peppers.filesystem_id, digest_size=32, person=b"dd-filesystem-id")
+        passphrase = hashlib.blake2b(master, key=self._peppers.key_passphrase, digest_size=32, person=b"dd-key-pass")
+        return Derived(_filesystem_id(fid.digest()), passphrase.hexdigest())
+
+    def legacy_filesystem_id(self, codename: str) -> str:
+        return _filesystem_id(self._argon2id(codename, self._peppers.filesystem_id))
+
+    def legacy_key_passphrase(self, codename: str) -> str:
+        return self._argon2id(codename, self._peppers.key_passphrase).hex()
+
+
+def _wrapping_box(derived: Derived) -> nacl.secret.SecretBox:
+    key = hashlib.blake2b(bytes.fromhex(derived.key_passphrase), digest_size=32, person=b"dd-key-wrap").digest()
+    return nacl.secret.SecretBox(key)
+
+
+def wrap_passphrase(derived: Derived, passphrase: str) -> bytes:
+    """Keep a migrated source's old key passphrase, readable only with its codename.
+
+    A migrated source's key pair stays locked with the passphrase of the first scheme (its
+    replies are encrypted to it); the record keeps that passphrase encrypted under a key only
+    the new derivation gives.
+    """
+    return _wrapping_box(derived).encrypt(passphrase.encode("ascii"), nacl.utils.random(nacl.secret.SecretBox.NONCE_SIZE))
+
+
+def unwrap_passphrase(derived: Derived, wrapped: bytes) -> str:
+    return _wrapping_box(derived).decrypt(wrapped).decode("ascii")

@@ -112,12 +112,24 @@ def _v3_day_precision(conn: sqlite3.Connection) -> None:
         conn.execute(f"UPDATE {table} SET created_at = {day.format('created_at')}")
 
 
+def _v4_one_argon2id_run(conn: sqlite3.Connection) -> None:
+    # login_id: the filesystem id of the one-run KDF scheme, by which a source logs in; NULL for
+    # a source of the first scheme (two runs), moved to the new one at its next login.
+    # key_wrap: such a migrated source's old key passphrase, encrypted under its new derivation.
+    conn.execute("ALTER TABLE sources ADD COLUMN login_id TEXT")
+    conn.execute("ALTER TABLE sources ADD COLUMN key_wrap BLOB")
+    conn.execute("CREATE UNIQUE INDEX IF NOT EXISTS sources_login_id ON sources(login_id)")
+    # The pending-source purge looks for sources that never submitted, by age.
+    conn.execute("CREATE INDEX IF NOT EXISTS sources_pending ON sources(pending, created_at)")
+
+
 Step = Callable[[sqlite3.Connection], None]
 
 # (the version a step produces, the step); versions are consecutive from BASELINE + 1.
 STEPS: list[tuple[int, Step]] = [
     (2, _v2_age_indexes),
     (3, _v3_day_precision),
+    (4, _v4_one_argon2id_run),
 ]
 
 CURRENT = BASELINE + len(STEPS)

@@ -17,14 +17,37 @@ def insert_source(conn: sqlite3.Connection, uuid: str, filesystem_id: str, desig
     # database must not tell when, within a day, a source came or wrote.
     now = day_of(now)
     cur = conn.execute(
-        "INSERT INTO sources(uuid, filesystem_id, designation, created_at, last_updated) VALUES (?,?,?,?,?)",
-        (uuid, filesystem_id, designation, now, now),
+        "INSERT INTO sources(uuid, filesystem_id, login_id, designation, created_at, last_updated) VALUES (?,?,?,?,?,?)",
+        (uuid, filesystem_id, filesystem_id, designation, now, now),
     )
     return int(cur.lastrowid)
 
 
-def source_by_filesystem_id(conn: sqlite3.Connection, filesystem_id: str) -> Row | None:
-    return conn.execute("SELECT * FROM sources WHERE filesystem_id = ?", (filesystem_id,)).fetchone()
+def source_by_login_id(conn: sqlite3.Connection, login_id: str) -> Row | None:
+    """A source by the filesystem id of the current KDF scheme."""
+    return conn.execute("SELECT * FROM sources WHERE login_id = ?", (login_id,)).fetchone()
+
+
+def legacy_source_by_filesystem_id(conn: sqlite3.Connection, filesystem_id: str) -> Row | None:
+    """A source of the first KDF scheme not yet migrated."""
+    return conn.execute("SELECT * FROM sources WHERE filesystem_id = ? AND login_id IS NULL",
+                        (filesystem_id,)).fetchone()
+
+
+def any_legacy_source(conn: sqlite3.Connection) -> bool:
+    return conn.execute("SELECT 1 FROM sources WHERE login_id IS NULL LIMIT 1").fetchone() is not None
+
+
+def migrate_source_login(conn: sqlite3.Connection, source_id: int, login_id: str, key_wrap: bytes | None) -> bool:
+    cur = conn.execute("UPDATE sources SET login_id = ?, key_wrap = ? WHERE id = ? AND login_id IS NULL",
+                       (login_id, key_wrap, source_id))
+    return cur.rowcount == 1
+
+
+def pending_sources_before(conn: sqlite3.Connection, cutoff: float) -> list[int]:
+    """Sources that never submitted anything, created before ``cutoff``."""
+    rows = conn.execute("SELECT id FROM sources WHERE pending = 1 AND created_at < ?", (cutoff,)).fetchall()
+    return [row["id"] for row in rows]
 
 
 def source_by_id(conn: sqlite3.Connection, source_id: int) -> Row | None:

@@ -235,16 +235,40 @@ class SourceFlowTests(unittest.TestCase):
 
     @inlineCallbacks
     def test_a_reply_sent_while_the_key_is_being_made_is_not_lost(self):
-        """Key generation runs after /create answers; a reply in that window waits for it."""
+        """The key pair is made at the first submission; a reply in that window waits for it."""
         newsroom = self.server.service.newsroom
         from deaddrop import codenames
 
         codename = codenames.generate_codename(7)
-        identity, _ = yield newsroom.create_source(codename)
-        self.assertIn(identity.source_id, newsroom._keygen)  # generation is still in flight
+        identity, passphrase = yield newsroom.create_source(codename)
+        self.assertNotIn(identity.source_id, newsroom._keygen)  # nothing submitted: no key
+        part = yield newsroom.encrypt_message(identity, "first message")
+        committing = newsroom.commit_submission(identity, [part], passphrase)
+        # Registered before the submission is visible to journalists...
+        self.assertIn(identity.source_id, newsroom._keygen)
+        yield committing
+        self.assertIn(identity.source_id, newsroom._keygen)  # ...and still in flight after it
         yield newsroom.add_reply(identity.source_id, "early REPLY-MARKER-early")
         response, html = yield self.browser.login(codename)
         self.assertIn("REPLY-MARKER-early", html)
+
+    @inlineCallbacks
+    def test_a_source_gets_its_key_pair_at_its_first_submission_not_at_create(self):
+        codename = yield self.browser.create_source()
+        db = sqlite3.connect(os.path.join(self.server.data_dir, "db.sqlite"))
+        self.addCleanup(db.close)
+        self.assertEqual(db.execute("SELECT key_fingerprint, pending FROM sources").fetchall(), [(None, 1)])
+        response, html = yield self.browser.get("/lookup")  # pages of a pending source make no key
+        again = Browser(self.server.source_url)
+        self.addCleanup(again.close)
+        yield again.login(codename)
+        self.assertEqual(db.execute("SELECT key_fingerprint FROM sources").fetchall(), [(None,)])
+        response, html = yield self.browser.submit("first")
+        self.assertEqual(response.code, 200)
+        yield self.server.service.newsroom._keygen.get(1)
+        [(fingerprint, pending)] = db.execute("SELECT key_fingerprint, pending FROM sources").fetchall()
+        self.assertRegex(fingerprint, "^[0-9A-F]{40}$")
+        self.assertEqual(pending, 0)
 
     @inlineCallbacks
     def test_codename_is_never_in_a_cookie(self):

@@ -9,8 +9,9 @@ from typing import Callable, Hashable
 class FailureThrottle:
     """At most ``limit`` failures per ``window`` seconds per key; then refuse until they age out.
 
-    The source side uses one global key: behind Tor there are no client addresses, so the
-    whole instance shares one budget. A real source waits at most ``window`` seconds.
+    Keys are never global on the source side: a Tor circuit before the KDF, a derived identity
+    after it. ``reserve`` counts an attempt in flight as a failure until it is settled, so a
+    burst of concurrent attempts cannot all pass the check before the first one fails.
     """
 
     def __init__(self, limit: int, window: float, clock: Callable[[], float] = time.monotonic) -> None:
@@ -18,6 +19,7 @@ class FailureThrottle:
         self.window = window
         self._clock = clock
         self._failures: dict[Hashable, collections.deque[float]] = {}
+        self._reserved: collections.Counter[Hashable] = collections.Counter()
 
     def _recent(self, key: Hashable) -> collections.deque[float]:
         now = self._clock()
@@ -29,7 +31,7 @@ class FailureThrottle:
         return failures
 
     def blocked(self, key: Hashable = None) -> bool:
-        return len(self._recent(key)) >= self.limit
+        return len(self._recent(key)) + self._reserved.get(key, 0) >= self.limit
 
     def failed(self, key: Hashable = None) -> None:
         self._recent(key)
@@ -37,3 +39,37 @@ class FailureThrottle:
 
     def reset(self, key: Hashable = None) -> None:
         self._failures.pop(key, None)
+
+    def reserve(self, key: Hashable = None) -> "Reservation | None":
+        """Take one attempt's place before the expensive check; None if ``key`` is blocked."""
+        if self.blocked(key):
+            return None
+        self._reserved[key] += 1
+        return Reservation(self, key)
+
+    def _settle(self, key: Hashable, failed: bool) -> None:
+        self._reserved[key] -= 1
+        if self._reserved[key] <= 0:
+            del self._reserved[key]
+        if failed:
+            self.failed(key)
+
+
+class Reservation:
+    """One attempt in flight. Settle it once: ``failed()``, or ``cancel()`` if it did not fail."""
+
+    def __init__(self, throttle: FailureThrottle, key: Hashable) -> None:
+        self._throttle = throttle
+        self._key = key
+        self._settled = False
+
+    def _settle(self, failed: bool) -> None:
+        if not self._settled:
+            self._settled = True
+            self._throttle._settle(self._key, failed)
+
+    def failed(self) -> None:
+        self._settle(True)
+
+    def cancel(self) -> None:
+        self._settle(False)

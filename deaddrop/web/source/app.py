@@ -14,11 +14,12 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from deaddrop import __version__, codenames
+from deaddrop.crypto.admission import BUSY_MESSAGE, BUSY_TITLE, Busy, KeyBusy
 from deaddrop.crypto.streaming import EncryptionFailed
 from deaddrop.events import SecurityEvents
 from deaddrop.settings import InstanceSettings
-from deaddrop.sources import EncryptedPart, Newsroom, SourceIdentity, StorageFailed, is_disk_full
-from deaddrop.web._common.circuits import CircuitCloser, NoCloser
+from deaddrop.sources import EncryptedPart, LoginThrottled, Newsroom, SourceIdentity, StorageFailed, is_disk_full
+from deaddrop.web._common.circuits import CircuitCloser, NoCloser, circuit_of
 from deaddrop.web._common.responses import HtmlResponses
 from deaddrop.web._common.pages import error_page_bytes, http_error_page_text
 from deaddrop.web._common.sessions import Session, SessionStore
@@ -36,6 +37,9 @@ NOT_RECOGNIZED = "Sorry, that is not a recognized codename."
 THROTTLED = "Too many attempts to log in. Please wait a minute and try again."
 MAX_MESSAGE_CHARS = 100_000
 _MAX_PENDING_CODENAMES = 10
+_STILL_RECEIVING = "Another submission from you is still being received. Please wait for it to finish."
+# A circuit refused this many times a minute by the login throttle is flooding: close it.
+REFUSALS_BEFORE_CLOSING = 10
 
 
 def shield(d: Deferred) -> Deferred:
@@ -62,11 +66,11 @@ class SourceInterface(HtmlResponses):
     events: SecurityEvents
     submission_key_armored: str
     codename_words: int
-    login_throttle: FailureThrottle
+    login_throttle: FailureThrottle  # failures per Tor circuit (``LOCAL`` for connections without one)
     demo: bool = False
-    uploads_per_session: int = 2
     # Closes a Tor circuit that keeps flooding (CLOSECIRCUIT); NoCloser with --tor none.
     circuit_closer: CircuitCloser = field(default_factory=NoCloser)
+    _refusals: FailureThrottle = field(default_factory=lambda: FailureThrottle(REFUSALS_BEFORE_CLOSING, 60.0))
 
     app = Klein()
 
@@ -142,11 +146,14 @@ class SourceInterface(HtmlResponses):
         mac = self._codename_mac(session, codename)
         if not any(hmac.compare_digest(mac, known) for known in session.data.get("pending_codenames", [])):
             return self._error(request, 400, "Please try again", "That codename was not generated for this session. Get a new one.")
-        session.data.pop("pending_codenames", None)
         try:
-            identity, passphrase = yield shield(self.newsroom.create_source(codename))
+            # Not shielded: a visitor who leaves while waiting for Argon2id leaves the queue.
+            identity, passphrase = yield self.newsroom.create_source(codename, circuit_of(request))
         except ValueError:
             return self._error(request, 409, "Please try again", "Please generate a new codename.")
+        except Busy:
+            return self._busy(request)  # the codename stays valid for this session: try again
+        session.data.pop("pending_codenames", None)
         token, fresh = self._new_session(request, replacing=session)
         self._log_in(fresh, token, identity, passphrase)
         fresh.flash("Your codename is active. Remember it: it is the only way back to your replies.", "ok")
@@ -170,23 +177,51 @@ class SourceInterface(HtmlResponses):
         if not self._csrf_ok(session, request):
             session = self._session_or_new(request)
             return self._html(request, pages.login(self._name, session, "Your session expired. Please enter your codename again.", self.demo), 403)
-        if self.login_throttle.blocked():
+        codename = codenames.normalise_codename(self._arg(request, "codename") or "")
+        if codename is None:
+            # Malformed codenames cannot match any source: no KDF, and they count nowhere.
+            return self._html(request, pages.login(self._name, session, NOT_RECOGNIZED, self.demo), 403)
+        # Failures count per circuit, never globally; the attempt's place is taken before the
+        # KDF, so a burst of concurrent attempts cannot all get past the check.
+        circuit = circuit_of(request)
+        reservation = self.login_throttle.reserve(circuit)
+        if reservation is None:
+            self._refused(circuit)
+            return self._html(request, pages.login(self._name, session, THROTTLED, self.demo), 429)
+        try:
+            # Not shielded: a visitor who leaves while waiting for Argon2id leaves the queue.
+            found = yield self.newsroom.login(codename, circuit)
+        except LoginThrottled:
+            reservation.cancel()
             self.events.emit("source.login.throttled")
             return self._html(request, pages.login(self._name, session, THROTTLED, self.demo), 429)
-        codename = codenames.normalise_codename(self._arg(request, "codename") or "")
-        found = None
-        if codename is not None:
-            found = yield shield(self.newsroom.login(codename))
+        except Busy:
+            reservation.cancel()
+            return self._busy(request)
+        except BaseException:
+            reservation.cancel()
+            raise
         if found is None:
-            if codename is not None:
-                # Only attempts that cost a KDF count: malformed ones cannot match any source,
-                # and counting them would let anyone lock every source out for free.
-                self.login_throttle.failed()
+            reservation.failed()
             return self._html(request, pages.login(self._name, session, NOT_RECOGNIZED, self.demo), 403)
+        reservation.cancel()
         identity, passphrase = found
         token, fresh = self._new_session(request, replacing=session)
         self._log_in(fresh, token, identity, passphrase)
         return self._redirect(request, "/lookup")
+
+    def _refused(self, circuit: Any) -> None:
+        self.events.emit("source.login.throttled")
+        self._refusals.failed(circuit)
+        if circuit.is_tor and self._refusals.blocked(circuit):
+            # It keeps trying while refused: a flood, not a source. Tor closes the circuit (the
+            # circuit id stays in memory; nothing about it is logged).
+            self._refusals.reset(circuit)
+            self.circuit_closer.close(circuit).addErrback(lambda f: None)
+
+    def _busy(self, request: Any) -> bytes:
+        request.setHeader(b"retry-after", b"60")
+        return self._error(request, 503, BUSY_TITLE, BUSY_MESSAGE)
 
     @app.route("/logout", methods=["GET"])
     def logout(self, request: Any) -> Deferred:
@@ -222,7 +257,7 @@ class SourceInterface(HtmlResponses):
     @inlineCallbacks
     def _lookup_page(self, request: Any, session: Session, identity: SourceIdentity, passphrase: str,
                      *, status: int = 200, message: str = "", error: str | None = None):
-        self.newsroom.ensure_key(identity, passphrase)  # heals a key lost to a crash at /create
+        self.newsroom.ensure_key(identity, passphrase)  # heals a key lost to a crash after a first submission
         replies = yield self.newsroom.replies_for(identity, passphrase)
         page = pages.lookup(self._name, session, replies, allow_uploads=self.settings.allow_uploads,
                             max_upload_size=self.settings.max_upload_size, message=message, error=error,
@@ -246,6 +281,8 @@ class SourceInterface(HtmlResponses):
         try:
             result: UploadResult = yield upload.result
         except UploadError as e:
+            if e.status == 503:
+                return self._busy(request)
             if current is None or e.status == 403:
                 return self._error(request, e.status, "Not stored", e.message + " Nothing was stored.")
             session, identity, passphrase = current
@@ -278,13 +315,17 @@ class SourceInterface(HtmlResponses):
         parts = []
         try:
             if message.strip():
-                part = yield shield(self.newsroom.encrypt_message(message))
+                part = yield shield(self.newsroom.encrypt_message(identity, message))
                 parts.append(part)
             parts += [EncryptedPart("doc", f.temp_path, f.ciphertext_size) for f in result.files]
-            yield shield(self.newsroom.commit_submission(identity, parts))
+            # The first submission also makes the source's key pair (a pending source has none).
+            yield shield(self.newsroom.commit_submission(identity, parts, passphrase))
         except (EncryptionFailed, StorageFailed) as e:
             _discard(self.newsroom, result, parts)
             return self._storage_failed(request, e)
+        except Busy:
+            _discard(self.newsroom, result, parts)
+            return self._busy(request)
         what = _what_was_sent(bool(message.strip()), len(result.files))
         session.flash(f"Thank you. We received your {what}. You can come back with your codename to check for replies.", "ok")
         return self._redirect(request, "/lookup")
@@ -364,6 +405,8 @@ class SourceInterface(HtmlResponses):
         routing = http_error_page_text(failure)
         if routing is not None:
             return self._error(request, *routing)
+        if failure.check(Busy):  # e.g. the reply decryption queue of /lookup
+            return self._busy(request)
         if is_disk_full(failure.value):  # e.g. /create when SQLite cannot grow its WAL
             _log.error("the disk is full: a request could not be completed")
             return self._error(request, 507, "The server is out of space",
@@ -384,25 +427,34 @@ class SourceInterface(HtmlResponses):
         refused = None
         current = self._logged_in(request)
         session = current[0] if current else None
-        if session is None:
+        pumps = self.newsroom.queues.uploads
+        if current is None:
             refused = UploadError(403, "Your session expired; please log in again.")
-        elif session.data.get("uploads_in_flight", 0) >= self.uploads_per_session:
-            # Each upload holds a pump thread: one account must not be able to take them all.
-            refused = UploadError(429, "Another submission from you is still being received. Please wait for it to finish.")
+        elif pumps.holding(current[1].source_id) >= pumps.per_key:
+            refused = UploadError(429, _STILL_RECEIVING)
+        tickets: list[Any] = []
 
         def open_sink(filename: str, pause: Callable[[], None], resume: Callable[[], None]) -> Any:
+            # Each file being received holds a pump thread. Counted per source identity, not per
+            # session (logging in again gives a codename no more), and in total. Text-only
+            # messages take none: they are encrypted on a pool of their own.
+            try:
+                tickets.append(pumps.try_acquire(current[1].source_id))
+            except KeyBusy:
+                raise UploadError(429, _STILL_RECEIVING)
+            except Busy:
+                raise UploadError(503, BUSY_MESSAGE)
             return self.newsroom.encrypt_stream(gzip_name=filename, compress=False, on_pause=pause, on_resume=resume)
 
         upload = MultipartUpload(boundary, limits, open_sink, request.pause_body, request.resume_body, refused=refused,
                                  csrf_token=session.csrf_token if session else None)
-        if refused is None:
-            session.data["uploads_in_flight"] = session.data.get("uploads_in_flight", 0) + 1
 
-            def done(result: Any) -> Any:
-                session.data["uploads_in_flight"] = max(0, session.data.get("uploads_in_flight", 1) - 1)
-                return result
+        def done(result: Any) -> Any:
+            for ticket in tickets:
+                ticket.release()
+            return result
 
-            upload.result.addBoth(done)
+        upload.result.addBoth(done)
         return upload
 
     def site(self, reactor: Any = None) -> DeadDropSite:

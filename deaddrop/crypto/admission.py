@@ -1,0 +1,268 @@
+"""Bounded, fair admission to expensive work (Argon2id, key generation, reply decryption, uploads).
+
+A pool has a fixed number of *slots* (one per worker thread the work may occupy). Work asks a
+``AdmissionQueue`` for a slot under a *key* (a Tor circuit, a source identity) and either gets
+one at once, waits in a bounded queue, or is refused at once with ``Busy``:
+
+* each key has its own FIFO, and keys are served round-robin, so one circuit with a hundred
+  requests waits behind its own requests, not in front of everyone else's;
+* each key may hold at most ``per_key`` requests (waiting plus running), and a queue at most
+  ``max_waiting`` waiting requests: nothing is ever queued without limit;
+* when a queue is full, a newcomer takes the place of the newest request of the key with the
+  most waiting, if that key holds at least two more than the newcomer's (the evicted request
+  gets ``Busy``): a flood from a few keys cannot turn away a key that has nothing queued;
+* queues sharing an ``Admission`` are served by priority when a slot frees (a logged-in
+  source's reply decryption before fresh Argon2id work);
+* a waiting request whose client went away is cancelled and leaves the queue.
+
+Keys are only held in memory as dictionary keys; nothing here logs them.
+"""
+from __future__ import annotations
+
+import collections
+from typing import Any, Callable, Hashable, Optional, TypeVar
+
+from twisted.internet.defer import CancelledError, Deferred, fail, maybeDeferred, succeed
+from twisted.python.failure import Failure
+
+T = TypeVar("T")
+
+RETRY_AFTER_SECONDS = 60
+BUSY_TITLE = "The drop box is busy"
+BUSY_MESSAGE = "The drop box is busy. Nothing was lost; please try again in a minute."
+
+
+class Busy(Exception):
+    """No room for this request now: answer 503 with ``Retry-After`` at once."""
+
+    def __init__(self, queue: str = "") -> None:
+        super().__init__(f"admission queue {queue!r} is full")
+        self.queue = queue
+        self.retry_after = RETRY_AFTER_SECONDS
+
+
+class KeyBusy(Busy):
+    """This key (circuit or identity) already holds all the requests it may hold."""
+
+
+class Ticket:
+    """A granted slot. Release it exactly once (``release`` is idempotent)."""
+
+    def __init__(self, queue: "AdmissionQueue", key: Hashable) -> None:
+        self._queue = queue
+        self.key = key
+        self.released = False
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self._queue._finished(self.key)
+
+    def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> "Deferred[T]":
+        """Run blocking ``fn`` on the admission's pool while holding this slot."""
+        return self._queue.admission.pool.run(fn, *args, **kwargs)
+
+
+class _Waiter:
+    __slots__ = ("key", "deferred")
+
+    def __init__(self, key: Hashable, deferred: Deferred) -> None:
+        self.key = key
+        self.deferred = deferred
+
+
+class Admission:
+    """The slots of one worker pool, shared by queues served in priority order."""
+
+    def __init__(self, pool: Any, slots: int) -> None:
+        if slots < 1:
+            raise ValueError("an admission needs at least one slot")
+        self.pool = pool
+        self.slots = slots
+        self.running = 0
+        self._queues: list[AdmissionQueue] = []
+
+    def queue(self, name: str, *, priority: int, per_key: int, max_waiting: int) -> "AdmissionQueue":
+        q = AdmissionQueue(self, name, priority, per_key, max_waiting)
+        self._queues.append(q)
+        self._queues.sort(key=lambda x: x.priority)
+        return q
+
+    def _has_free_slot(self) -> bool:
+        return self.running < self.slots
+
+    def _dispatch(self) -> None:
+        # Grant freed slots to the highest-priority queue that has someone waiting.
+        while self._has_free_slot():
+            for q in self._queues:
+                waiter = q._next_waiter()
+                if waiter is not None:
+                    break
+            else:
+                return
+            self.running += 1
+            waiter.deferred.callback(Ticket(q, waiter.key))
+
+
+class AdmissionQueue:
+    def __init__(self, admission: Admission, name: str, priority: int, per_key: int, max_waiting: int) -> None:
+        self.admission = admission
+        self.name = name
+        self.priority = priority
+        self.per_key = per_key
+        self.max_waiting = max_waiting
+        self._waiting: dict[Hashable, collections.deque[_Waiter]] = {}
+        self._turns: collections.OrderedDict[Hashable, None] = collections.OrderedDict()
+        self._held: collections.Counter[Hashable] = collections.Counter()  # waiting + running, per key
+        self.waiting = 0
+
+    # -- public
+
+    def holding(self, key: Hashable) -> int:
+        """Requests of ``key`` waiting or running in this queue."""
+        return self._held.get(key, 0)
+
+    def try_acquire(self, key: Hashable) -> Ticket:
+        """A slot now or never: raises ``KeyBusy`` or ``Busy`` instead of waiting."""
+        if self._held[key] >= self.per_key:
+            if not self._held[key]:
+                del self._held[key]
+            raise KeyBusy(self.name)
+        if not self.admission._has_free_slot():
+            if not self._held[key]:
+                del self._held[key]
+            raise Busy(self.name)
+        self._held[key] += 1
+        self.admission.running += 1
+        return Ticket(self, key)
+
+    def acquire(self, key: Hashable) -> "Deferred[Ticket]":
+        """A slot for ``key``: fires with a ``Ticket``, or fails with ``Busy`` at once.
+
+        Cancelling the Deferred while it waits removes the request from the queue.
+        """
+        # A free slot means nobody waits anywhere (slots are granted as soon as they free).
+        if self._held[key] >= self.per_key or self.admission._has_free_slot():
+            try:
+                return succeed(self.try_acquire(key))
+            except Busy as e:
+                return fail(e)
+        if self.waiting >= self.max_waiting and not self._make_room_for(key):
+            if not self._held[key]:
+                del self._held[key]
+            return fail(Busy(self.name))
+        d: Deferred = Deferred(lambda d: self._cancel(waiter))
+        waiter = _Waiter(key, d)
+        self._held[key] += 1
+        self._waiting.setdefault(key, collections.deque()).append(waiter)
+        self._turns.setdefault(key, None)
+        self.waiting += 1
+        self.admission._dispatch()
+        return d
+
+    def run(self, key: Hashable, fn: Callable[..., T], *args: Any, **kwargs: Any) -> "Deferred[T]":
+        """``acquire``, run blocking ``fn`` on the pool, release. Cancellable while it waits."""
+        return self.admit(key, lambda ticket: ticket.run(fn, *args, **kwargs))
+
+    def admit(self, key: Hashable, work: Callable[[Ticket], Any]) -> Deferred:
+        """Run ``work(ticket)`` (which may return a Deferred) once admitted; release after it.
+
+        Cancelling while waiting leaves the queue. Once admitted, the work is not cancelled (a
+        thread cannot be stopped, and the slot stays taken until it ends); the caller just
+        stops waiting for its result.
+        """
+        acquiring = self.acquire(key)
+        started: list[bool] = []
+
+        def cancel(_: Deferred) -> None:
+            if not started:
+                acquiring.cancel()
+
+        out: Deferred = Deferred(cancel)
+
+        def granted(ticket: Ticket) -> None:
+            started.append(True)
+            work_d = maybeDeferred(work, ticket)
+
+            def finished(result: Any) -> None:
+                ticket.release()
+                if out.called:
+                    return  # cancelled meanwhile: nobody wants the result
+                if isinstance(result, Failure):
+                    out.errback(result)
+                else:
+                    out.callback(result)
+
+            work_d.addBoth(finished)
+
+        def refused(f: Failure) -> None:
+            if not out.called:
+                out.errback(f)
+
+        acquiring.addCallbacks(granted, refused)
+        return out
+
+    # -- internals
+
+    def _next_waiter(self) -> Optional[_Waiter]:
+        if not self._turns:
+            return None
+        key, _ = self._turns.popitem(last=False)
+        fifo = self._waiting[key]
+        waiter = fifo.popleft()
+        if fifo:
+            self._turns[key] = None  # back of the round
+        else:
+            del self._waiting[key]
+        self.waiting -= 1
+        return waiter
+
+    def _make_room_for(self, key: Hashable) -> bool:
+        """Full: evict the newest request of the key with most waiting, if that is fairer."""
+        if not self._waiting:
+            return False
+        mine = len(self._waiting.get(key, ()))
+        busiest = max(self._waiting, key=lambda k: len(self._waiting[k]))
+        # Only a key that would still be ahead after losing one: keys swapping places with
+        # each other would not be fairer, just slower.
+        if len(self._waiting[busiest]) <= mine + 1:
+            return False
+        waiter = self._waiting[busiest].pop()
+        self._forget_waiter(waiter)
+        waiter.deferred.errback(Busy(self.name))
+        return True
+
+    def _forget_waiter(self, waiter: _Waiter) -> None:
+        fifo = self._waiting.get(waiter.key)
+        if fifo is not None and waiter in fifo:
+            fifo.remove(waiter)
+        if fifo is not None and not fifo:
+            del self._waiting[waiter.key]
+            self._turns.pop(waiter.key, None)
+        self.waiting -= 1
+        self._release_key(waiter.key)
+
+    def _cancel(self, waiter: _Waiter) -> None:
+        fifo = self._waiting.get(waiter.key)
+        if fifo is not None and waiter in fifo:
+            self._forget_waiter(waiter)
+        # Deferred.cancel then fails the request with CancelledError.
+
+    def _release_key(self, key: Hashable) -> None:
+        self._held[key] -= 1
+        if self._held[key] <= 0:
+            del self._held[key]
+
+    def _finished(self, key: Hashable) -> None:
+        self._release_key(key)
+        self.admission.running -= 1
+        self.admission._dispatch()
+
+
+def is_busy(failure_or_error: Any) -> bool:
+    value = failure_or_error.value if isinstance(failure_or_error, Failure) else failure_or_error
+    return isinstance(value, Busy)
+
+
+__all__ = ["Admission", "AdmissionQueue", "Busy", "KeyBusy", "Ticket", "CancelledError", "BUSY_MESSAGE",
+           "BUSY_TITLE", "RETRY_AFTER_SECONDS", "is_busy"]

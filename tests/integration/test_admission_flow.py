@@ -1,0 +1,379 @@
+"""Bounded, fair work on the real stack: real Argon2id (at a low cost), real gpg, real SQLite,
+a real listener; circuits arrive as Tor would send them (a PROXY v1 line per connection)."""
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+import threading
+import uuid as uuidlib
+
+from twisted.internet import reactor
+from twisted.internet.defer import DeferredList, inlineCallbacks, succeed
+from twisted.internet.task import deferLater
+from twisted.trial import unittest
+
+import deaddrop.crypto.kdf as kdf_module
+from deaddrop import codenames
+from deaddrop.crypto.admission import BUSY_MESSAGE
+from deaddrop.crypto.gpg import Keyring
+from deaddrop.crypto.kdf import CodenameKdf, KdfCost, Peppers
+from deaddrop.web._common.circuits import Circuit
+from tests._circuits import CircuitBrowser
+from tests._support import Browser, kill_gpg_agent, multipart_body, short_tempdir, start_server
+
+LOGGED_IN = "Submit files or messages"
+
+
+def count_argon2id_runs(testcase: unittest.TestCase) -> list:
+    runs: list = []
+    real = kdf_module.argon2id.kdf
+
+    def counting(*args, **kwargs):
+        runs.append(1)
+        return real(*args, **kwargs)
+
+    testcase.patch(kdf_module.argon2id, "kdf", counting)
+    return runs
+
+
+def hold_uploads_open(server, browser: Browser, html: str, count: int) -> list[socket.socket]:
+    """Start ``count`` uploads with a file part that never finish (a slow Tor upload)."""
+    body, content_type = multipart_body([("csrf_token", browser.csrf(html))], [("big.bin", b"x" * 100_000)])
+    cookie = "; ".join(f"{c.name}={c.value}" for c in browser.cookies)
+    port = int(server.source_url.rsplit(":", 1)[1])
+    sockets = []
+    for _ in range(count):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall((f"POST /submit HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\nContent-Type: {content_type}\r\n"
+                   f"Content-Length: {len(body)}\r\n\r\n").encode() + body[:50_000])
+        sockets.append(s)
+    return sockets
+
+
+class OneArgon2idRunTests(unittest.TestCase):
+    timeout = 120
+
+    @inlineCallbacks
+    def test_create_and_login_each_cost_one_argon2id_run(self):
+        server = yield start_server(self)
+        runs = count_argon2id_runs(self)
+        browser = Browser(server.source_url)
+        self.addCleanup(browser.close)
+        codename = yield browser.create_source()
+        self.assertEqual(len(runs), 1)
+        again = Browser(server.source_url)
+        self.addCleanup(again.close)
+        response, html = yield again.login(codename)
+        self.assertIn(LOGGED_IN, html)
+        self.assertEqual(len(runs), 2)
+        # No source of the first scheme is left: a wrong codename costs one run too.
+        response, html = yield again.login(codenames.generate_codename(7))
+        self.assertEqual(response.code, 403)
+        self.assertEqual(len(runs), 3)
+
+    @inlineCallbacks
+    def test_a_source_made_by_the_first_scheme_logs_in_reads_its_replies_and_is_migrated(self):
+        data_dir = short_tempdir()
+        codename = codenames.generate_codename(7)
+        source_id = yield _make_first_scheme_source(data_dir, codename)
+        server = yield start_server(self, data_dir=data_dir)
+        newsroom = server.service.newsroom
+        self.assertTrue(newsroom.legacy_sources)
+        yield newsroom.add_reply(source_id, "reply to an old source OLD-REPLY-MARKER")
+        runs = count_argon2id_runs(self)
+
+        # While a source of the first scheme remains, a codename matching nothing costs two runs.
+        stranger = Browser(server.source_url)
+        self.addCleanup(stranger.close)
+        response, html = yield stranger.login(codenames.generate_codename(7))
+        self.assertEqual((response.code, len(runs)), (403, 2))
+
+        del runs[:]
+        browser = Browser(server.source_url)
+        self.addCleanup(browser.close)
+        response, html = yield browser.login(codename)
+        self.assertIn(LOGGED_IN, html)
+        self.assertIn("OLD-REPLY-MARKER", html)  # the key still opens with the old passphrase
+        self.assertEqual(len(runs), 3)  # new id, old id, old key passphrase: once per source
+        db = sqlite3.connect(os.path.join(data_dir, "db.sqlite"))
+        self.addCleanup(db.close)
+        login_id, key_wrap = db.execute("SELECT login_id, key_wrap FROM sources WHERE id = ?", (source_id,)).fetchone()
+        self.assertRegex(login_id, "^[a-z2-7]{52}$")
+        self.assertIsNotNone(key_wrap)
+        self.assertFalse(newsroom.legacy_sources)
+
+        del runs[:]
+        again = Browser(server.source_url)
+        self.addCleanup(again.close)
+        response, html = yield again.login(codename)
+        self.assertIn("OLD-REPLY-MARKER", html)
+        self.assertEqual(len(runs), 1)
+        response, html = yield stranger.login(codenames.generate_codename(7))
+        self.assertEqual(len(runs), 2)  # migration done: a wrong codename is one run again
+
+        # Submissions still land in its folder, and survive a restart.
+        response, html = yield again.submit("after migration")
+        self.assertEqual(response.code, 200)
+        yield server.stop()
+        yield server.start()
+        third = Browser(server.source_url)
+        self.addCleanup(third.close)
+        response, html = yield third.login(codename)
+        self.assertIn("OLD-REPLY-MARKER", html)
+
+
+# The sources table as the first release made it (before login_id and key_wrap).
+_FIRST_SCHEMA_SOURCES = """
+CREATE TABLE sources (
+    id INTEGER PRIMARY KEY,
+    uuid TEXT NOT NULL UNIQUE,
+    filesystem_id TEXT NOT NULL UNIQUE,
+    designation TEXT NOT NULL UNIQUE,
+    key_fingerprint TEXT,
+    public_key TEXT,
+    created_at REAL NOT NULL,
+    last_updated REAL NOT NULL,
+    next_n INTEGER NOT NULL DEFAULT 1,
+    is_starred INTEGER NOT NULL DEFAULT 0,
+    pending INTEGER NOT NULL DEFAULT 1
+)"""
+
+
+def _make_first_scheme_source(data_dir: str, codename: str):
+    """A source record as the first release's code path left it (two Argon2id runs, the key
+    pair locked with the second), made off the reactor thread. -> its id."""
+    from twisted.internet.threads import deferToThread
+
+    def make() -> int:
+        kdf = CodenameKdf(Peppers.load_or_create(data_dir), KdfCost.parse("insecure-fast"))
+        fid, passphrase = kdf.legacy_filesystem_id(codename), kdf.legacy_key_passphrase(codename)
+        keyring = Keyring(os.path.join(data_dir, "gnupg"))
+        try:
+            info = keyring.generate_source_key(passphrase)
+        finally:
+            kill_gpg_agent(os.path.join(data_dir, "gnupg"))
+        os.makedirs(os.path.join(data_dir, "store", fid), mode=0o700)
+        db = sqlite3.connect(os.path.join(data_dir, "db.sqlite"))
+        with db:
+            db.execute(_FIRST_SCHEMA_SOURCES)
+            cur = db.execute(
+                "INSERT INTO sources(uuid, filesystem_id, designation, key_fingerprint, public_key, created_at,"
+                " last_updated, pending) VALUES (?,?,?,?,?,?,?,0)",
+                (str(uuidlib.uuid4()), fid, "old source", info.fingerprint, info.public_armored, 1.0, 1.0),
+            )
+        db.close()
+        return int(cur.lastrowid)
+
+    return deferToThread(make)
+
+
+class CircuitThrottleTests(unittest.TestCase):
+    """The login throttle counts per circuit: a flood never turns a correct codename away."""
+
+    timeout = 120
+
+    @inlineCallbacks
+    def setUp(self):
+        self.server = yield start_server(self, source_listen="haproxy:tcp:0:interface=127.0.0.1",
+                                         source_login_failures_per_minute=5)
+
+    def browser(self, circuit_id: int) -> CircuitBrowser:
+        b = CircuitBrowser(self.server.source_url, circuit_id)
+        self.addCleanup(b.close)
+        return b
+
+    @inlineCallbacks
+    def test_a_flood_of_wrong_codenames_from_other_circuits_never_turns_away_a_correct_one(self):
+        codename = yield self.browser(7).create_source()
+        attacker = self.browser(100)
+        statuses = []
+        for _ in range(8):
+            response, _ = yield attacker.login(codenames.generate_codename(7))
+            statuses.append(response.code)
+        self.assertEqual(statuses, [403] * 5 + [429] * 3)
+        # Twenty more circuits flood at once while the source logs in.
+        flood = [self.browser(200 + i).login(codenames.generate_codename(7)) for i in range(20) for _ in range(3)]
+        response, html = yield self.browser(8).login(codename)
+        self.assertIn(LOGGED_IN, html)
+        results = yield DeferredList(flood, consumeErrors=True)
+        self.assertTrue(all(ok and r[0].code in (403, 429, 503) for ok, r in results))
+
+    @inlineCallbacks
+    def test_a_circuit_that_keeps_flooding_is_closed(self):
+        closed = []
+
+        class Recorder:
+            def close(self, circuit):
+                closed.append(circuit)
+                return succeed(True)
+
+        self.server.service.source.circuit_closer = Recorder()
+        attacker = self.browser(0x12345)
+        for _ in range(5 + 10):
+            yield attacker.login(codenames.generate_codename(7))
+        self.assertEqual(closed, [Circuit(0x12345)])
+
+    @inlineCallbacks
+    def test_concurrent_wrong_logins_on_one_circuit_cannot_all_run_argon2id(self):
+        runs = count_argon2id_runs(self)
+        attackers = [self.browser(300) for _ in range(120)]
+        forms = yield DeferredList([a.get("/login") for a in attackers])
+        posts = [a.post("/login", data={"codename": codenames.generate_codename(7), "csrf_token": a.csrf(html)})
+                 for a, (ok, (_, html)) in zip(attackers, forms)]
+        results = yield DeferredList(posts, consumeErrors=True)
+        codes = sorted(r[0].code for ok, r in results)
+        self.assertLessEqual(len(runs), 5)
+        self.assertEqual(codes.count(403), len(runs))
+        # The rest were answered at once (throttled, or busy: this circuit's queue was full).
+        self.assertEqual(codes.count(429) + codes.count(503), 120 - len(runs))
+        self.assertEqual(len(codes), 120)
+        self.assertNotIn(200, codes)
+
+
+class BusyTests(unittest.TestCase):
+    timeout = 60
+
+    @inlineCallbacks
+    def test_a_full_argon2id_queue_answers_503_with_retry_after_at_once(self):
+        server = yield start_server(self, source_login_failures_per_minute=1000)
+        newsroom = server.service.newsroom
+        gate = threading.Event()
+        self.addCleanup(gate.set)
+        real = newsroom.kdf.derive
+        self.patch(newsroom.kdf, "derive", lambda codename: gate.wait(30) and real(codename))
+        browsers = [Browser(server.source_url) for _ in range(3)]
+        for b in browsers:
+            self.addCleanup(b.close)
+        forms = yield DeferredList([b.get("/login") for b in browsers])
+        posts = [b.post("/login", data={"codename": codenames.generate_codename(7), "csrf_token": b.csrf(html)})
+                 for b, (ok, (_, html)) in zip(browsers, forms)]
+        # Two attempts of this (local) circuit are held; the third is answered at once.
+        response, html = yield posts[2]
+        self.assertEqual(response.code, 503)
+        self.assertEqual(response.headers.getRawHeaders(b"retry-after"), [b"60"])
+        self.assertIn(BUSY_MESSAGE, html)
+        gate.set()
+        results = yield DeferredList(posts[:2])
+        self.assertEqual([r[0].code for ok, r in results], [403, 403])
+
+
+class UploadTests(unittest.TestCase):
+    timeout = 120
+
+    @inlineCallbacks
+    def test_uploads_are_capped_per_source_not_per_session(self):
+        server = yield start_server(self)
+        first = Browser(server.source_url)
+        self.addCleanup(first.close)
+        codename = yield first.create_source()
+        response, html = yield first.get("/lookup")
+        held = hold_uploads_open(server, first, html, 2)
+        self.addCleanup(lambda: [s.close() for s in held])
+        yield deferLater(reactor, 0.3, lambda: None)
+        # Logging in again gives the same codename no more uploads.
+        second = Browser(server.source_url)
+        self.addCleanup(second.close)
+        yield second.login(codename)
+        response, html = yield second.submit("", files=[("doc.txt", b"another file")])
+        self.assertEqual(response.code, 429)
+        self.assertIn("still being received", html)
+        # Another source is not affected.
+        other = Browser(server.source_url)
+        self.addCleanup(other.close)
+        yield other.create_source()
+        response, html = yield other.submit("", files=[("doc.txt", b"its file")])
+        self.assertEqual(response.code, 200)
+        for s in held:
+            s.close()
+        yield deferLater(reactor, 0.3, lambda: None)
+        response, html = yield second.submit("", files=[("doc.txt", b"now it fits")])
+        self.assertEqual(response.code, 200)
+
+    @inlineCallbacks
+    def test_messages_are_not_held_up_by_slow_uploads_filling_the_pumps(self):
+        server = yield start_server(self, stream_threads=2)
+        held = []
+        for _ in range(2):  # two sources whose slow uploads take every pump thread
+            b = Browser(server.source_url)
+            self.addCleanup(b.close)
+            yield b.create_source()
+            response, html = yield b.get("/lookup")
+            held += hold_uploads_open(server, b, html, 1)
+        self.addCleanup(lambda: [s.close() for s in held])
+        yield deferLater(reactor, 0.3, lambda: None)
+        writer = Browser(server.source_url)
+        self.addCleanup(writer.close)
+        yield writer.create_source()
+        d = writer.submit("a message while the pumps are busy")
+        d.addTimeout(15, reactor)
+        response, html = yield d
+        self.assertEqual(response.code, 200)
+        self.assertIn("We received your message", html)
+        # A file, though, finds no pump: told at once to come back, nothing lost.
+        response, html = yield writer.submit("", files=[("doc.txt", b"file")])
+        self.assertEqual(response.code, 503)
+        self.assertIn(BUSY_MESSAGE, html)
+
+
+class PendingSourceTests(unittest.TestCase):
+    timeout = 120
+
+    @inlineCallbacks
+    def test_sources_that_never_submit_are_purged_with_their_folder_and_key(self):
+        server = yield start_server(self)
+        newsroom = server.service.newsroom
+        quiet, active = Browser(server.source_url), Browser(server.source_url)
+        self.addCleanup(quiet.close)
+        self.addCleanup(active.close)
+        quiet_codename = yield quiet.create_source()
+        yield active.create_source()
+        response, html = yield active.submit("something")
+        self.assertEqual(response.code, 200)
+        db = sqlite3.connect(os.path.join(server.data_dir, "db.sqlite"))
+        self.addCleanup(db.close)
+        rows = db.execute("SELECT id, filesystem_id, pending FROM sources ORDER BY id").fetchall()
+        (quiet_id, quiet_fid, _), (active_id, active_fid, _) = rows
+        # A pending source of the first release had a key pair from /create: it goes too.
+        info = yield newsroom.crypto_pool.run(newsroom.keyring.generate_source_key, "x" * 64)
+        with db:
+            db.execute("UPDATE sources SET key_fingerprint = ? WHERE id = ?", (info.fingerprint, quiet_id))
+        store = os.path.join(server.data_dir, "store")
+        self.assertTrue(os.path.isdir(os.path.join(store, quiet_fid)))
+
+        purged = yield newsroom.purge_pending_sources(3600.0)
+        self.assertEqual(purged, 0)  # too young
+        with db:
+            db.execute("UPDATE sources SET created_at = created_at - 25 * 3600")
+        purged = yield newsroom.purge_pending_sources(24 * 3600.0)
+        self.assertEqual(purged, 1)
+        self.assertEqual([r[0] for r in db.execute("SELECT id FROM sources")], [active_id])
+        self.assertFalse(os.path.exists(os.path.join(store, quiet_fid)))
+        self.assertTrue(os.path.isdir(os.path.join(store, active_fid)))
+        has_key = yield newsroom.crypto_pool.run(newsroom.keyring.has_secret_key, info.fingerprint)
+        self.assertFalse(has_key)
+        again = Browser(server.source_url)
+        self.addCleanup(again.close)
+        response, html = yield again.login(quiet_codename)
+        self.assertEqual(response.code, 403)
+
+    @inlineCallbacks
+    def test_the_purge_runs_on_its_own_with_the_configured_age(self):
+        server = yield start_server(self, pending_source_hours=0.0001)  # 0.36 s
+        browser = Browser(server.source_url)
+        self.addCleanup(browser.close)
+        yield browser.create_source()
+        db = sqlite3.connect(os.path.join(server.data_dir, "db.sqlite"))
+        self.addCleanup(db.close)
+        for _ in range(40):
+            yield deferLater(reactor, 0.25, lambda: None)
+            if not db.execute("SELECT COUNT(*) FROM sources").fetchone()[0]:
+                break
+        self.assertEqual(db.execute("SELECT COUNT(*) FROM sources").fetchone()[0], 0)
+
+    def test_pending_source_hours_option(self):
+        from deaddrop.tap import Options
+
+        options = Options()
+        options.parseOptions(["--submission-key", __file__, "--tor", "none", "--pending-source-hours", "2"])
+        self.assertEqual(options.config.pending_source_hours, 2.0)

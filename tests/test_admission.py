@@ -1,0 +1,144 @@
+"""The admission layer's rules, on a controllable pool (pure logic: no threads, no reactor)."""
+from twisted.internet.defer import CancelledError, Deferred
+from twisted.trial import unittest
+
+from deaddrop.crypto.admission import Admission, Busy, KeyBusy
+
+
+class ManualPool:
+    """Stands in for a WorkerPool: each job finishes when the test says so."""
+
+    def __init__(self):
+        self.jobs: list[tuple[str, Deferred]] = []
+
+    def run(self, fn, *args, **kwargs):
+        d = Deferred()
+        self.jobs.append((args[0] if args else fn.__name__, d))
+        return d
+
+    def finish(self, index=0, result="done"):
+        name, d = self.jobs.pop(index)
+        d.callback(result)
+        return name
+
+
+def label(name):
+    return name
+
+
+class AdmissionTests(unittest.TestCase):
+    def setUp(self):
+        self.pool = ManualPool()
+        self.admission = Admission(self.pool, slots=1)
+        self.argon = self.admission.queue("argon2id", priority=2, per_key=3, max_waiting=4)
+        self.decrypt = self.admission.queue("decrypt", priority=0, per_key=2, max_waiting=4)
+
+    def started(self):
+        return [name for name, _ in self.pool.jobs]
+
+    def test_free_slot_runs_at_once_then_requests_wait(self):
+        first = self.argon.run("a", label, "a1")
+        second = self.argon.run("b", label, "b1")
+        self.assertEqual(self.started(), ["a1"])
+        self.assertEqual(self.argon.waiting, 1)
+        self.pool.finish()
+        self.assertEqual(self.successResultOf(first), "done")
+        self.assertEqual(self.started(), ["b1"])
+        self.pool.finish()
+        self.assertEqual(self.successResultOf(second), "done")
+        self.assertEqual(self.admission.running, 0)
+        self.assertEqual(self.argon.holding("a") + self.argon.holding("b"), 0)
+
+    def test_keys_are_served_round_robin_not_first_come(self):
+        self.argon.run("flood", label, "f0")  # running
+        for i in range(1, 3):
+            self.argon.run("flood", label, f"f{i}")
+        self.argon.run("source", label, "s1")
+        order = []
+        while self.pool.jobs:
+            order.append(self.pool.finish())
+        # The source, which came last, runs right after the flood's first queued request.
+        self.assertEqual(order, ["f0", "f1", "s1", "f2"])
+
+    def test_a_key_may_hold_only_per_key_requests(self):
+        for i in range(3):
+            self.argon.run("flood", label, f"f{i}")
+        refused = self.argon.run("flood", label, "f3")
+        self.failureResultOf(refused, KeyBusy)
+        self.assertEqual(self.argon.holding("flood"), 3)
+
+    def test_a_full_queue_refuses_at_once_but_never_a_key_with_nothing_waiting(self):
+        self.argon.run("x", label, "running")
+        queued = [self.argon.run(key, label, key) for key in ("a", "a", "b", "c")]
+        self.assertEqual(self.argon.waiting, 4)
+        # "a" holds two waiting requests: a newcomer takes the place of a's newest.
+        a_second = queued[1]
+        newcomer = self.argon.run("d", label, "d")
+        self.failureResultOf(a_second, Busy)
+        self.assertNoResult(newcomer)
+        self.assertEqual(self.argon.waiting, 4)
+        # Now every waiting key holds one request: the queue is really full.
+        self.failureResultOf(self.argon.run("e", label, "e"), Busy)
+        self.assertEqual(self.argon.waiting, 4)
+        # Still bounded after everything drains.
+        while self.pool.jobs:
+            self.pool.finish()
+        self.assertEqual((self.admission.running, self.argon.waiting), (0, 0))
+        self.assertEqual(dict(self.argon._held), {})
+
+    def test_higher_priority_work_is_served_first_when_a_slot_frees(self):
+        self.argon.run("c1", label, "argon-running")
+        self.argon.run("c2", label, "argon-waiting")
+        self.decrypt.run(17, label, "decrypt")
+        self.pool.finish()
+        self.assertEqual(self.started(), ["decrypt"])
+        self.pool.finish()
+        self.assertEqual(self.started(), ["argon-waiting"])
+
+    def test_cancelling_a_waiting_request_removes_it(self):
+        self.argon.run("a", label, "a1")
+        waiting = self.argon.run("gone", label, "g1")
+        waiting.cancel()
+        self.failureResultOf(waiting, CancelledError)
+        self.assertEqual((self.argon.waiting, self.argon.holding("gone")), (0, 0))
+        self.pool.finish()
+        self.assertEqual(self.started(), [])  # the cancelled one never ran
+        self.assertEqual(self.admission.running, 0)
+
+    def test_cancelling_running_work_keeps_the_slot_until_the_thread_ends(self):
+        running = self.argon.run("a", label, "a1")
+        after = self.argon.run("b", label, "b1")
+        running.cancel()
+        self.failureResultOf(running, CancelledError)
+        self.assertEqual(self.admission.running, 1)  # the thread still works
+        self.assertEqual(self.started(), ["a1"])
+        self.pool.finish()
+        self.assertEqual(self.started(), ["b1"])
+        self.pool.finish()
+        self.successResultOf(after)
+
+    def test_tickets_hold_a_slot_across_several_steps(self):
+        ticket = self.successResultOf(self.argon.acquire("a"))
+        other = self.argon.acquire("b")
+        self.assertNoResult(other)
+        ticket.release()
+        ticket.release()  # idempotent
+        self.assertEqual(self.admission.running, 1)
+        self.successResultOf(other).release()
+        self.assertEqual(self.admission.running, 0)
+
+    def test_no_queue_means_refused_at_once_when_all_slots_are_taken(self):
+        uploads = Admission(ManualPool(), slots=2).queue("upload", priority=0, per_key=1, max_waiting=0)
+        one = self.successResultOf(uploads.acquire("s1"))
+        self.failureResultOf(uploads.acquire("s1"), KeyBusy)
+        self.successResultOf(uploads.acquire("s2"))
+        self.failureResultOf(uploads.acquire("s3"), Busy)
+        one.release()
+        self.successResultOf(uploads.acquire("s3"))
+
+    def test_a_failing_job_releases_its_slot(self):
+        d = self.argon.run("a", label, "a1")
+        _, job = self.pool.jobs.pop()
+        job.errback(RuntimeError("boom"))
+        self.failureResultOf(d, RuntimeError)
+        self.assertEqual(self.admission.running, 0)
