@@ -256,7 +256,7 @@ class JournalistApiTests(unittest.TestCase):
     @inlineCallbacks
     def test_client_encrypted_reply_reaches_the_source(self):
         source = yield self.only_source()
-        # The source's key pair is made after /create answers; a client waits until it is public.
+        # The source's key pair is made after its first submission; a client waits until it is public.
         [(source_id,)] = db_rows(self.server, "SELECT id FROM sources WHERE pending = 0")
         yield self.server.service.newsroom.key_ready(source_id)
         source = yield self.only_source()
@@ -310,7 +310,7 @@ class JournalistApiTests(unittest.TestCase):
     @inlineCallbacks
     def test_delete_source_and_the_security_log_stays_clean(self):
         source = yield self.only_source()
-        # The source's key is made in the background; under load it may not exist yet.
+        # Its key pair is made after its first submission: let it land, so its deletion is seen.
         [(source_id,)] = db_rows(self.server, "SELECT id FROM sources WHERE pending = 0")
         yield self.server.service.newsroom.key_ready(source_id)
         [(fid, fingerprint, designation)] = db_rows(
