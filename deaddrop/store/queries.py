@@ -24,8 +24,18 @@ def insert_source(conn: sqlite3.Connection, uuid: str, filesystem_id: str, desig
 
 
 def source_by_login_id(conn: sqlite3.Connection, login_id: str) -> Row | None:
-    """A source by the filesystem id of the current KDF scheme."""
-    return conn.execute("SELECT * FROM sources WHERE login_id = ?", (login_id,)).fetchone()
+    """A source by the filesystem id of the current KDF scheme.
+
+    A row without a login id whose filesystem id is already of the current scheme (its login id
+    lost, e.g. copied into a first-release schema) is found too, and gets its login id back.
+    """
+    row = conn.execute("SELECT * FROM sources WHERE login_id = ?", (login_id,)).fetchone()
+    if row is None:
+        row = conn.execute("SELECT * FROM sources WHERE filesystem_id = ? AND login_id IS NULL",
+                           (login_id,)).fetchone()
+        if row is not None:
+            conn.execute("UPDATE sources SET login_id = ? WHERE id = ?", (login_id, row["id"]))
+    return row
 
 
 def legacy_source_by_filesystem_id(conn: sqlite3.Connection, filesystem_id: str) -> Row | None:
