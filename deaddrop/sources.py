@@ -197,12 +197,13 @@ class Newsroom:
         derived: Derived = yield ticket.run(self.kdf.derive, codename)
         if self.identity_logins.blocked(derived.filesystem_id):
             raise LoginThrottled()
-        self.identity_logins.failed(derived.filesystem_id)  # counts attempts, good or bad
         row = yield self.db.run(queries.source_by_login_id, derived.filesystem_id)
         if row is None and self.legacy_sources:
             row = yield self._migrate_legacy(ticket, codename, derived)
         if row is None:
             return None
+        # Counted for real identities only (a wrong codename is the circuit's failure).
+        self.identity_logins.failed(derived.filesystem_id)
         passphrase = derived.key_passphrase
         if row["key_wrap"] is not None:
             passphrase = unwrap_passphrase(derived, row["key_wrap"])

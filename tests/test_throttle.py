@@ -34,3 +34,9 @@ class FailureThrottleTests(unittest.TestCase):
             self.throttle.reserve("flood").failed()
         self.assertIsNone(self.throttle.reserve("flood"))
         self.assertIsNotNone(self.throttle.reserve("source"))
+
+    def test_keys_seen_once_do_not_pile_up(self):
+        for i in range(5000):
+            self.throttle.failed(("circuit", i))
+            self.clock.advance(0.1)  # 500 s in all: most have aged out of the 60 s window
+        self.assertLess(len(self.throttle), 2 * 1024)

@@ -200,6 +200,23 @@ class CircuitThrottleTests(unittest.TestCase):
         self.assertTrue(all(ok and r[0].code in (403, 429, 503) for ok, r in results))
 
     @inlineCallbacks
+    def test_logins_are_also_counted_per_derived_identity(self):
+        """One codename logging in again and again, each time on a new circuit, is refused."""
+        from deaddrop.web._common.throttle import FailureThrottle
+
+        self.server.service.newsroom.identity_logins = FailureThrottle(3, 60.0)
+        codename = yield self.browser(7).create_source()
+        codes = []
+        for i in range(4):
+            response, html = yield self.browser(400 + i).login(codename)
+            codes.append(response.code)
+        self.assertEqual(codes, [200, 200, 200, 429])
+        # Another source is not affected.
+        other = yield self.browser(8).create_source()
+        response, html = yield self.browser(500).login(other)
+        self.assertIn(LOGGED_IN, html)
+
+    @inlineCallbacks
     def test_a_circuit_that_keeps_flooding_is_closed(self):
         closed = []
 

@@ -6,6 +6,9 @@ import time
 from typing import Callable, Hashable
 
 
+_SWEEP_EVERY = 1024
+
+
 class FailureThrottle:
     """At most ``limit`` failures per ``window`` seconds per key; then refuse until they age out.
 
@@ -20,6 +23,7 @@ class FailureThrottle:
         self._clock = clock
         self._failures: dict[Hashable, collections.deque[float]] = {}
         self._reserved: collections.Counter[Hashable] = collections.Counter()
+        self._since_sweep = 0
 
     def _recent(self, key: Hashable) -> collections.deque[float]:
         now = self._clock()
@@ -36,6 +40,21 @@ class FailureThrottle:
     def failed(self, key: Hashable = None) -> None:
         self._recent(key)
         self._failures.setdefault(key, collections.deque()).append(self._clock())
+        # Keys that are never seen again (a circuit gone, a codename tried once) must not pile
+        # up: now and then drop every key whose failures have all aged out.
+        self._since_sweep += 1
+        if self._since_sweep >= _SWEEP_EVERY:
+            self._since_sweep = 0
+            self.sweep()
+
+    def sweep(self) -> None:
+        cutoff = self._clock() - self.window
+        for key in [k for k, failures in self._failures.items() if failures[-1] < cutoff]:
+            del self._failures[key]
+
+    def __len__(self) -> int:
+        """Keys with failures still remembered (aged-out ones go at the next sweep)."""
+        return len(self._failures)
 
     def reset(self, key: Hashable = None) -> None:
         self._failures.pop(key, None)
