@@ -64,3 +64,21 @@ class CircuitBrowser(Browser):
         super().__init__(base_url)
         agent = Agent.usingEndpointFactory(reactor, _Endpoints(proxy_line(circuit_id)), pool=self.pool)
         self.client = HTTPClient(agent, cookiejar=self.cookies)
+
+
+def listen_as_tor(testcase: Any, server: Any):
+    """A second source listener like the one only the launched Tor reaches (PROXY header
+    required and trusted), for ``CircuitBrowser``. -> Deferred firing with its base URL."""
+    from twisted.internet.endpoints import serverFromString
+    from twisted.protocols.haproxy import proxyEndpoint
+
+    from deaddrop.web._common.circuits import from_tor
+
+    endpoint = proxyEndpoint(serverFromString(reactor, "tcp:0:interface=127.0.0.1"))
+    d = endpoint.listen(from_tor(server.service.source.site(reactor)))
+
+    def listening(port: Any) -> str:
+        testcase.addCleanup(port.stopListening)
+        return f"http://127.0.0.1:{port.getHost().port}"
+
+    return d.addCallback(listening)

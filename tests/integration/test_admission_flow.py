@@ -19,7 +19,7 @@ from deaddrop.crypto.admission import BUSY_MESSAGE
 from deaddrop.crypto.gpg import Keyring
 from deaddrop.crypto.kdf import CodenameKdf, KdfCost, Peppers
 from deaddrop.web._common.circuits import Circuit
-from tests._circuits import CircuitBrowser
+from tests._circuits import CircuitBrowser, listen_as_tor
 from tests._support import Browser, kill_gpg_agent, multipart_body, short_tempdir, start_server
 
 LOGGED_IN = "Submit files or messages"
@@ -175,11 +175,11 @@ class CircuitThrottleTests(unittest.TestCase):
 
     @inlineCallbacks
     def setUp(self):
-        self.server = yield start_server(self, source_listen="haproxy:tcp:0:interface=127.0.0.1",
-                                         source_login_failures_per_minute=5)
+        self.server = yield start_server(self, source_login_failures_per_minute=5)
+        self.tor_url = yield listen_as_tor(self, self.server)
 
     def browser(self, circuit_id: int) -> CircuitBrowser:
-        b = CircuitBrowser(self.server.source_url, circuit_id)
+        b = CircuitBrowser(self.tor_url, circuit_id)
         self.addCleanup(b.close)
         return b
 
@@ -225,6 +225,8 @@ class CircuitThrottleTests(unittest.TestCase):
                 closed.append(circuit)
                 return succeed(True)
 
+        # The server hands the web layer its closer (Tor's, or NoCloser with --tor none).
+        self.assertIs(self.server.service.source.circuit_closer, self.server.service.circuit_closer)
         self.server.service.source.circuit_closer = Recorder()
         attacker = self.browser(0x12345)
         for _ in range(5 + 10):
