@@ -39,4 +39,4 @@ class FailureThrottleTests(unittest.TestCase):
         for i in range(5000):
             self.throttle.failed(("circuit", i))
             self.clock.advance(0.1)  # 500 s in all: most have aged out of the 60 s window
-        self.assertLess(len(self.throttle), 2 * 1024)
+        self.assertLess(self.throttle.tracked_keys(), 2 * 1024)

@@ -52,7 +52,7 @@ class FailureThrottle:
         for key in [k for k, failures in self._failures.items() if failures[-1] < cutoff]:
             del self._failures[key]
 
-    def __len__(self) -> int:
+    def tracked_keys(self) -> int:
         """Keys with failures still remembered (aged-out ones go at the next sweep)."""
         return len(self._failures)
 
