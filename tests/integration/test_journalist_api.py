@@ -67,6 +67,9 @@ class JournalistApiTests(unittest.TestCase):
         self.file_bytes = os.urandom(200_000)
         response, html = yield self.source.submit("API-MESSAGE-MARKER", [("leak.bin", self.file_bytes)])
         self.assertEqual(response.code, 200)
+        # Its key pair is made after this first submission: let it land before the tests look.
+        [(source_id,)] = db_rows(self.server, "SELECT id FROM sources WHERE pending = 0")
+        yield self.server.service.newsroom.key_ready(source_id)
         idle = Browser(self.server.source_url)
         self.addCleanup(idle.close)
         self.idle_codename = yield idle.create_source()

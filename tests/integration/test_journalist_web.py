@@ -400,7 +400,7 @@ class JournalistWebTests(unittest.TestCase):
         response, html = yield b.get("/sources")
         source_uuid = _SOURCE_LINK.search(html).group(1)
         [(source_id,)] = db_rows(self.server, "SELECT id FROM sources")
-        yield self.server.service.newsroom.key_ready(source_id)  # made after /create answered
+        yield self.server.service.newsroom.key_ready(source_id)  # made after the first submission
         [(fingerprint,)] = db_rows(self.server, "SELECT key_fingerprint FROM sources")
         self.assertTrue(fingerprint)
         yield self.server.service.db.run(lambda conn: conn.execute("UPDATE sources SET key_fingerprint = NULL"))
@@ -418,8 +418,10 @@ class JournalistWebTests(unittest.TestCase):
         b = yield self.logged_in()
         response, html = yield b.get("/sources")
         source_uuid = _SOURCE_LINK.search(html).group(1)
-        [(source_id, fid, fingerprint)] = db_rows(self.server, "SELECT id, filesystem_id, key_fingerprint FROM sources")
+        [(source_id, fid)] = db_rows(self.server, "SELECT id, filesystem_id FROM sources")
         yield self.server.service.newsroom.add_reply(source_id, "a reply", None)
+        # The reply waited for the key pair made after the first submission: it exists now.
+        [(fingerprint,)] = db_rows(self.server, "SELECT key_fingerprint FROM sources")
         self.assertEqual(len(os.listdir(os.path.join(self.server.data_dir, "store", fid))), 3)
         response, html = yield b.get(f"/sources/{source_uuid}/delete")
         self.assertIn("This cannot be undone", html)
