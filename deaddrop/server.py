@@ -229,7 +229,6 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
 
     add_journalist_interface(top, config, reactor)
     _add_tor(top, config, reactor)
-    source.circuit_closer = top.circuit_closer  # a circuit that keeps flooding is closed
     _add_retention(top, reactor)
     _add_status_file(top, config, reactor, io_pool, fingerprint)
     return top

@@ -483,9 +483,11 @@ class Newsroom:
     def purge_pending_sources(self, max_age: float):
         """Delete sources that submitted nothing within ``max_age`` seconds of their creation.
 
-        A source uploading its first submission right now is left for the next round.
+        Creation times are kept to the day (midnight UTC), so a day is added: a source goes
+        between ``max_age`` and ``max_age`` + 24 h after it was made, never sooner. A source
+        uploading its first submission right now is left for the next round.
         """
-        ids = yield self.db.run(queries.pending_sources_before, self.clock() - max_age)
+        ids = yield self.db.run(queries.pending_sources_before, self.clock() - max_age - 86400.0)
         purged = 0
         for source_id in ids:
             if self.queues.uploads.holding(source_id) or self.queues.messages.holding(source_id):

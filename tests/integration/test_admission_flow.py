@@ -362,8 +362,12 @@ class PendingSourceTests(unittest.TestCase):
 
         purged = yield newsroom.purge_pending_sources(3600.0)
         self.assertEqual(purged, 0)  # too young
+        with db:  # times are kept to the day: made yesterday is not old enough for 24 h
+            db.execute("UPDATE sources SET created_at = created_at - 86400")
+        purged = yield newsroom.purge_pending_sources(24 * 3600.0)
+        self.assertEqual(purged, 0)
         with db:
-            db.execute("UPDATE sources SET created_at = created_at - 25 * 3600")
+            db.execute("UPDATE sources SET created_at = created_at - 86400")
         purged = yield newsroom.purge_pending_sources(24 * 3600.0)
         self.assertEqual(purged, 1)
         self.assertEqual([r[0] for r in db.execute("SELECT id FROM sources")], [active_id])
@@ -378,12 +382,14 @@ class PendingSourceTests(unittest.TestCase):
 
     @inlineCallbacks
     def test_the_purge_runs_on_its_own_with_the_configured_age(self):
-        server = yield start_server(self, pending_source_hours=0.0001)  # 0.36 s
+        server = yield start_server(self, pending_source_hours=0.0001)  # 0.36 s (+ a day)
         browser = Browser(server.source_url)
         self.addCleanup(browser.close)
         yield browser.create_source()
         db = sqlite3.connect(os.path.join(server.data_dir, "db.sqlite"))
         self.addCleanup(db.close)
+        with db:
+            db.execute("UPDATE sources SET created_at = created_at - 86400")
         for _ in range(40):
             yield deferLater(reactor, 0.25, lambda: None)
             if not db.execute("SELECT COUNT(*) FROM sources").fetchone()[0]:
