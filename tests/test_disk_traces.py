@@ -139,6 +139,33 @@ class KeyringTraceTests(unittest.TestCase):
         self.assertEqual(test_svs().decrypt(again), b"x")
 
 
+    @inlineCallbacks
+    def test_a_key_made_while_the_keyring_is_rebuilt_is_kept(self):
+        # The rebuild runs beside the live keyring without holding it; a key generated in
+        # the meantime must end up in the rebuilt one.
+        keyring = Keyring(self.home)
+        doomed = yield deferToThread(keyring.generate_source_key, "d" * 40)
+        made = []
+        build = keyring._build_keybox
+
+        def build_while_a_source_arrives(exported):
+            if not made:
+                made.append(keyring.generate_source_key("n" * 40))
+            return build(exported)
+
+        self.patch(keyring, "_build_keybox", build_while_a_source_arrives)
+        yield deferToThread(keyring.delete_key_pair, doomed.fingerprint)
+        [newcomer] = made
+        self.assertEqual((yield deferToThread(keyring.export_public_key, newcomer.fingerprint)),
+                         newcomer.public_armored)
+        ciphertext = yield deferToThread(keyring.encrypt, b"hello", [newcomer.fingerprint])
+        self.assertEqual((yield deferToThread(keyring.decrypt, ciphertext, "n" * 40)), b"hello")
+        binary = binascii.unhexlify(doomed.fingerprint)
+        for name, data in self.files().items():
+            self.assertNotIn(binary, data, name)
+        self.assertFalse([n for n in self.files() if ".new-" in n])
+
+
 class ArmorTests(unittest.TestCase):
     def test_headers_are_dropped_and_the_message_kept(self):
         data = os.urandom(300)

@@ -6,6 +6,7 @@ The keyring never holds the submission *secret* key: that lives on the offline S
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import threading
 from contextlib import contextmanager
@@ -73,6 +74,13 @@ def _wipe(path: str) -> None:
     finally:
         os.close(fd)
     os.remove(path)
+
+
+def _wipe_all(new: str | None) -> None:
+    """Remove a keybox built for nothing, and the backup gpg made of it."""
+    if new is not None:
+        _wipe(new)
+        _wipe(new + "~")
 
 
 def prepare_homedir(homedir: str) -> None:
@@ -158,6 +166,7 @@ class Keyring:
         self._gpg = gnupg.GPG(gpgbinary=gpg_binary, gnupghome=homedir, options=["--trust-model", "always", _NO_SEED_FILE])
         self._gpg.encoding = "utf-8"
         self._lock = _ReadWriteLock()
+        self._generation = 0  # bumped by every change of the key set (under the write lock)
 
     # -- the submission key -------------------------------------------------------------
 
@@ -173,6 +182,7 @@ class Keyring:
             raise SubmissionKeyError("the submission key file is not an ASCII-armored OpenPGP public key")
         with self._lock.writing():
             result = self._gpg.import_keys(armored)
+            self._generation += 1
         fingerprints = sorted(set(result.fingerprints))
         if len(fingerprints) != 1:
             raise SubmissionKeyError(f"the submission key file must hold exactly one key, found {len(fingerprints)}")
@@ -214,6 +224,7 @@ class Keyring:
                     + ["--pinentry-mode", "loopback", "--passphrase-fd", str(read_end), "--status-fd", "1", "--gen-key"],
                     input=params.encode("ascii"), pass_fds=(read_end,), capture_output=True,
                 )
+                self._generation += 1
         finally:
             os.close(read_end)
             if write_end != -1:
@@ -251,7 +262,8 @@ class Keyring:
             proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True)
             if proc.returncode != 0 and self._gpg.list_keys(keys=[fingerprint]):
                 raise GpgError("could not delete a source key")
-            self._rewrite_keyring()
+            self._generation += 1
+        self._rewrite_keyring()
 
     def _rewrite_keyring(self) -> None:
         """Rebuild ``pubring.kbx`` from the keys still in it; drop the trust database.
@@ -259,30 +271,57 @@ class Keyring:
         gpg only marks a deleted key's blob as free: its packets (and fingerprint) stay in
         ``pubring.kbx`` and in the ``pubring.kbx~`` backup, and ``trustdb.gpg`` keeps the
         fingerprint gpg gave ultimate trust at generation. Every run here uses
-        ``--trust-model always``, so the trust database holds nothing we need. Call with the
-        write lock held.
+        ``--trust-model always``, so the trust database holds nothing we need.
+
+        Rebuilding costs ~15 ms per key (gpg imports them one by one), so it is done beside
+        the live keyring, blocking nobody; only the final swap takes the write lock, and only
+        if no key was added or deleted meanwhile (else it starts again).
         """
-        base = gpg_base_argv(self.gpg_binary, self.homedir)
-        exported = subprocess.run(base + ["--export"], stdin=subprocess.DEVNULL, capture_output=True)
+        for _ in range(3):
+            with self._lock.reading():
+                generation = self._generation
+                exported = self._export_all()
+            new = self._build_keybox(exported)
+            with self._lock.writing():
+                if generation == self._generation:
+                    self._swap_keybox(new)
+                    return
+            _wipe_all(new)
+        with self._lock.writing():  # keys keep changing: do it all in one go
+            self._swap_keybox(self._build_keybox(self._export_all()))
+
+    def _export_all(self) -> bytes:
+        exported = subprocess.run(gpg_base_argv(self.gpg_binary, self.homedir) + ["--export"],
+                                  stdin=subprocess.DEVNULL, capture_output=True)
         if exported.returncode != 0:
             raise GpgError("could not rewrite the keyring (export failed)")
-        new = os.path.join(self.homedir, "pubring.kbx.new")
-        for leftover in (new, new + "~"):
-            if os.path.lexists(leftover):
-                os.remove(leftover)
-        if exported.stdout:
-            proc = subprocess.run(base + ["--no-default-keyring", "--keyring", new, "--import"],
-                                  input=exported.stdout, capture_output=True)
-            if proc.returncode != 0 or not os.path.exists(new):
-                if os.path.lexists(new):
-                    os.remove(new)
-                raise GpgError(f"could not rewrite the keyring (import failed, gpg exit {proc.returncode})")
-            with open(new, "rb") as f:
-                os.fsync(f.fileno())
-            os.replace(new, os.path.join(self.homedir, "pubring.kbx"))
-        else:  # nothing left at all
-            _wipe(os.path.join(self.homedir, "pubring.kbx"))
-        for stale in ("pubring.kbx~", new + "~", "trustdb.gpg"):
+        return exported.stdout
+
+    def _build_keybox(self, exported: bytes) -> str | None:
+        """A new keybox file holding ``exported`` (None if there is nothing to hold)."""
+        if not exported:
+            return None
+        new = os.path.join(self.homedir, f"pubring.kbx.new-{secrets.token_hex(8)}")
+        proc = subprocess.run(gpg_base_argv(self.gpg_binary, self.homedir)
+                              + ["--no-default-keyring", "--keyring", new, "--import"],
+                              input=exported, capture_output=True)
+        if proc.returncode != 0 or not os.path.exists(new):
+            _wipe_all(new)
+            raise GpgError(f"could not rewrite the keyring (import failed, gpg exit {proc.returncode})")
+        with open(new, "rb") as f:
+            os.fsync(f.fileno())
+        return new
+
+    def _swap_keybox(self, new: str | None) -> None:
+        """Put ``new`` in place of ``pubring.kbx``; remove its backups and the trust database.
+        Call with the write lock held."""
+        live = os.path.join(self.homedir, "pubring.kbx")
+        if new is None:  # nothing left at all
+            _wipe(live)
+        else:
+            os.replace(new, live)
+            _wipe(new + "~")
+        for stale in ("pubring.kbx~", "trustdb.gpg"):
             _wipe(os.path.join(self.homedir, stale))
         dir_fd = os.open(self.homedir, os.O_RDONLY | os.O_DIRECTORY)
         try:
