@@ -11,7 +11,7 @@ import sys
 from typing import Any, Callable
 
 from twisted.application.internet import TimerService
-from twisted.application.service import MultiService, Service
+from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import serverFromString
 from twisted.logger import Logger
@@ -22,64 +22,19 @@ from deaddrop.crypto.kdf import CodenameKdf, Peppers
 from deaddrop.crypto.pool import WorkerPool
 from deaddrop.crypto.streaming import EncryptionTarget
 from deaddrop.events import SecurityEvents
+from deaddrop.listeners import ListenerService
 from deaddrop.settings import InstanceSettings
 from deaddrop.sources import Newsroom, SourceQueues
 from deaddrop.store import queries
 from deaddrop.store._atomic import write_atomically
 from deaddrop.store.db import SCHEMA_VERSION, Database
 from deaddrop.store.files import Store
-from deaddrop.web._common.quiet_ports import hide_peer_addresses
 from deaddrop.web._common.sessions import SessionStore
 from deaddrop.web._common.throttle import FailureThrottle
+from deaddrop.web.journalist.wiring import add_journalist_interface
 from deaddrop.web.source.app import SourceInterface
 
 _log = Logger()
-
-
-class ListenerService(Service):
-    """Listens on an endpoint string; ``when_listening()`` gives the port (tests use port 0)."""
-
-    def __init__(
-        self, reactor: Any, description: str, factory: Any, on_fatal: Callable[[str], None], endpoint: Any = None
-    ) -> None:
-        self._reactor = reactor
-        self.description = description
-        self._endpoint = endpoint  # instead of parsing ``description`` (then only a label)
-        self._factory = factory
-        self._on_fatal = on_fatal
-        self.port: Any = None
-        self._waiting: list[Deferred] = []
-
-    def startService(self) -> None:
-        super().startService()
-        endpoint = self._endpoint or serverFromString(self._reactor, self.description)
-        d = endpoint.listen(self._factory)
-        d.addCallbacks(self._listening, self._failed)
-
-    def _listening(self, port: Any) -> None:
-        self.port = hide_peer_addresses(port)
-        waiting, self._waiting = self._waiting, []
-        for d in waiting:
-            d.callback(port)
-
-    def _failed(self, failure: Any) -> None:
-        self._on_fatal(f"cannot listen on {self.description}: {failure.getErrorMessage()}")
-
-    def when_listening(self) -> Deferred:
-        if self.port is not None:
-            from twisted.internet.defer import succeed
-
-            return succeed(self.port)
-        d: Deferred = Deferred()
-        self._waiting.append(d)
-        return d
-
-    def stopService(self) -> Any:
-        super().stopService()
-        if self.port is not None:
-            port, self.port = self.port, None
-            return port.stopListening()
-        return None
 
 
 class DeadDropService(MultiService):
@@ -225,8 +180,6 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
     purger = TimerService(min(600.0, pending_max_age / 4), _purge_quietly, newsroom, pending_max_age)
     purger.clock = reactor
     purger.setServiceParent(top)
-    from deaddrop.web.journalist.wiring import add_journalist_interface
-
     add_journalist_interface(top, config, reactor)
     _add_tor(top, config, reactor)
     _add_retention(top, reactor)

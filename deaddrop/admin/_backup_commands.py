@@ -8,7 +8,7 @@ from typing import Any
 
 from deaddrop.admin._datadir import initialised_data_dir
 from deaddrop.admin.backup import BackupError, make_backup, restore_backup
-from deaddrop.admin.cli import AdminError, Output
+from deaddrop.admin._output import AdminError, Output
 from deaddrop.events import SecurityEvents
 
 

@@ -12,7 +12,7 @@ import sqlite3
 from typing import Any
 
 from deaddrop.admin import ca
-from deaddrop.admin.cli import AdminError, Output
+from deaddrop.admin._output import AdminError, Output
 
 _CA_DIR_HELP = (
     "the CA directory (default: DATA_DIR/ca, for demos only: in production keep the CA "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sqlite3
 
-from deaddrop.admin.cli import AdminError
+from deaddrop.admin._output import AdminError
 from deaddrop.store import migrations
 from deaddrop.store.db import connect
 

@@ -16,7 +16,7 @@ from typing import Any
 import qrcode
 
 from deaddrop.admin._datadir import initialised_data_dir, open_database
-from deaddrop.admin.cli import AdminError, Output
+from deaddrop.admin._output import AdminError, Output
 from deaddrop.crypto.kdf import KdfCost
 from deaddrop.events import SecurityEvents
 from deaddrop.journalists import (

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from deaddrop.admin import _backup_commands, _ca_commands, _journalist_commands, _status_commands, _tor_commands
+
 
 def registrars() -> list[Callable[[Any, Any], None]]:
-    from deaddrop.admin import (
-        _backup_commands, _ca_commands, _journalist_commands, _status_commands, _tor_commands,
-    )
-
     return [
         _ca_commands.register,  # ca init, cert issue|revoke, crl
         _journalist_commands.register,  # journalist add|list|delete|reset-2fa|reset-password

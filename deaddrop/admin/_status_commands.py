@@ -22,7 +22,7 @@ from cryptography import x509
 
 from deaddrop.admin import _tor_commands
 from deaddrop.admin._datadir import initialised_data_dir
-from deaddrop.admin.cli import Output
+from deaddrop.admin._output import Output
 from deaddrop.runtime_status import status_path
 from deaddrop.store import migrations
 

@@ -11,7 +11,7 @@ import stat
 from typing import Any
 
 from deaddrop.admin._datadir import initialised_data_dir
-from deaddrop.admin.cli import AdminError
+from deaddrop.admin._output import AdminError
 from deaddrop.tor import keys
 
 CLIENTS_POLL_SECONDS = 10  # matches deaddrop.tor.Tuning.clients_interval

@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from deaddrop.admin.cli import AdminError
+from deaddrop.admin._output import AdminError
 from deaddrop.store._atomic import write_atomically
 
 ALGORITHMS = ("p256", "ed25519")

@@ -3,37 +3,19 @@
 Each ``_*_commands`` module exposes ``register(subparsers)`` which adds its sub-commands and
 sets ``func`` on each parser to a callable ``func(args, out) -> int`` where ``out`` is an
 ``Output`` (text or ``--json``). Errors are raised as ``AdminError`` and printed in one line.
+Both live in ``_output``, so the command modules never import this module back.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
+from deaddrop.admin import _registry
+from deaddrop.admin._output import AdminError, Output
 
-class AdminError(Exception):
-    """A clear, one-line, expected failure (bad path, duplicate name, missing CA...)."""
-
-
-class Output:
-    """Prints either human text or a single JSON document (``--json``)."""
-
-    def __init__(self, as_json: bool, stream=None) -> None:
-        self.as_json = as_json
-        self._stream = stream or sys.stdout
-
-    def result(self, data: dict[str, Any], text: str) -> None:
-        if self.as_json:
-            self._stream.write(json.dumps(data, sort_keys=True) + "\n")
-        else:
-            self._stream.write(text.rstrip("\n") + "\n")
-
-
-def _registrars() -> list[Callable[[Any], None]]:
-    from deaddrop.admin import _registry
-
-    return _registry.registrars()
+__all__ = ["AdminError", "Output", "build_parser", "main"]
 
 
 DEFAULT_DATA_DIR = "./deaddrop-data"
@@ -60,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.set_defaults(common_parent=common)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
-    for register in _registrars():
+    for register in _registry.registrars():
         register(subparsers, common)
     return parser
 

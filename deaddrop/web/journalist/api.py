@@ -24,9 +24,10 @@ from deaddrop.journalist_desk import (
     Desk, DuplicateReply, KeyNotReady, NotEncryptedToSource, NotFound, ReplyView, SourceView, SubmissionView,
 )
 from deaddrop.journalists import Accounts, Journalist, LoginFailed
+from deaddrop.web._common.deferreds import shield
+from deaddrop.web._common.guards import token_required
 from deaddrop.web._common.site import log_failure_safely
 from deaddrop.web.journalist._files import FileResponse
-from deaddrop.web.source.app import shield
 
 PREFIX = "/api/v1"
 
@@ -87,12 +88,12 @@ class JournalistAPI:
         except UnicodeDecodeError:
             return None
 
-    @inlineCallbacks
-    def _journalist(self, request: Any):
-        journalist = yield self.accounts.journalist_for_token(self._bearer(request))
-        if journalist is None:
-            raise ApiError(403, "Forbidden", "Token authentication failed: missing, expired or revoked token.")
-        return journalist
+    def _current_login(self, request: Any) -> Any:
+        """The journalist the request's token belongs to (a Deferred), or None (for ``token_required``)."""
+        return self.accounts.journalist_for_token(self._bearer(request))
+
+    def _refuse_anonymous(self, request: Any, post: bool) -> bytes:
+        raise ApiError(403, "Forbidden", "Token authentication failed: missing, expired or revoked token.")
 
     @inlineCallbacks
     def _source(self, uuid: str):
@@ -177,10 +178,9 @@ class JournalistAPI:
         })
 
     @app.route("/instance", methods=["GET"])
-    @inlineCallbacks
-    def instance(self, request: Any):
+    @token_required
+    def instance(self, request: Any, journalist: Journalist) -> bytes:
         """The submission public key, so workstations encrypt replies to it as well."""
-        yield self._journalist(request)
         return self._json(request, {"submission_key": {
             "type": "PGP", "fingerprint": self.desk.newsroom.submission_fingerprint,
             "public": self.submission_key_armored}})
@@ -204,61 +204,60 @@ class JournalistAPI:
                                     "journalist_first_name": None, "journalist_last_name": None})
 
     @app.route("/logout", methods=["POST"])
+    @token_required
     @inlineCallbacks
-    def logout(self, request: Any):
-        yield self._journalist(request)
+    def logout(self, request: Any, journalist: Journalist):
         yield self.accounts.revoke_token(self._bearer(request))
         return self._json(request, {"message": "Your token has been revoked."})
 
     @app.route("/user", methods=["GET"])
-    @inlineCallbacks
-    def user(self, request: Any):
-        journalist = yield self._journalist(request)
+    @token_required
+    def user(self, request: Any, journalist: Journalist) -> bytes:
         return self._json(request, self.user_json(journalist))
 
     @app.route("/users", methods=["GET"])
+    @token_required
     @inlineCallbacks
-    def users(self, request: Any):
-        yield self._journalist(request)
+    def users(self, request: Any, journalist: Journalist):
         everyone = yield self.accounts.list()
         return self._json(request, {"users": [{"uuid": j.uuid, "username": j.username, "first_name": None,
                                                "last_name": None} for j in everyone]})
 
     @app.route("/sources", methods=["GET"])
+    @token_required
     @inlineCallbacks
-    def sources(self, request: Any):
-        yield self._journalist(request)
+    def sources(self, request: Any, journalist: Journalist):
         sources = yield self.desk.sources()
         return self._json(request, {"sources": [self.source_json(s) for s in sources]})
 
     @app.route("/sources/<uuid>", methods=["GET"])
+    @token_required
     @inlineCallbacks
-    def source(self, request: Any, uuid: str):
-        yield self._journalist(request)
+    def source(self, request: Any, journalist: Journalist, uuid: str):
         source = yield self._source(uuid)
         return self._json(request, self.source_json(source))
 
     @app.route("/sources/<uuid>", methods=["DELETE"])
+    @token_required
     @inlineCallbacks
-    def delete_source(self, request: Any, uuid: str):
-        journalist = yield self._journalist(request)
+    def delete_source(self, request: Any, journalist: Journalist, uuid: str):
         source = yield self._source(uuid)
         yield shield(self.desk.delete_source(source))
         self.events.emit("journalist.source.deleted", username=journalist.username)
         return self._json(request, {"message": "Source and submissions deleted"})
 
     @app.route("/sources/<uuid>/add_star", methods=["POST"])
+    @token_required
     @inlineCallbacks
-    def add_star(self, request: Any, uuid: str):
-        yield self._journalist(request)
+    def add_star(self, request: Any, journalist: Journalist, uuid: str):
         source = yield self._source(uuid)
         yield self.desk.set_starred(source, True)
         return self._json(request, {"message": "Star added"}, 201)
 
     @app.route("/sources/<uuid>/remove_star", methods=["DELETE"])
+    @token_required
     @inlineCallbacks
-    def remove_star(self, request: Any, uuid: str):
-        yield self._journalist(request)
+    def remove_star(self, request: Any, journalist: Journalist, uuid: str):
         source = yield self._source(uuid)
         yield self.desk.set_starred(source, False)
         return self._json(request, {"message": "Star removed"})
@@ -266,46 +265,48 @@ class JournalistAPI:
     # -- submissions
 
     @app.route("/submissions", methods=["GET"])
+    @token_required
     @inlineCallbacks
-    def all_submissions(self, request: Any):
-        yield self._journalist(request)
+    def all_submissions(self, request: Any, journalist: Journalist):
         items = yield self.desk.all_submissions()
         return self._json(request, {"submissions": [self.submission_json(x) for x in items]})
 
     @app.route("/sources/<uuid>/submissions", methods=["GET"])
+    @token_required
     @inlineCallbacks
-    def submissions(self, request: Any, uuid: str):
-        yield self._journalist(request)
+    def submissions(self, request: Any, journalist: Journalist, uuid: str):
         source = yield self._source(uuid)
         items = yield self.desk.submissions(source)
         return self._json(request, {"submissions": [self.submission_json(x) for x in items]})
 
     @inlineCallbacks
-    def _submission(self, request: Any, uuid: str, item: str):
-        journalist = yield self._journalist(request)
+    def _submission(self, uuid: str, item: str):
         source = yield self._source(uuid)
         submission = yield self.desk.submission(source, item)
         if submission is None:
             raise ApiError(404, "Not Found", "No such submission.")
-        return journalist, source, submission
+        return source, submission
 
     @app.route("/sources/<uuid>/submissions/<item>", methods=["GET"])
+    @token_required
     @inlineCallbacks
-    def submission(self, request: Any, uuid: str, item: str):
-        _, _, submission = yield self._submission(request, uuid, item)
+    def submission(self, request: Any, journalist: Journalist, uuid: str, item: str):
+        _, submission = yield self._submission(uuid, item)
         return self._json(request, self.submission_json(submission))
 
     @app.route("/sources/<uuid>/submissions/<item>", methods=["DELETE"])
+    @token_required
     @inlineCallbacks
-    def delete_submission(self, request: Any, uuid: str, item: str):
-        _, source, submission = yield self._submission(request, uuid, item)
+    def delete_submission(self, request: Any, journalist: Journalist, uuid: str, item: str):
+        source, submission = yield self._submission(uuid, item)
         yield shield(self.desk.delete_submissions(source, [submission.uuid]))
         return self._json(request, {"message": "Submission deleted"})
 
     @app.route("/sources/<uuid>/submissions/<item>/download", methods=["GET"])
+    @token_required
     @inlineCallbacks
-    def download_submission(self, request: Any, uuid: str, item: str):
-        journalist, source, submission = yield self._submission(request, uuid, item)
+    def download_submission(self, request: Any, journalist: Journalist, uuid: str, item: str):
+        source, submission = yield self._submission(uuid, item)
         try:
             download = yield self.desk.open_submission(source, submission, journalist.id)
         except NotFound:
@@ -319,24 +320,24 @@ class JournalistAPI:
     # -- replies
 
     @app.route("/replies", methods=["GET"])
+    @token_required
     @inlineCallbacks
-    def all_replies(self, request: Any):
-        yield self._journalist(request)
+    def all_replies(self, request: Any, journalist: Journalist):
         items = yield self.desk.all_replies()
         return self._json(request, {"replies": [self.reply_json(r) for r in items]})
 
     @app.route("/sources/<uuid>/replies", methods=["GET"])
+    @token_required
     @inlineCallbacks
-    def replies(self, request: Any, uuid: str):
-        yield self._journalist(request)
+    def replies(self, request: Any, journalist: Journalist, uuid: str):
         source = yield self._source(uuid)
         items = yield self.desk.replies(source)
         return self._json(request, {"replies": [self.reply_json(r) for r in items]})
 
     @app.route("/sources/<uuid>/replies", methods=["POST"])
+    @token_required
     @inlineCallbacks
-    def post_reply(self, request: Any, uuid: str):
-        journalist = yield self._journalist(request)
+    def post_reply(self, request: Any, journalist: Journalist, uuid: str):
         source = yield self._source(uuid)
         body = self._body(request)
         reply_uuid = body.get("uuid")
@@ -359,31 +360,33 @@ class JournalistAPI:
                                     "filename": row["filename"]}, 201)
 
     @inlineCallbacks
-    def _reply(self, request: Any, uuid: str, item: str):
-        journalist = yield self._journalist(request)
+    def _reply(self, uuid: str, item: str):
         source = yield self._source(uuid)
         reply = yield self.desk.reply(source, item)
         if reply is None:
             raise ApiError(404, "Not Found", "No such reply.")
-        return journalist, source, reply
+        return source, reply
 
     @app.route("/sources/<uuid>/replies/<item>", methods=["GET"])
+    @token_required
     @inlineCallbacks
-    def reply(self, request: Any, uuid: str, item: str):
-        _, _, reply = yield self._reply(request, uuid, item)
+    def reply(self, request: Any, journalist: Journalist, uuid: str, item: str):
+        _, reply = yield self._reply(uuid, item)
         return self._json(request, self.reply_json(reply))
 
     @app.route("/sources/<uuid>/replies/<item>", methods=["DELETE"])
+    @token_required
     @inlineCallbacks
-    def delete_reply(self, request: Any, uuid: str, item: str):
-        _, source, reply = yield self._reply(request, uuid, item)
+    def delete_reply(self, request: Any, journalist: Journalist, uuid: str, item: str):
+        source, reply = yield self._reply(uuid, item)
         yield shield(self.desk.delete_reply(source, reply.uuid))
         return self._json(request, {"message": "Reply deleted"})
 
     @app.route("/sources/<uuid>/replies/<item>/download", methods=["GET"])
+    @token_required
     @inlineCallbacks
-    def download_reply(self, request: Any, uuid: str, item: str):
-        journalist, source, reply = yield self._reply(request, uuid, item)
+    def download_reply(self, request: Any, journalist: Journalist, uuid: str, item: str):
+        source, reply = yield self._reply(uuid, item)
         try:
             download = yield self.desk.open_reply(source, reply, journalist.id)
         except NotFound:
@@ -393,9 +396,9 @@ class JournalistAPI:
     # -- seen
 
     @app.route("/seen", methods=["POST"])
+    @token_required
     @inlineCallbacks
-    def seen(self, request: Any):
-        journalist = yield self._journalist(request)
+    def seen(self, request: Any, journalist: Journalist):
         body = self._body(request)
         lists = {}
         for key in ("files", "messages", "replies"):

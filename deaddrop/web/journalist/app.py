@@ -7,7 +7,7 @@ passphrase or two-factor secret changed since the session began, is logged out a
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from klein import Klein
@@ -18,18 +18,33 @@ from deaddrop.journalist_desk import Desk, KeyNotReady, MAX_REPLY_CHARS, NotFoun
 from deaddrop.journalists import Accounts, AccountError, Journalist, LoginFailed
 from deaddrop.retention import MAX_DAYS as MAX_RETENTION_DAYS
 from deaddrop.settings import InstanceSettings
+from deaddrop.web._common.deferreds import shield
+from deaddrop.web._common.forms import form_arg, form_args
+from deaddrop.web._common.guards import Refused, admin_required, login_required
 from deaddrop.web._common.responses import HtmlResponses
 from deaddrop.web._common.pages import error_page_bytes, http_error_page_text
+from deaddrop.web._common.session_cookie import SessionCookie
 from deaddrop.web._common.sessions import Session, SessionStore
 from deaddrop.web._common.site import BodyPolicy, DeadDropSite, log_failure_safely
 from deaddrop.web._common.static import serve_static
 from deaddrop.web.journalist import pages
 from deaddrop.web.journalist._files import FileResponse
-from deaddrop.web.source.app import shield
 
 COOKIE = "dd_journalist"
 MiB = 1024 * 1024
 MAX_UPLOAD_MIB = 100 * 1024
+
+
+@dataclass(frozen=True)
+class JournalistLogin:
+    """A live journalist login, as the route guards hand it to a route."""
+
+    session: Session
+    journalist: Journalist
+
+    @property
+    def is_admin(self) -> bool:
+        return self.journalist.is_admin
 
 
 @dataclass
@@ -41,80 +56,46 @@ class JournalistInterface(HtmlResponses):
     events: SecurityEvents
     api: Any = None  # JournalistAPI, mounted at /api/v1
 
+    cookie: SessionCookie = field(init=False)
+
     app = Klein()
+
+    def __post_init__(self) -> None:
+        self.cookie = SessionCookie(self.sessions, COOKIE, secure=True)
 
     # -- plumbing --------------------------------------------------------------------------
 
-    def _token(self, request: Any) -> str | None:
-        raw = request.getCookie(COOKIE.encode())
-        try:
-            return raw.decode("ascii") if raw else None
-        except UnicodeDecodeError:
-            return None
-
-    def _new_session(self, request: Any, replacing: Session | None = None) -> Session:
-        if replacing is not None:
-            self.sessions.destroy(replacing)
-        token, session = self.sessions.create()
-        request.addCookie(COOKIE.encode(), token.encode(), path=b"/", httpOnly=True, secure=True, sameSite="strict")
-        return session
-
     def _anonymous_session(self, request: Any) -> Session:
-        return self.sessions.lookup(self._token(request)) or self._new_session(request)
+        return self.cookie.lookup(request) or self.cookie.start(request)[1]
 
     @inlineCallbacks
-    def _current(self, request: Any):
-        """-> (session, journalist) for a live login, else None. Re-checks the account every time."""
-        session = self.sessions.lookup(self._token(request))
+    def _current_login(self, request: Any):
+        """The live login, else None. Re-checks the account every time."""
+        session = self.cookie.lookup(request)
         if session is None or "journalist_id" not in session.data:
             return None
         journalist = yield self.accounts.get(session.data["journalist_id"])
         if journalist is None or journalist.auth_epoch != session.data.get("auth_epoch"):
             self.sessions.destroy(session)
             return None
-        return session, journalist
+        return JournalistLogin(session, journalist)
 
-    def _arg(self, request: Any, name: str, limit: int = 4096) -> str | None:
-        values = request.args.get(name.encode())
-        if not values or len(values) != 1 or len(values[0]) > limit * 4:
-            return None
-        try:
-            return values[0].decode("utf-8")
-        except UnicodeDecodeError:
-            return None
+    def _refuse_anonymous(self, request: Any, post: bool) -> bytes:
+        if post:
+            return self._error(request, 403, "Please log in again", "Your session ended. Nothing was changed.")
+        return self._redirect(request, "/login")
 
-    def _args(self, request: Any, name: str) -> list[str]:
-        found = []
-        for value in request.args.get(name.encode(), [])[:1000]:
-            try:
-                found.append(value.decode("ascii"))
-            except UnicodeDecodeError:
-                continue
-        return found
-
-    def _stale_form(self, request: Any) -> bytes:
+    def _refuse_stale_form(self, request: Any) -> bytes:
         return self._error(request, 403, "Please try again", "The form was stale or came from elsewhere. Nothing was changed.")
 
-    @inlineCallbacks
-    def _logged_in(self, request: Any, *, admin: bool = False, post: bool = False):
-        """(session, journalist), or the response to send instead (login redirect, 403)."""
-        current = yield self._current(request)
-        if current is None:
-            if post:
-                return self._error(request, 403, "Please log in again", "Your session ended. Nothing was changed.")
-            return self._redirect(request, "/login")
-        session, journalist = current
-        if post and not session.check_csrf(self._arg(request, "csrf_token")):
-            return self._stale_form(request)
-        if admin and not journalist.is_admin:
-            return self._error(request, 403, "Administrators only", "This page is for administrators.")
-        return current
+    def _refuse_non_admin(self, request: Any) -> bytes:
+        return self._error(request, 403, "Administrators only", "This page is for administrators.")
 
     @inlineCallbacks
     def _source(self, request: Any, uuid: str):
         source = yield self.desk.source(uuid)
         if source is None:
-            return self._error(request, 404, "Not found", "There is no such source (it may have been deleted).")
+            raise Refused(self._error(request, 404, "Not found", "There is no such source (it may have been deleted)."))
         return source
 
     # -- log in and out --------------------------------------------------------------------
@@ -122,14 +103,14 @@ class JournalistInterface(HtmlResponses):
     @app.route("/", methods=["GET"])
     @inlineCallbacks
     def index(self, request: Any):
-        current = yield self._current(request)
-        return self._redirect(request, "/sources" if current else "/login")
+        login = yield self._current_login(request)
+        return self._redirect(request, "/sources" if login else "/login")
 
     @app.route("/login", methods=["GET"])
     @inlineCallbacks
     def login_form(self, request: Any):
-        current = yield self._current(request)
-        if current is not None:
+        login = yield self._current_login(request)
+        if login is not None:
             return self._redirect(request, "/sources")
         lengths = (round(self.sessions.absolute_timeout / 60), round(self.sessions.idle_timeout / 60))
         return (yield self._html(request, pages.login(self._name, self._anonymous_session(request), None,
@@ -138,19 +119,19 @@ class JournalistInterface(HtmlResponses):
     @app.route("/login", methods=["POST"])
     @inlineCallbacks
     def login(self, request: Any):
-        session = self.sessions.lookup(self._token(request))
-        if session is None or not session.check_csrf(self._arg(request, "csrf_token")):
+        session = self.cookie.lookup(request)
+        if session is None or not session.check_csrf(form_arg(request, "csrf_token")):
             session = self._anonymous_session(request)
             page = pages.login(self._name, session, "Your session expired. Please log in again.")
             return (yield self._html(request, page, 403))
-        username = (self._arg(request, "username", 64) or "").strip()
+        username = (form_arg(request, "username", 64) or "").strip()
         try:
             journalist = yield shield(self.accounts.authenticate(
-                username, self._arg(request, "passphrase", 1024), self._arg(request, "one_time_code", 16)))
+                username, form_arg(request, "passphrase", 1024), form_arg(request, "one_time_code", 16)))
         except LoginFailed as failure:
             status, message = (429, pages.THROTTLED_LOGIN_ERROR) if failure.throttled else (403, pages.GENERIC_LOGIN_ERROR)
             return (yield self._html(request, pages.login(self._name, session, message, username[:64]), status))
-        fresh = self._new_session(request, replacing=session)
+        _, fresh = self.cookie.start(request, replacing=session)
         self._bind(fresh, journalist)
         return self._redirect(request, "/sources")
 
@@ -161,209 +142,161 @@ class JournalistInterface(HtmlResponses):
 
     @app.route("/logout", methods=["POST"])
     def logout(self, request: Any) -> Any:
-        session = self.sessions.lookup(self._token(request))
-        if session is not None and session.check_csrf(self._arg(request, "csrf_token")):
-            self.sessions.destroy(session)
-            request.addCookie(COOKIE.encode(), b"", path=b"/", httpOnly=True, secure=True, sameSite="strict",
-                              max_age=b"0")
+        session = self.cookie.lookup(request)
+        if session is not None and session.check_csrf(form_arg(request, "csrf_token")):
+            self.cookie.end(request, session)
         return self._redirect(request, "/login")
 
     # -- sources ---------------------------------------------------------------------------
 
     @app.route("/sources", methods=["GET"])
+    @login_required
     @inlineCallbacks
-    def sources(self, request: Any):
-        current = yield self._logged_in(request)
-        if not isinstance(current, tuple):
-            return current
-        session, journalist = current
+    def sources(self, request: Any, login: JournalistLogin):
         sources = yield self.desk.sources()
-        return (yield self._html(request, pages.source_list(self._name, session, journalist, sources)))
+        return (yield self._html(request, pages.source_list(self._name, login.session, login.journalist, sources)))
 
     @app.route("/sources/<uuid>", methods=["GET"])
+    @login_required
     @inlineCallbacks
-    def source(self, request: Any, uuid: str):
-        current = yield self._logged_in(request)
-        if not isinstance(current, tuple):
-            return current
+    def source(self, request: Any, login: JournalistLogin, uuid: str):
         source = yield self._source(request, uuid)
-        if not isinstance(source, SourceView):
-            return source
-        return (yield self._source_page(request, current, source))
+        return (yield self._source_page(request, login, source))
 
     @inlineCallbacks
-    def _source_page(self, request: Any, current: tuple[Session, Journalist], source: SourceView, *,
+    def _source_page(self, request: Any, login: JournalistLogin, source: SourceView, *,
                      status: int = 200, reply_text: str = "", error: str | None = None):
-        session, journalist = current
         submissions = yield self.desk.submissions(source)
         replies = yield self.desk.replies(source)
-        page = pages.source_page(self._name, session, journalist, source, submissions, replies,
+        page = pages.source_page(self._name, login.session, login.journalist, source, submissions, replies,
                                  reply_text=reply_text, error=error)
         return (yield self._html(request, page, status))
 
     @app.route("/sources/<uuid>/submissions/<item>/download", methods=["GET"])
+    @login_required
     @inlineCallbacks
-    def download_submission(self, request: Any, uuid: str, item: str):
-        current = yield self._logged_in(request)
-        if not isinstance(current, tuple):
-            return current
+    def download_submission(self, request: Any, login: JournalistLogin, uuid: str, item: str):
         source = yield self._source(request, uuid)
-        if not isinstance(source, SourceView):
-            return source
         submission = yield self.desk.submission(source, item)
         if submission is None:
             return self._error(request, 404, "Not found", "There is no such submission (it may have been deleted).")
         try:
-            download = yield self.desk.open_submission(source, submission, current[1].id)
+            download = yield self.desk.open_submission(source, submission, login.journalist.id)
         except NotFound:  # its file is gone, or is not a regular file inside the store
             return self._error(request, 404, "Not found", "There is no such submission (it may have been deleted).")
         return FileResponse(download, etag=True)
 
     @app.route("/sources/<uuid>/replies/<item>/download", methods=["GET"])
+    @login_required
     @inlineCallbacks
-    def download_reply(self, request: Any, uuid: str, item: str):
-        current = yield self._logged_in(request)
-        if not isinstance(current, tuple):
-            return current
+    def download_reply(self, request: Any, login: JournalistLogin, uuid: str, item: str):
         source = yield self._source(request, uuid)
-        if not isinstance(source, SourceView):
-            return source
         reply = yield self.desk.reply(source, item)
         if reply is None or reply.deleted_by_source:
             return self._error(request, 404, "Not found", "There is no such reply.")
         try:
-            download = yield self.desk.open_reply(source, reply, current[1].id)
+            download = yield self.desk.open_reply(source, reply, login.journalist.id)
         except NotFound:
             return self._error(request, 404, "Not found", "There is no such reply.")
         return FileResponse(download, etag=True)
 
     @app.route("/sources/<uuid>/download-unread", methods=["POST"])
-    @inlineCallbacks
-    def download_unread(self, request: Any, uuid: str):
-        return (yield self._zip(request, uuid, None))
+    @login_required
+    def download_unread(self, request: Any, login: JournalistLogin, uuid: str):
+        return self._zip(request, login, uuid, None)
 
     @app.route("/sources/<uuid>/selected", methods=["POST"])
+    @login_required
     @inlineCallbacks
-    def selected(self, request: Any, uuid: str):
-        action = self._arg(request, "action")
-        chosen = [u for u in self._args(request, "submission") if valid_uuid(u)]
+    def selected(self, request: Any, login: JournalistLogin, uuid: str):
+        action = form_arg(request, "action")
+        chosen = [u for u in form_args(request, "submission") if valid_uuid(u)]
         if action == "download":
-            return (yield self._zip(request, uuid, chosen))
-        current = yield self._logged_in(request, post=True)
-        if not isinstance(current, tuple):
-            return current
+            return (yield self._zip(request, login, uuid, chosen))
         source = yield self._source(request, uuid)
-        if not isinstance(source, SourceView):
-            return source
         if action != "delete":
             return self._error(request, 400, "Nothing done", "Choose download or delete.")
         if not chosen:
-            current[0].flash("Select at least one submission first.", "warning")
+            login.session.flash("Select at least one submission first.", "warning")
             return self._redirect(request, f"/sources/{uuid}")
         count = yield shield(self.desk.delete_submissions(source, chosen))
-        current[0].flash(f"Deleted {count} submission{'s' if count != 1 else ''}.", "ok")
+        login.session.flash(f"Deleted {count} submission{'s' if count != 1 else ''}.", "ok")
         return self._redirect(request, f"/sources/{uuid}")
 
     @inlineCallbacks
-    def _zip(self, request: Any, uuid: str, chosen: list[str] | None):
-        current = yield self._logged_in(request, post=True)
-        if not isinstance(current, tuple):
-            return current
+    def _zip(self, request: Any, login: JournalistLogin, uuid: str, chosen: list[str] | None):
         source = yield self._source(request, uuid)
-        if not isinstance(source, SourceView):
-            return source
         try:
-            download = yield self.desk.zip_submissions(source, chosen, current[1].id)
+            download = yield self.desk.zip_submissions(source, chosen, login.journalist.id)
         except NotFound:
             return self._error(request, 404, "Not found", "A selected submission's file is missing.")
         if download is None:
-            current[0].flash("Nothing to download: select submissions first." if chosen is not None
-                             else "There are no unread submissions.", "warning")
+            login.session.flash("Nothing to download: select submissions first." if chosen is not None
+                                else "There are no unread submissions.", "warning")
             return self._redirect(request, f"/sources/{uuid}")
         return FileResponse(download)
 
     @app.route("/sources/<uuid>/star", methods=["POST"])
+    @login_required
     @inlineCallbacks
-    def star(self, request: Any, uuid: str):
-        current = yield self._logged_in(request, post=True)
-        if not isinstance(current, tuple):
-            return current
+    def star(self, request: Any, login: JournalistLogin, uuid: str):
         source = yield self._source(request, uuid)
-        if not isinstance(source, SourceView):
-            return source
-        yield self.desk.set_starred(source, self._arg(request, "starred") == "1")
+        yield self.desk.set_starred(source, form_arg(request, "starred") == "1")
         return self._redirect(request, f"/sources/{uuid}")
 
     @app.route("/sources/<uuid>/reply", methods=["POST"])
+    @login_required
     @inlineCallbacks
-    def reply(self, request: Any, uuid: str):
-        current = yield self._logged_in(request, post=True)
-        if not isinstance(current, tuple):
-            return current
+    def reply(self, request: Any, login: JournalistLogin, uuid: str):
         source = yield self._source(request, uuid)
-        if not isinstance(source, SourceView):
-            return source
-        text = self._arg(request, "reply", 1 << 20) or ""
+        text = form_arg(request, "reply", 1 << 20) or ""
         if not text.strip():
-            return (yield self._source_page(request, current, source, status=400, error="Write a reply first."))
+            return (yield self._source_page(request, login, source, status=400, error="Write a reply first."))
         if len(text) > MAX_REPLY_CHARS:
-            return (yield self._source_page(request, current, source, status=413, reply_text=text[:MAX_REPLY_CHARS],
+            return (yield self._source_page(request, login, source, status=413, reply_text=text[:MAX_REPLY_CHARS],
                                             error=f"Replies are limited to {MAX_REPLY_CHARS:,} characters."))
         try:
-            yield shield(self.desk.reply_plaintext(source, text, current[1].id))
+            yield shield(self.desk.reply_plaintext(source, text, login.journalist.id))
         except KeyNotReady:
             return (yield self._source_page(
-                request, current, source, status=409, reply_text=text,
+                request, login, source, status=409, reply_text=text,
                 error="This source's encryption key is not ready yet, so the reply was NOT sent. It is made the "
                       "next time the source logs in. Your text is still below: try again later."))
-        current[0].flash("Reply sent. It is stored encrypted; the source will see it the next time they log in.", "ok")
+        login.session.flash("Reply sent. It is stored encrypted; the source will see it the next time they log in.", "ok")
         return self._redirect(request, f"/sources/{uuid}")
 
     @app.route("/sources/<uuid>/delete", methods=["GET"])
+    @login_required
     @inlineCallbacks
-    def delete_source_confirm(self, request: Any, uuid: str):
-        current = yield self._logged_in(request)
-        if not isinstance(current, tuple):
-            return current
+    def delete_source_confirm(self, request: Any, login: JournalistLogin, uuid: str):
         source = yield self._source(request, uuid)
-        if not isinstance(source, SourceView):
-            return source
-        return (yield self._html(request, pages.confirm_delete_source(self._name, current[0], current[1], source)))
+        return (yield self._html(request, pages.confirm_delete_source(self._name, login.session, login.journalist, source)))
 
     @app.route("/sources/<uuid>/delete", methods=["POST"])
+    @login_required
     @inlineCallbacks
-    def delete_source(self, request: Any, uuid: str):
-        current = yield self._logged_in(request, post=True)
-        if not isinstance(current, tuple):
-            return current
+    def delete_source(self, request: Any, login: JournalistLogin, uuid: str):
         source = yield self._source(request, uuid)
-        if not isinstance(source, SourceView):
-            return source
         yield shield(self.desk.delete_source(source))
-        self.events.emit("journalist.source.deleted", username=current[1].username)
-        current[0].flash(f"{source.designation} and everything they sent were deleted.", "ok")
+        self.events.emit("journalist.source.deleted", username=login.journalist.username)
+        login.session.flash(f"{source.designation} and everything they sent were deleted.", "ok")
         return self._redirect(request, "/sources")
 
     # -- own account -----------------------------------------------------------------------
 
     @app.route("/account", methods=["GET"])
-    @inlineCallbacks
-    def account(self, request: Any):
-        current = yield self._logged_in(request)
-        if not isinstance(current, tuple):
-            return current
-        return (yield self._html(request, pages.account(self._name, current[0], current[1])))
+    @login_required
+    def account(self, request: Any, login: JournalistLogin):
+        return self._html(request, pages.account(self._name, login.session, login.journalist))
 
     @app.route("/account/new-passphrase", methods=["POST"])
+    @login_required
     @inlineCallbacks
-    def new_passphrase(self, request: Any):
-        current = yield self._logged_in(request, post=True)
-        if not isinstance(current, tuple):
-            return current
-        session, journalist = current
+    def new_passphrase(self, request: Any, login: JournalistLogin):
+        session, journalist = login.session, login.journalist
         try:
-            yield shield(self.accounts.verify_again(journalist, self._arg(request, "passphrase", 1024),
-                                                    self._arg(request, "one_time_code", 16)))
+            yield shield(self.accounts.verify_again(journalist, form_arg(request, "passphrase", 1024),
+                                                    form_arg(request, "one_time_code", 16)))
         except LoginFailed as failure:
             message = pages.THROTTLED_LOGIN_ERROR if failure.throttled else \
                 "That passphrase or one-time code was wrong. Nothing was changed."
@@ -382,34 +315,28 @@ class JournalistInterface(HtmlResponses):
     # -- admin -----------------------------------------------------------------------------
 
     @app.route("/admin/users", methods=["GET"])
-    @inlineCallbacks
-    def users(self, request: Any):
-        current = yield self._logged_in(request, admin=True)
-        if not isinstance(current, tuple):
-            return current
-        return (yield self._users_page(request, current))
+    @admin_required
+    def users(self, request: Any, login: JournalistLogin):
+        return self._users_page(request, login)
 
     @inlineCallbacks
-    def _users_page(self, request: Any, current: tuple[Session, Journalist], status: int = 200,
-                    error: str | None = None):
+    def _users_page(self, request: Any, login: JournalistLogin, status: int = 200, error: str | None = None):
         accounts = yield self.accounts.list()
-        return (yield self._html(request, pages.users(self._name, current[0], current[1], accounts, error), status))
+        return (yield self._html(request, pages.users(self._name, login.session, login.journalist, accounts, error),
+                                 status))
 
     @app.route("/admin/users", methods=["POST"])
+    @admin_required
     @inlineCallbacks
-    def add_user(self, request: Any):
-        current = yield self._logged_in(request, admin=True, post=True)
-        if not isinstance(current, tuple):
-            return current
-        session, admin = current
-        username = (self._arg(request, "username", 64) or "").strip()
+    def add_user(self, request: Any, login: JournalistLogin):
+        username = (form_arg(request, "username", 64) or "").strip()
         try:
-            creds = yield shield(self.accounts.create(username, is_admin=self._arg(request, "is_admin") == "1"))
+            creds = yield shield(self.accounts.create(username, is_admin=form_arg(request, "is_admin") == "1"))
         except AccountError as e:
-            return (yield self._users_page(request, current, 400, str(e)))
-        self.events.emit("admin.journalist.added", username=admin.username, target=creds.journalist.username)
-        page = pages.credentials(self._name, session, admin, creds.journalist.username, passphrase=creds.passphrase,
-                                 totp_secret=creds.totp_secret, totp_uri=creds.totp_uri,
+            return (yield self._users_page(request, login, 400, str(e)))
+        self.events.emit("admin.journalist.added", username=login.journalist.username, target=creds.journalist.username)
+        page = pages.credentials(self._name, login.session, login.journalist, creds.journalist.username,
+                                 passphrase=creds.passphrase, totp_secret=creds.totp_secret, totp_uri=creds.totp_uri,
                                  heading=f"Added {creds.journalist.username}")
         return (yield self._html(request, page))
 
@@ -417,27 +344,15 @@ class JournalistInterface(HtmlResponses):
     def _target(self, request: Any, uuid: str):
         target = yield self.accounts.by_uuid(uuid) if valid_uuid(uuid) else None
         if target is None:
-            return self._error(request, 404, "Not found", "There is no such user.")
+            raise Refused(self._error(request, 404, "Not found", "There is no such user."))
         return target
 
-    @inlineCallbacks
-    def _admin_acting_on(self, request: Any, uuid: str):
-        """-> (session, admin, target journalist), or the refusal page to return instead."""
-        current = yield self._logged_in(request, admin=True, post=True)
-        if not isinstance(current, tuple):
-            return current
-        target = yield self._target(request, uuid)
-        if not isinstance(target, Journalist):
-            return target
-        return (*current, target)
-
     @app.route("/admin/users/<uuid>/reset-password", methods=["POST"])
+    @admin_required
     @inlineCallbacks
-    def reset_password(self, request: Any, uuid: str):
-        found = yield self._admin_acting_on(request, uuid)
-        if not isinstance(found, tuple):
-            return found
-        session, admin, target = found
+    def reset_password(self, request: Any, login: JournalistLogin, uuid: str):
+        session, admin = login.session, login.journalist
+        target = yield self._target(request, uuid)
         creds = yield shield(self.accounts.reset_passphrase(target.id))
         self._end_other_sessions(session if target.id == admin.id else None, creds.journalist)
         self.events.emit("admin.journalist.password_reset", username=admin.username, target=target.username)
@@ -446,12 +361,11 @@ class JournalistInterface(HtmlResponses):
         return (yield self._html(request, page))
 
     @app.route("/admin/users/<uuid>/reset-2fa", methods=["POST"])
+    @admin_required
     @inlineCallbacks
-    def reset_2fa(self, request: Any, uuid: str):
-        found = yield self._admin_acting_on(request, uuid)
-        if not isinstance(found, tuple):
-            return found
-        session, admin, target = found
+    def reset_2fa(self, request: Any, login: JournalistLogin, uuid: str):
+        session, admin = login.session, login.journalist
+        target = yield self._target(request, uuid)
         creds = yield shield(self.accounts.reset_totp(target.id))
         self._end_other_sessions(session if target.id == admin.id else None, creds.journalist)
         self.events.emit("admin.journalist.2fa_reset", username=admin.username, target=target.username)
@@ -461,14 +375,13 @@ class JournalistInterface(HtmlResponses):
         return (yield self._html(request, page))
 
     @app.route("/admin/users/<uuid>/delete", methods=["POST"])
+    @admin_required
     @inlineCallbacks
-    def delete_user(self, request: Any, uuid: str):
-        found = yield self._admin_acting_on(request, uuid)
-        if not isinstance(found, tuple):
-            return found
-        session, admin, target = found
+    def delete_user(self, request: Any, login: JournalistLogin, uuid: str):
+        session, admin = login.session, login.journalist
+        target = yield self._target(request, uuid)
         if target.id == admin.id:
-            return (yield self._users_page(request, (session, admin), 400, "You cannot delete your own account."))
+            return (yield self._users_page(request, login, 400, "You cannot delete your own account."))
         yield shield(self.accounts.delete(target.id))
         self.sessions.destroy_where(lambda s: s.data.get("journalist_id") == target.id)
         self.events.emit("admin.journalist.deleted", username=admin.username, target=target.username)
@@ -476,23 +389,18 @@ class JournalistInterface(HtmlResponses):
         return self._redirect(request, "/admin/users")
 
     @app.route("/admin/settings", methods=["GET"])
-    @inlineCallbacks
-    def settings_form(self, request: Any):
-        current = yield self._logged_in(request, admin=True)
-        if not isinstance(current, tuple):
-            return current
-        return (yield self._html(request, pages.settings_page(self._name, current[0], current[1], self.settings)))
+    @admin_required
+    def settings_form(self, request: Any, login: JournalistLogin):
+        return self._html(request, pages.settings_page(self._name, login.session, login.journalist, self.settings))
 
     @app.route("/admin/settings", methods=["POST"])
+    @admin_required
     @inlineCallbacks
-    def save_settings(self, request: Any):
-        current = yield self._logged_in(request, admin=True, post=True)
-        if not isinstance(current, tuple):
-            return current
-        session, admin = current
-        name = (self._arg(request, "organisation_name", 100) or "").strip()
-        size_text = (self._arg(request, "max_upload_mib", 16) or "").strip()
-        retention_text = (self._arg(request, "retention_days", 16) or "").strip()
+    def save_settings(self, request: Any, login: JournalistLogin):
+        session, admin = login.session, login.journalist
+        name = (form_arg(request, "organisation_name", 100) or "").strip()
+        size_text = (form_arg(request, "max_upload_mib", 16) or "").strip()
+        retention_text = (form_arg(request, "retention_days", 16) or "").strip()
         error = None
         if not name or len(name) > 100 or any(ord(c) < 32 for c in name):
             error = "The organisation name must be 1 to 100 characters."
@@ -503,7 +411,7 @@ class JournalistInterface(HtmlResponses):
         if error:
             page = pages.settings_page(self._name, session, admin, self.settings, error)
             return (yield self._html(request, page, 400))
-        updated = InstanceSettings(name, int(size_text) * MiB, self._arg(request, "refuse_uploads") != "1",
+        updated = InstanceSettings(name, int(size_text) * MiB, form_arg(request, "refuse_uploads") != "1",
                                    int(retention_text) if retention_text else None)
         yield shield(self.accounts.db.run(updated.save))
         # In memory after the database: the source side reads this same object per request.

@@ -19,6 +19,7 @@ from twisted.logger import Logger
 from deaddrop.config import Config
 from deaddrop.journalist_desk import Desk
 from deaddrop.journalists import Accounts
+from deaddrop.listeners import ListenerService
 from deaddrop.web._common.sessions import SessionStore
 from deaddrop.web.journalist.api import JournalistAPI
 from deaddrop.web.journalist.app import COOKIE, JournalistInterface
@@ -98,8 +99,6 @@ class _SighupService(Service):
 
 
 def add_journalist_interface(top: Any, config: Config, reactor: Any) -> None:
-    from deaddrop.server import ListenerService  # import here: server imports this module's caller
-
     newsroom = top.newsroom
     accounts = Accounts(
         db=top.db, crypto_pool=newsroom.crypto_pool, events=top.events, cost=config.kdf_cost,

@@ -11,7 +11,6 @@ from typing import Any, Callable
 from klein import Klein
 from twisted.internet.defer import Deferred, inlineCallbacks
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 
 from deaddrop import __version__, codenames
 from deaddrop.crypto.admission import BUSY_MESSAGE, BUSY_TITLE, Busy, KeyBusy
@@ -20,8 +19,12 @@ from deaddrop.events import SecurityEvents
 from deaddrop.settings import InstanceSettings
 from deaddrop.sources import EncryptedPart, LoginThrottled, Newsroom, SourceIdentity, StorageFailed, is_disk_full
 from deaddrop.web._common.circuits import CircuitCloser, NoCloser, circuit_of
+from deaddrop.web._common.deferreds import shield
+from deaddrop.web._common.forms import form_arg
+from deaddrop.web._common.guards import login_required
 from deaddrop.web._common.responses import HtmlResponses
 from deaddrop.web._common.pages import error_page_bytes, http_error_page_text
+from deaddrop.web._common.session_cookie import SessionCookie
 from deaddrop.web._common.sessions import Session, SessionStore
 from deaddrop.web._common.site import BodyPolicy, DeadDropRequest, DeadDropSite, log_failure_safely
 from deaddrop.web._common.static import serve_static
@@ -40,22 +43,20 @@ _MAX_PENDING_CODENAMES = 10
 _STILL_RECEIVING = "Another submission from you is still being received. Please wait for it to finish."
 # A circuit refused this many times a minute by the login throttle is flooding: close it.
 REFUSALS_BEFORE_CLOSING = 10
+# The codename can be pasted with stray spaces; anything longer cannot be one.
+_MAX_CODENAME_CHARS = 1024
+
+__all__ = ["SourceInterface", "SourceLogin", "shield"]  # shield: moved to web/_common/deferreds
 
 
-def shield(d: Deferred) -> Deferred:
-    """Follow ``d`` but never cancel it: a commit must finish even if the client hangs up."""
-    out: Deferred = Deferred(lambda _: None)
+@dataclass(frozen=True)
+class SourceLogin:
+    """A logged-in source, as the route guards hand it to a route."""
 
-    def forward(result: Any) -> None:
-        if out.called:
-            return  # cancelled: the request is gone, the work still completed
-        if isinstance(result, Failure):
-            out.errback(result)
-        else:
-            out.callback(result)
-
-    d.addBoth(forward)
-    return out
+    session: Session
+    identity: SourceIdentity
+    passphrase: str
+    is_admin = False
 
 
 @dataclass
@@ -72,46 +73,50 @@ class SourceInterface(HtmlResponses):
     circuit_closer: CircuitCloser = field(default_factory=NoCloser)
     _refusals: FailureThrottle = field(default_factory=lambda: FailureThrottle(REFUSALS_BEFORE_CLOSING, 60.0))
 
+    cookie: SessionCookie = field(init=False)
+
     app = Klein()
+
+    def __post_init__(self) -> None:
+        self.cookie = SessionCookie(self.sessions, COOKIE)
 
     # -- plumbing --------------------------------------------------------------------------
 
-    def _token(self, request: Any) -> str | None:
-        raw = request.getCookie(COOKIE.encode())
-        try:
-            return raw.decode("ascii") if raw else None
-        except UnicodeDecodeError:
-            return None
-
     def _session(self, request: Any) -> Session | None:
-        return self.sessions.lookup(self._token(request))
-
-    def _new_session(self, request: Any, replacing: Session | None = None) -> tuple[str, Session]:
-        if replacing is not None:
-            self.sessions.destroy(replacing)  # no session fixation: a new token at every login
-        token, session = self.sessions.create()
-        request.addCookie(COOKIE.encode(), token.encode(), path=b"/", httpOnly=True,
-                          secure=request.isSecure(), sameSite="strict")
-        return token, session
+        return self.cookie.lookup(request)
 
     def _session_or_new(self, request: Any) -> Session:
-        return self._session(request) or self._new_session(request)[1]
+        return self._session(request) or self.cookie.start(request)[1]
 
     @staticmethod
     def _identity(session: Session | None) -> SourceIdentity | None:
         return session.data.get("source") if session else None
 
-    def _arg(self, request: Any, name: str) -> str | None:
-        values = request.args.get(name.encode())
-        if not values or len(values) != 1:
-            return None
-        try:
-            return values[0].decode("utf-8")
-        except UnicodeDecodeError:
-            return None
+    @staticmethod
+    def _arg(request: Any, name: str) -> str | None:
+        return form_arg(request, name, _MAX_CODENAME_CHARS)
 
     def _csrf_ok(self, session: Session | None, request: Any) -> bool:
         return session is not None and session.check_csrf(self._arg(request, "csrf_token"))
+
+    def _current_login(self, request: Any) -> SourceLogin | None:
+        session = self._session(request)
+        identity = self._identity(session)
+        if identity is None:
+            return None
+        passphrase = SessionStore.unseal(session, self.cookie.token(request), "passphrase")
+        if passphrase is None:
+            return None
+        return SourceLogin(session, identity, passphrase)
+
+    def _refuse_anonymous(self, request: Any, post: bool) -> bytes:
+        return self._redirect(request, "/login")
+
+    def _refuse_stale_form(self, request: Any) -> bytes:
+        return self._error(request, 403, "Please try again", "The form was stale. Nothing was deleted.")
+
+    def _refuse_non_admin(self, request: Any) -> bytes:  # no admins on the source side
+        return self._refuse_anonymous(request, False)
 
     # -- public pages ----------------------------------------------------------------------
 
@@ -154,7 +159,7 @@ class SourceInterface(HtmlResponses):
         except Busy:
             return self._busy(request)  # the codename stays valid for this session: try again
         session.data.pop("pending_codenames", None)
-        token, fresh = self._new_session(request, replacing=session)
+        token, fresh = self.cookie.start(request, replacing=session)
         self._log_in(fresh, token, identity, passphrase)
         fresh.flash("Your codename is active. Remember it: it is the only way back to your replies.", "ok")
         return self._redirect(request, "/lookup")
@@ -206,7 +211,7 @@ class SourceInterface(HtmlResponses):
             return self._html(request, pages.login(self._name, session, NOT_RECOGNIZED, self.demo), 403)
         reservation.cancel()
         identity, passphrase = found
-        token, fresh = self._new_session(request, replacing=session)
+        token, fresh = self.cookie.start(request, replacing=session)
         self._log_in(fresh, token, identity, passphrase)
         return self._redirect(request, "/lookup")
 
@@ -225,41 +230,22 @@ class SourceInterface(HtmlResponses):
 
     @app.route("/logout", methods=["GET"])
     def logout(self, request: Any) -> Deferred:
-        session = self._session(request)
-        if session is not None:
-            self.sessions.destroy(session)
-        request.addCookie(COOKIE.encode(), b"", path=b"/", httpOnly=True, secure=request.isSecure(),
-                          sameSite="strict", max_age=b"0")
+        self.cookie.end(request, self._session(request))
         return self._html(request, pages.logged_out(self._name))
 
     # -- logged-in pages -------------------------------------------------------------------
 
-    def _logged_in(self, request: Any) -> tuple[Session, SourceIdentity, str] | None:
-        session = self._session(request)
-        identity = self._identity(session)
-        if identity is None:
-            return None
-        passphrase = SessionStore.unseal(session, self._token(request), "passphrase")
-        if passphrase is None:
-            return None
-        return session, identity, passphrase
-
     @app.route("/lookup", methods=["GET"])
-    @inlineCallbacks
-    def lookup(self, request: Any):
-        current = self._logged_in(request)
-        if current is None:
-            return self._redirect(request, "/login")
-        session, identity, passphrase = current
-        result = yield self._lookup_page(request, session, identity, passphrase)
-        return result
+    @login_required
+    def lookup(self, request: Any, login: SourceLogin) -> Deferred:
+        return self._lookup_page(request, login)
 
     @inlineCallbacks
-    def _lookup_page(self, request: Any, session: Session, identity: SourceIdentity, passphrase: str,
-                     *, status: int = 200, message: str = "", error: str | None = None):
-        self.newsroom.ensure_key(identity, passphrase)  # heals a key lost to a crash after a first submission
-        replies = yield self.newsroom.replies_for(identity, passphrase)
-        page = pages.lookup(self._name, session, replies, allow_uploads=self.settings.allow_uploads,
+    def _lookup_page(self, request: Any, login: SourceLogin, *, status: int = 200, message: str = "",
+                     error: str | None = None):
+        self.newsroom.ensure_key(login.identity, login.passphrase)  # heals a key lost to a crash after a first submission
+        replies = yield self.newsroom.replies_for(login.identity, login.passphrase)
+        page = pages.lookup(self._name, login.session, replies, allow_uploads=self.settings.allow_uploads,
                             max_upload_size=self.settings.max_upload_size, message=message, error=error,
                             demo=self.demo)
         html = yield self._html(request, page, status)
@@ -277,24 +263,22 @@ class SourceInterface(HtmlResponses):
         upload: MultipartUpload | None = getattr(request, "upload", None)
         if upload is None:
             return self._error(request, 400, "Nothing received", "Submissions must be sent with the form on your page.")
-        current = self._logged_in(request)
+        login = self._current_login(request)
         try:
             result: UploadResult = yield upload.result
         except UploadError as e:
             if e.status == 503:
                 return self._busy(request)
-            if current is None or e.status == 403:
+            if login is None or e.status == 403:
                 return self._error(request, e.status, "Not stored", e.message + " Nothing was stored.")
-            session, identity, passphrase = current
-            page = yield self._lookup_page(request, session, identity, passphrase, status=e.status,
-                                           error=e.message + " Nothing was stored.")
+            page = yield self._lookup_page(request, login, status=e.status, error=e.message + " Nothing was stored.")
             return page
         except EncryptionFailed as e:
             return self._storage_failed(request, e)
-        if current is None:
+        if login is None:
             _discard(self.newsroom, result)
             return self._error(request, 403, "Please log in again", "Your session expired. Nothing was stored.")
-        session, identity, passphrase = current
+        session, identity = login.session, login.identity
         message = result.fields.get("msg", "")
         problem = None
         if not session.check_csrf(result.fields.get("csrf_token")):
@@ -309,7 +293,7 @@ class SourceInterface(HtmlResponses):
             problem = (400, "This instance does not accept files at the moment. Send a message instead.")
         if problem is not None:
             _discard(self.newsroom, result)
-            page = yield self._lookup_page(request, session, identity, passphrase, status=problem[0],
+            page = yield self._lookup_page(request, login, status=problem[0],
                                            message=message[:MAX_MESSAGE_CHARS], error=problem[1] + " Nothing was stored.")
             return page
         parts = []
@@ -319,7 +303,7 @@ class SourceInterface(HtmlResponses):
                 parts.append(part)
             parts += [EncryptedPart("doc", f.temp_path, f.ciphertext_size) for f in result.files]
             # The first submission also makes the source's key pair (a pending source has none).
-            yield shield(self.newsroom.commit_submission(identity, parts, passphrase))
+            yield shield(self.newsroom.commit_submission(identity, parts, login.passphrase))
         except (EncryptionFailed, StorageFailed) as e:
             _discard(self.newsroom, result, parts)
             return self._storage_failed(request, e)
@@ -338,38 +322,28 @@ class SourceInterface(HtmlResponses):
         return self._error(request, 500, "Not stored", "The server could not store your submission. Nothing was stored. Please try again later.")
 
     @app.route("/delete", methods=["POST"])
+    @login_required
     @inlineCallbacks
-    def delete(self, request: Any):
-        current = self._logged_in(request)
-        if current is None:
-            return self._redirect(request, "/login")
-        session, identity, _ = current
-        if not self._csrf_ok(session, request):
-            return self._error(request, 403, "Please try again", "The form was stale. Nothing was deleted.")
+    def delete(self, request: Any, login: SourceLogin):
         filename = self._arg(request, "reply_filename") or ""
         deleted = False
         try:
-            deleted = yield shield(self.newsroom.delete_reply(identity, filename))
+            deleted = yield shield(self.newsroom.delete_reply(login.identity, filename))
         except ValueError:
             deleted = False
         if deleted:
-            session.flash("Reply deleted.", "ok")
+            login.session.flash("Reply deleted.", "ok")
             return self._redirect(request, "/lookup")
-        page = yield self._lookup_page(request, session, identity, current[2], status=404,
+        page = yield self._lookup_page(request, login, status=404,
                                        error="That reply was not found. Nothing was deleted.")
         return page
 
     @app.route("/delete-all", methods=["POST"])
+    @login_required
     @inlineCallbacks
-    def delete_all(self, request: Any):
-        current = self._logged_in(request)
-        if current is None:
-            return self._redirect(request, "/login")
-        session, identity, _ = current
-        if not self._csrf_ok(session, request):
-            return self._error(request, 403, "Please try again", "The form was stale. Nothing was deleted.")
-        count = yield shield(self.newsroom.delete_all_replies(identity))
-        session.flash(f"All replies deleted ({count}).", "ok")
+    def delete_all(self, request: Any, login: SourceLogin):
+        count = yield shield(self.newsroom.delete_all_replies(login.identity))
+        login.session.flash(f"All replies deleted ({count}).", "ok")
         return self._redirect(request, "/lookup")
 
     # -- machine-readable ------------------------------------------------------------------
@@ -425,12 +399,12 @@ class SourceInterface(HtmlResponses):
             file_fields=frozenset({"fh"}),
         )
         refused = None
-        current = self._logged_in(request)
-        session = current[0] if current else None
+        login = self._current_login(request)
+        session = login.session if login else None
         pumps = self.newsroom.queues.uploads
-        if current is None:
+        if login is None:
             refused = UploadError(403, "Your session expired; please log in again.")
-        elif pumps.holding(current[1].source_id) >= pumps.per_key:
+        elif pumps.holding(login.identity.source_id) >= pumps.per_key:
             refused = UploadError(429, _STILL_RECEIVING)
         tickets: list[Any] = []
 
@@ -439,7 +413,7 @@ class SourceInterface(HtmlResponses):
             # session (logging in again gives a codename no more), and in total. Text-only
             # messages take none: they are encrypted on a pool of their own.
             try:
-                tickets.append(pumps.try_acquire(current[1].source_id))
+                tickets.append(pumps.try_acquire(login.identity.source_id))
             except KeyBusy:
                 raise UploadError(429, _STILL_RECEIVING)
             except Busy:

@@ -1,0 +1,26 @@
+"""Reading form fields (urlencoded bodies and query strings) the same way on both interfaces."""
+from __future__ import annotations
+
+from typing import Any
+
+
+def form_arg(request: Any, name: str, limit: int = 4096) -> str | None:
+    """The single UTF-8 value of ``name`` (at most ``limit`` characters), else None."""
+    values = request.args.get(name.encode())
+    if not values or len(values) != 1 or len(values[0]) > limit * 4:
+        return None
+    try:
+        return values[0].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def form_args(request: Any, name: str, most: int = 1000) -> list[str]:
+    """Every ASCII value of ``name`` (the first ``most``); others are skipped."""
+    found = []
+    for value in request.args.get(name.encode(), [])[:most]:
+        try:
+            found.append(value.decode("ascii"))
+        except UnicodeDecodeError:
+            continue
+    return found

@@ -1,0 +1,47 @@
+"""The cookie side of server-side sessions, the same for both HTML interfaces.
+
+A ``SessionStore`` keeps sessions keyed by a token's hash; this binds it to one cookie: read the
+token from a request, start a session (always a fresh token: no session fixation), end one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from deaddrop.web._common.sessions import Session, SessionStore
+
+
+@dataclass
+class SessionCookie:
+    store: SessionStore
+    name: str
+    # None: Secure only when the request came over TLS (the source onion is plain HTTP to us).
+    secure: bool | None = None
+
+    def token(self, request: Any) -> str | None:
+        raw = request.getCookie(self.name.encode())
+        try:
+            return raw.decode("ascii") if raw else None
+        except UnicodeDecodeError:
+            return None
+
+    def lookup(self, request: Any) -> Session | None:
+        return self.store.lookup(self.token(request))
+
+    def start(self, request: Any, replacing: Session | None = None) -> tuple[str, Session]:
+        """A new session and its cookie; ``replacing`` (the pre-login session) ends first."""
+        if replacing is not None:
+            self.store.destroy(replacing)
+        token, session = self.store.create()
+        self._set(request, token.encode())
+        return token, session
+
+    def end(self, request: Any, session: Session | None) -> None:
+        if session is not None:
+            self.store.destroy(session)
+        self._set(request, b"", max_age=b"0")
+
+    def _set(self, request: Any, value: bytes, **extra: Any) -> None:
+        secure = request.isSecure() if self.secure is None else self.secure
+        request.addCookie(self.name.encode(), value, path=b"/", httpOnly=True, secure=secure,
+                          sameSite="strict", **extra)
