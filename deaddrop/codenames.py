@@ -87,22 +87,49 @@ def generate_codename(n_words: int) -> str:
     return " ".join(secrets.choice(words) for _ in range(n_words))
 
 
+# What may stand between the words a source types: white space, commas, dots, semicolons and
+# hyphens (hyphens are resolved against the list below, which has a few hyphenated words).
+_SEPARATORS = re.compile(r"[\s,.;\u060c\u3001]+")
+
+
 def normalise_codename(text: str) -> str | None:
     """The canonical form of what a source typed, or None if it cannot be a codename.
 
-    Surrounding whitespace and repeated inner whitespace are ignored, and case does not
-    matter. The result only says the *shape* is right; whether a source has this codename is
-    for the KDF and the database to say.
+    Words may be separated by any run of white space, commas, dots, semicolons or hyphens, in
+    any case: "Abacus-abdomen, ABIDE.ablaze" is "abacus abdomen abide ablaze". The result only
+    says the *shape* is right; whether a source has this codename is for the KDF and the
+    database to say.
     """
     if not isinstance(text, str) or len(text) > MAX_CODENAME_CHARS:
         return None
-    words = text.strip().lower().split()
+    known = _codename_word_set()
+    words: list[str] = []
+    for token in _SEPARATORS.split(text.strip().lower()):
+        if not token:
+            continue
+        words += _split_hyphens(token, known)
     if not MIN_WORDS <= len(words) <= MAX_WORDS:
         return None
-    known = _codename_word_set()
     if not all(word in known for word in words):
         return None
     return " ".join(words)
+
+
+def _split_hyphens(token: str, known: frozenset[str]) -> list[str]:
+    """``t-shirt-abacus`` -> ``["t-shirt", "abacus"]``: a hyphen joins two parts only when
+    together they are a listed word (no part of a listed hyphenated word is a word itself)."""
+    parts = [p for p in token.split("-")]
+    out: list[str] = []
+    i = 0
+    while i < len(parts):
+        if i + 1 < len(parts) and f"{parts[i]}-{parts[i + 1]}" in known:
+            out.append(f"{parts[i]}-{parts[i + 1]}")
+            i += 2
+        else:
+            if parts[i]:
+                out.append(parts[i])
+            i += 1
+    return out
 
 
 def generate_designation() -> str:

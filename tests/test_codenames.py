@@ -36,6 +36,17 @@ class NormaliseTests(unittest.TestCase):
     def test_whitespace_and_case_do_not_matter(self):
         self.assertEqual(codenames.normalise_codename("  Abacus\tabdomen \n ABIDE   ablaze  "), "abacus abdomen abide ablaze")
 
+    def test_commas_hyphens_dots_and_new_lines_separate_words(self):
+        typed = "Abacus, abdomen-ABIDE.ablaze;\nt-shirt - drop-down,,yo-yo"
+        self.assertEqual(codenames.normalise_codename(typed),
+                         "abacus abdomen abide ablaze t-shirt drop-down yo-yo")
+
+    def test_no_part_of_a_hyphenated_word_is_a_word_itself(self):
+        """Why _split_hyphens may join greedily: "t-shirt" can only ever be one word."""
+        words = set(codenames.codename_words())
+        for word in (w for w in words if "-" in w):
+            self.assertNotIn(word.split("-")[0], words, word)
+
     def test_shapes_that_cannot_be_codenames(self):
         for text in ["", "abacus abdomen abide", "abacus " * 17, "abacus abdomen abide zzzzqq",
                      "x" * 300, "abacus abdomen abide abl\x00aze", "абакус abdomen abide ablaze", None, 42]:
@@ -53,7 +64,8 @@ class NormaliseTests(unittest.TestCase):
 
     @settings(max_examples=100, deadline=None)
     @given(st.lists(st.sampled_from(codenames.codename_words()), min_size=4, max_size=16),
-           st.lists(st.sampled_from([" ", "  ", "\t", "\n", " \r\n "]), min_size=17, max_size=17))
+           st.lists(st.sampled_from([" ", "  ", "\t", "\n", " \r\n ", ",", ", ", "-", ".", " - "]),
+                    min_size=17, max_size=17))
     def test_any_spacing_of_real_words_round_trips(self, words, gaps):
         typed = gaps[0] + "".join((w.upper() if i % 2 else w) + gaps[i + 1] for i, w in enumerate(words))
         self.assertEqual(codenames.normalise_codename(typed), " ".join(words))

@@ -1,7 +1,7 @@
 """HTML pages built from ``twisted.web.template`` tags: escaping is automatic, no JavaScript.
 
 Every page is complete without scripts, fonts or anything loaded from elsewhere; the only
-extra request is ``/static/style.css`` from the same origin.
+extra request is the stylesheet, from the same origin under a content-hashed (cacheable) name.
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from twisted.internet.defer import Deferred
 from twisted.web.template import Tag, flattenString, tags
 
 from deaddrop.web._common.sessions import Session
+from deaddrop.web._common.static import hashed_url
 
 DOCTYPE = b"<!DOCTYPE html>\n"
 
@@ -39,7 +40,7 @@ def layout(
             tags.meta(name="viewport", content="width=device-width, initial-scale=1"),
             tags.meta(name="referrer", content="no-referrer"),
             tags.title(f"{title} · {site_name}"),
-            tags.link(rel="stylesheet", href="/static/style.css"),
+            tags.link(rel="stylesheet", href=stylesheet_url()),
         ),
         tags.body(class_=body_class)(
             tags.header(
@@ -51,6 +52,10 @@ def layout(
             tags.footer(tags.p("Powered by DeadDrop")),
         ),
     )
+
+
+def stylesheet_url() -> str:
+    return hashed_url("style.css")
 
 
 def render(tag: Tag) -> Deferred:

@@ -1,141 +1,408 @@
-"""The source interface's pages. Plain HTML forms; nothing needs JavaScript."""
+"""The source interface's pages. Plain HTML forms; nothing needs JavaScript.
+
+Every visible string goes through the page's ``Language`` (gettext catalogs under
+``locales/``). Pages are built from ``twisted.web.template`` tags, so text is always escaped.
+"""
 from __future__ import annotations
 
-from typing import Any
+import datetime
+from dataclasses import dataclass, field
+from typing import Any, Iterable
 
+from babel.dates import format_date
+from babel.numbers import format_decimal
 from twisted.web.template import Tag, tags
 
-from deaddrop.sources import Reply
-from deaddrop.web._common.pages import csrf_field, layout
-from deaddrop.web._common.sessions import Session
+from deaddrop.web._common.pages import stylesheet_url
+from deaddrop.web.source.i18n import LANGUAGES, Language
 
 HONEYPOT_FIELD = "website"
+MAX_MESSAGE_CHARS = 100_000
+# Where the language menu may send a source back to (never a URL taken from the request).
+RETURN_PATHS = frozenset({"/", "/login", "/lookup", "/safety"})
 
 
-def _page(site_name: str, title: str, body: list[Any], session: Session | None, logged_in: bool = False, demo: bool = False) -> Tag:
-    nav = [tags.a("Log out", href="/logout", class_="button secondary")] if logged_in else []
-    if demo:
-        body = [tags.p("DEMO INSTANCE: submissions here go to a throwaway key. Do not use it for anything real.",
-                       class_="flash flash-error")] + body
-    return layout(title=title, site_name=site_name, body=body, nav=nav,
-                  flashes=session.pop_flashes() if session else ())
+@dataclass
+class CustomTexts:
+    """What admins wrote for the source pages, already resolved to the page's language."""
+
+    welcome: str = ""
+    instructions: str = ""
+    logo_url: str | None = None
 
 
-def index(site_name: str, session: Session | None, demo: bool) -> Tag:
-    return _page(site_name, "Share information securely", [
-        tags.h1(f"Share information with {site_name}"),
-        tags.p("This drop box lets you send messages and documents to our journalists, and read their "
-               "replies, without revealing who you are. We cannot see your IP address or anything about your "
-               "device. Keep this page in Tor Browser and set its security level to Safest."),
-        tags.div(class_="choices")(
-            tags.section(class_="card")(
-                tags.h2("First submission"),
-                tags.p("You will get a codename: a few random words that let you come back, read replies and "
-                       "send more. We never learn or store it."),
-                tags.a("Get started", href="/generate", class_="button"),
+@dataclass
+class PageContext:
+    """Everything the page frame needs: language, who is looking, and the instance's limits."""
+
+    lang: Language
+    site_name: str
+    path: str = "/"
+    csrf_token: str | None = None
+    flashes: Iterable[tuple[str, str]] = ()
+    logged_in: bool = False
+    demo: bool = False
+    tor_browser: bool = True
+    session_minutes: int = 120
+    max_upload_size: int = 500 * 1024 * 1024
+    allow_uploads: bool = True
+    custom: CustomTexts = field(default_factory=CustomTexts)
+
+    def _(self, message: str, **values: Any) -> str:
+        text = self.lang.gettext(message)
+        return text.format(**values) if values else text
+
+    def number(self, n: float) -> str:
+        return format_decimal(n, locale=self.lang.code)
+
+    def size(self, n_bytes: int) -> str:
+        """Bytes in megabytes (10^6), the unit a non-specialist knows from their files."""
+        mb = n_bytes / 1_000_000
+        pattern = "#,##0.#" if mb < 10 else "#,##0"
+        return self._("{n} MB", n=format_decimal(mb, format=pattern, locale=self.lang.code))
+
+    def date(self, timestamp: float) -> str:
+        return format_date(datetime.datetime.fromtimestamp(timestamp, datetime.timezone.utc).date(),
+                           format="long", locale=self.lang.code)
+
+
+@dataclass
+class ShownReply:
+    filename: str
+    text: str | None  # None when it could not be decrypted
+    created_at: float
+    new: bool = False
+
+
+def _csrf(ctx: PageContext) -> Tag | str:
+    return tags.input(type="hidden", name="csrf_token", value=ctx.csrf_token) if ctx.csrf_token else ""
+
+
+def _error(message: str | None) -> Tag | str:
+    return tags.p(message, class_="flash flash-error", role="alert") if message else ""
+
+
+# -- the frame -------------------------------------------------------------------------------
+
+def _language_menu(ctx: PageContext) -> Tag:
+    back = ctx.path if ctx.path in RETURN_PATHS else "/"
+    items = []
+    for code, (name, _direction) in LANGUAGES.items():
+        link = tags.a(name, href=f"/language/{code}?next={back}", lang=code, hreflang=code)
+        if code == ctx.lang.code:
+            link(**{"aria-current": "true"})
+        items.append(tags.li(link))
+    return tags.nav(class_="languages", **{"aria-label": ctx._("Language")})(tags.ul(*items))
+
+
+def _banners(ctx: PageContext) -> list[Any]:
+    out: list[Any] = []
+    if not ctx.tor_browser:
+        out.append(tags.div(class_="banner", id="tor-browser-warning", role="note")(
+            tags.strong(ctx._("You do not seem to be using Tor Browser.")), " ",
+            ctx._("To protect your identity, close this page and open this address in Tor Browser, "
+                  "which you can get from torproject.org (or by email from gettor@torproject.org). "
+                  "If you are already using Tor Browser, you can ignore this message."),
+        ))
+    if ctx.demo:
+        out.append(tags.p(ctx._("DEMO INSTANCE: submissions here go to a throwaway key. Do not use it for anything real."),
+                          class_="flash flash-error"))
+    return out
+
+
+def _frame(ctx: PageContext, title: str, body: list[Any], body_class: str = "") -> Tag:
+    nav = [tags.a(ctx._("How to stay safe"), href="/safety")]
+    if ctx.logged_in:
+        nav.append(tags.a(ctx._("Log out"), href="/logout", class_="button secondary"))
+    brand = [tags.a(href="/")(
+        tags.img(src=ctx.custom.logo_url, alt="", class_="logo") if ctx.custom.logo_url else "",
+        ctx.site_name,
+    )]
+    flashes = [tags.p(message, class_=f"flash flash-{category}", role="status") for category, message in ctx.flashes]
+    return tags.html(lang=ctx.lang.code, dir=ctx.lang.direction)(
+        tags.head(
+            tags.meta(charset="utf-8"),
+            tags.meta(name="viewport", content="width=device-width, initial-scale=1"),
+            tags.meta(name="referrer", content="no-referrer"),
+            tags.title(f"{title} · {ctx.site_name}"),
+            tags.link(rel="stylesheet", href=stylesheet_url()),
+        ),
+        tags.body(class_=("source " + body_class).strip())(
+            tags.header(class_="top")(
+                tags.div(class_="brand")(*brand),
+                tags.nav(*nav, **{"aria-label": ctx._("Main")}),
+                _language_menu(ctx),
             ),
-            tags.section(class_="card")(
-                tags.h2("Return visit"),
-                tags.p("Already have a codename? Log in to check for replies or send more."),
-                tags.a("Log in", href="/login", class_="button secondary"),
+            Tag("main")(*_banners(ctx), tags.div(*flashes, class_="flashes") if flashes else "", *body),
+            tags.footer(
+                tags.p(tags.a(ctx._("How to stay safe"), href="/safety"), " · ", ctx._("Powered by DeadDrop")),
             ),
         ),
-    ], session, demo=demo)
+    )
 
 
-def generate(site_name: str, session: Session, codename: str, demo: bool) -> Tag:
-    return _page(site_name, "Your codename", [
-        tags.h1("Your codename"),
-        tags.p("This is your codename. Write it down on paper or memorise it, and keep it somewhere safe. "
-               "You need it to log in again and read replies from our journalists."),
-        tags.p(codename, id="codename", class_="codename"),
-        tags.p("We do not store your codename and cannot recover it for you. Anyone who knows it can read "
-               "the replies sent to you, so never share it.", class_="hint"),
+def _limits(ctx: PageContext) -> str:
+    if ctx.allow_uploads:
+        return ctx._("You can send a message of up to {chars} characters and files of up to {size} in total. "
+                     "You are logged out after {minutes} minutes without activity.",
+                     chars=ctx.number(MAX_MESSAGE_CHARS), size=ctx.size(ctx.max_upload_size),
+                     minutes=ctx.number(ctx.session_minutes))
+    return ctx._("You can send a message of up to {chars} characters. This drop box does not accept files at "
+                 "the moment. You are logged out after {minutes} minutes without activity.",
+                 chars=ctx.number(MAX_MESSAGE_CHARS), minutes=ctx.number(ctx.session_minutes))
+
+
+def _paragraphs(text: str, class_: str = "custom") -> Tag:
+    """Admin-written text: plain text, blank lines make paragraphs (no HTML is interpreted)."""
+    return tags.div(class_=class_)(*[tags.p(p.strip()) for p in text.split("\n\n") if p.strip()])
+
+
+# -- pages -----------------------------------------------------------------------------------
+
+def index(ctx: PageContext) -> Tag:
+    _ = ctx._
+    intro: Any = _paragraphs(ctx.custom.welcome) if ctx.custom.welcome else tags.p(_(
+        "This drop box lets you send messages and documents to our journalists, and read their replies, "
+        "without telling us who you are. We cannot see your IP address or anything about your device."))
+    return _frame(ctx, _("Share information securely"), [
+        tags.h1(_("Share information with {name}", name=ctx.site_name)),
+        intro,
+        tags.section(class_="card guidance", **{"aria-labelledby": "before"})(
+            tags.h2(_("Before you start"), id="before"),
+            tags.ul(
+                tags.li(_("Use Tor Browser, with its security level set to Safest.")),
+                tags.li(_("Do not use a computer, phone or network that belongs to your work.")),
+                tags.li(_("Remove hidden information (metadata) from documents before you send them.")),
+            ),
+            tags.p(_limits(ctx), class_="hint"),
+            tags.p(tags.a(_("Read how to stay safe"), href="/safety")),
+        ),
+        tags.div(class_="choices")(
+            tags.section(class_="card", **{"aria-labelledby": "first"})(
+                tags.h2(_("First time here"), id="first"),
+                tags.p(_("You will get a codename: a few random words that let you come back, read replies and "
+                         "send more. We never learn or store it.")),
+                tags.a(_("Get a codename"), href="/generate", class_="button"),
+            ),
+            tags.section(class_="card", **{"aria-labelledby": "return"})(
+                tags.h2(_("Coming back"), id="return"),
+                tags.p(_("Already have a codename? Log in to read replies or send more.")),
+                tags.a(_("Log in"), href="/login", class_="button secondary"),
+            ),
+        ),
+    ])
+
+
+def safety(ctx: PageContext, retention_days: int | None = None) -> Tag:
+    _ = ctx._
+    if retention_days:
+        kept = _("Submissions are deleted from this server at the latest {days} days after they arrive, and "
+                 "sooner once our journalists have dealt with them.", days=ctx.number(retention_days))
+    else:
+        kept = _("Submissions are kept only as long as our journalists need them, then deleted.")
+    return _frame(ctx, _("How to stay safe"), [
+        tags.h1(_("How to stay safe")),
+        tags.p(_("No tool can make you completely safe, but these steps lower the risk a lot. "
+                 "Please read them before you send anything.")),
+        tags.h2(_("Use Tor Browser, set to Safest")),
+        tags.p(_("Open this site only in Tor Browser. It hides where you are and which device you use. "
+                 "In Tor Browser, open the shield menu, choose Settings, and set the security level to Safest. "
+                 "This site works fully at that level.")),
+        tags.p(_("You can get Tor Browser from torproject.org. If that site is blocked where you are, "
+                 "send an email to gettor@torproject.org to get a copy.")),
+        tags.h2(_("Do not use a work device or network")),
+        tags.p(_("Employers can often see what is done on their computers, phones and networks. Use your own "
+                 "device, on a network that has nothing to do with your work. Do not use a device that someone "
+                 "else controls or watches.")),
+        tags.h2(_("Remove hidden information from documents")),
+        tags.p(_("Files often carry hidden information, called metadata: the author's name, dates, the name of "
+                 "the computer, sometimes the place where a photo was taken. Before you send a file:")),
+        tags.ul(
+            tags.li(_("Photos: take a screenshot of the photo and send the screenshot.")),
+            tags.li(_("Documents: copy the text into a new plain text file, or print the document and scan "
+                      "or photograph the paper, or use your software's tool for removing personal information.")),
+            tags.li(_("Think about what the content reveals: if only a few people saw a document, sending it "
+                      "may point to you.")),
+        ),
+        tags.p(_("If you are not sure, say so in your message: our journalists can help.")),
+        tags.h2(_("What happens to what you send")),
+        tags.p(_("Your message and files are encrypted as soon as they reach our server, before anything is "
+                 "saved. The server cannot read them. Our journalists copy them to a computer that is never "
+                 "connected to the internet, and only there are they decrypted and read.")),
+        tags.h2(_("Who reads it and how long it is kept")),
+        tags.p(_("Only journalists of {name} can read what you send. We do not record your IP address, "
+                 "your browser or your device.", name=ctx.site_name)),
+        tags.p(kept),
+        tags.p(_("A reply you delete is removed at once.")),
+        tags.h2(_("Why a codename")),
+        tags.p(_("We never ask for your name or email address. Instead you get a codename: a few random "
+                 "words. It is the only way to come back, read our replies and send more. We do not store it, "
+                 "so we cannot give it back if you lose it. Write it on paper and keep it in a safe place, "
+                 "or learn it by heart, and never share it.")),
+        tags.p(_("The codename words are English words, whatever language you use here. Type them "
+                 "exactly as they are shown.")),
+        tags.h2(_("When you are done")),
+        tags.p(_("Log out, then close Tor Browser, or choose New Identity in its menu.")),
+        tags.p(tags.a(_("Back to the start"), href="/")),
+    ])
+
+
+def generate(ctx: PageContext, codename: str) -> Tag:
+    _ = ctx._
+    return _frame(ctx, _("Your codename"), [
+        tags.h1(_("Your codename")),
+        tags.p(_("This is your codename. Write it down on paper or learn it by heart, and keep it somewhere safe. "
+                 "You need it to come back and read replies from our journalists.")),
+        tags.p(codename, id="codename", class_="codename", lang="en", dir="ltr"),
+        tags.p(_("The codename words are English words, whatever language you use here. Type them "
+                 "exactly as they are shown."), class_="hint"),
+        tags.p(_("We do not store your codename and cannot give it back if you lose it. Anyone who knows it can "
+                 "read the replies sent to you, so never share it."), class_="hint"),
         tags.form(method="post", action="/create")(
-            csrf_field(session),
+            _csrf(ctx),
             tags.input(type="hidden", name="codename", value=codename),
             tags.div(class_="actions")(
-                tags.button("I have saved my codename: continue", type="submit"),
-                tags.a("Show me a different one", href="/generate", class_="button secondary"),
+                tags.button(_("I have saved my codename: continue"), type="submit"),
+                tags.a(_("Show me a different one"), href="/generate", class_="button secondary"),
             ),
         ),
-    ], session, demo=demo)
+    ])
 
 
-def login(site_name: str, session: Session, error: str | None, demo: bool) -> Tag:
-    body = [tags.h1("Log in with your codename")]
-    if error:
-        body.append(tags.p(error, class_="flash flash-error", role="alert"))
-    body.append(tags.form(method="post", action="/login", class_="card")(
-        csrf_field(session),
-        tags.label("Codename", for_="codename"),
-        tags.input(type="password", name="codename", id="codename", autocomplete="off", autofocus="",
-                   spellcheck="false", autocapitalize="off", maxlength="256", required=""),
-        tags.p("Spaces at the start or end do not matter.", class_="hint"),
-        tags.div(class_="actions")(tags.button("Continue", type="submit"), tags.a("Cancel", href="/")),
-    ))
-    return _page(site_name, "Log in", body, session, demo=demo)
-
-
-def lookup(site_name: str, session: Session, replies: list[Reply], *, allow_uploads: bool,
-           max_upload_size: int, message: str = "", error: str | None = None, demo: bool = False) -> Tag:
-    body: list[Any] = [tags.h1("Submit files or messages")]
-    if error:
-        body.append(tags.p(error, class_="flash flash-error", role="alert"))
-    form = tags.form(method="post", action="/submit", enctype="multipart/form-data", class_="card")(
-        # First in the body, so the server knows the request is genuine before any file arrives.
-        csrf_field(session),
-        tags.div(class_="honey", **{"aria-hidden": "true"})(
-            tags.label("Leave this field empty", for_=HONEYPOT_FIELD),
-            tags.input(type="text", name=HONEYPOT_FIELD, id=HONEYPOT_FIELD, tabindex="-1", autocomplete="off"),
-        ),
-        tags.label("Message", for_="msg"),
-        tags.textarea(message, name="msg", id="msg", maxlength="100000",
-                      placeholder="Write a message. It is encrypted before it is stored."),
+def login(ctx: PageContext, error: str | None = None, notice: str | None = None, carried: str = "") -> Tag:
+    """The login form; ``carried`` is a message typed before the session expired, sent after login."""
+    _ = ctx._
+    form = tags.form(method="post", action="/login", class_="card")(
+        _csrf(ctx),
+        tags.label(_("Codename"), for_="codename"),
+        # Plain text, not a password field: a source copying from paper must see what they type.
+        tags.textarea(name="codename", id="codename", rows="2", autocomplete="off", spellcheck="false",
+                      autocapitalize="off", autocorrect="off", maxlength="256", required="", lang="en", dir="ltr",
+                      **{"aria-describedby": "codename-hint"}),
+        tags.p(_("Type the words of your codename. Spaces, commas, hyphens, dots or new lines between the words "
+                 "are all fine, and capital letters do not matter."), id="codename-hint", class_="hint"),
     )
-    if allow_uploads:
+    if carried:
         form(
-            tags.label("Documents", for_="fh"),
-            tags.input(type="file", name="fh", id="fh", multiple=""),
-            tags.p(f"Up to {_human_size(max_upload_size)} in total. Consider removing metadata from files first.",
-                   class_="hint"),
+            tags.label(_("Your message, kept for you"), for_="msg"),
+            tags.textarea(carried, name="msg", id="msg", maxlength=str(MAX_MESSAGE_CHARS)),
+            tags.p(_("It will be sent as soon as you log in. Files cannot be kept: choose them again after "
+                     "logging in."), class_="hint"),
         )
-    form(tags.div(class_="actions")(tags.button("Submit", type="submit")))
-    body.append(form)
-    body.append(tags.h2("Replies"))
+    form(tags.div(class_="actions")(tags.button(_("Log in"), type="submit"), tags.a(_("Cancel"), href="/")))
+    return _frame(ctx, _("Log in"), [
+        tags.h1(_("Log in with your codename")),
+        tags.p(notice, class_="flash flash-warning", role="status") if notice else "",
+        _error(error),
+        form,
+    ])
+
+
+def lookup(ctx: PageContext, replies: list[ShownReply], *, message: str = "", error: str | None = None,
+           codename: str | None = None, first_submission_done: bool = False) -> Tag:
+    """The logged-in page: new-reply notice, the submission form, then the replies, newest first."""
+    _ = ctx._
+    new = sum(1 for r in replies if r.new)
+    body: list[Any] = [tags.h1(_("Send more and read replies"))]
+    if new:
+        body.append(tags.p(tags.a(ctx.lang.ngettext("{n} new reply", "{n} new replies", new).format(n=ctx.number(new)),
+                                  href="#replies"), class_="flash flash-ok", id="new-replies"))
+    if first_submission_done:
+        body.append(_what_happens_next(ctx))
+    if codename:
+        body.append(tags.details(class_="card reveal")(
+            tags.summary(_("Show my codename")),
+            tags.p(codename, class_="codename", lang="en", dir="ltr"),
+            tags.p(_("Keep it on paper in a safe place, never in a file or a phone. Close this panel when "
+                     "others can see your screen."), class_="hint"),
+        ))
+    body.append(_submission_form(ctx, message, error))
+    body.append(tags.h2(_("Replies from {name}", name=ctx.site_name), id="replies"))
     if not replies:
-        body.append(tags.p("There are no replies yet. Check back later.", class_="hint"))
+        body.append(tags.p(_("There are no replies yet. Journalists may take days to answer: please check back "
+                             "later."), class_="hint"))
     else:
-        body.append(tags.p("Please delete replies once you have read them: a deleted reply cannot be read by "
-                           "anyone who learns your codename later.", class_="flash flash-warning"))
-        for reply in replies:
-            text = reply.text if reply.text is not None else "(This reply could not be decrypted.)"
+        body.append(tags.p(_("Please delete replies once you have read them: a deleted reply cannot be read by "
+                             "anyone who learns your codename later."), class_="flash flash-warning"))
+        for reply in sorted(replies, key=lambda r: r.created_at, reverse=True):
+            text = reply.text if reply.text is not None else _("(This reply could not be decrypted.)")
+            heading = [tags.time(ctx.date(reply.created_at), datetime=_iso_day(reply.created_at))]
+            if reply.new:
+                heading.append(tags.span(_("New"), class_="badge"))
             body.append(tags.article(class_="card")(
+                tags.p(*heading, class_="reply-date"),
                 tags.p(text, class_="reply"),
                 tags.form(method="post", action="/delete")(
-                    csrf_field(session),
+                    _csrf(ctx),
                     tags.input(type="hidden", name="reply_filename", value=reply.filename),
-                    tags.button("Delete this reply", type="submit", class_="secondary"),
+                    tags.button(_("Delete this reply"), type="submit", class_="secondary"),
                 ),
             ))
         body.append(tags.form(method="post", action="/delete-all")(
-            csrf_field(session), tags.button("Delete all replies", type="submit", class_="danger"),
+            _csrf(ctx), tags.button(_("Delete all replies"), type="submit", class_="danger"),
         ))
-    return _page(site_name, "Your submissions", body, session, logged_in=True, demo=demo)
+    return _frame(ctx, _("Send more and read replies"), body)
 
 
-def logged_out(site_name: str) -> Tag:
-    return _page(site_name, "Logged out", [
-        tags.h1("You are logged out"),
-        tags.p("To finish, close Tor Browser or choose New Identity from its menu, so nothing of this visit "
-               "stays on this computer."),
-        tags.p(tags.a("Back to the start", href="/")),
-    ], None)
+def _iso_day(timestamp: float) -> str:
+    return datetime.datetime.fromtimestamp(timestamp, datetime.timezone.utc).date().isoformat()
 
 
-def _human_size(n: int) -> str:
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:g} {unit}" if unit == "bytes" else f"{n:.0f} {unit}"
-        n /= 1024
-    return str(n)
+def _what_happens_next(ctx: PageContext) -> Tag:
+    _ = ctx._
+    return tags.section(class_="card next", **{"aria-labelledby": "next"})(
+        tags.h2(_("What happens next"), id="next"),
+        tags.p(_("Your submission is encrypted and waiting for our journalists. They read submissions on a "
+                 "computer that is not connected to the internet, so it can take days before they answer.")),
+        tags.p(_("Come back in a few days with your codename to read their replies. You can also send more at "
+                 "any time.")),
+        tags.p(_("When you are done, log out and close Tor Browser.")),
+    )
+
+
+def _submission_form(ctx: PageContext, message: str, error: str | None) -> Tag:
+    _ = ctx._
+    section = tags.section(class_="card", **{"aria-labelledby": "send"})(
+        tags.h2(_("Send a message or files"), id="send"),
+        _paragraphs(ctx.custom.instructions) if ctx.custom.instructions else "",
+        _error(error),
+    )
+    form = tags.form(method="post", action="/submit", enctype="multipart/form-data")(
+        # First in the body, so the server knows the request is genuine before any file arrives.
+        _csrf(ctx),
+        tags.div(class_="honey", **{"aria-hidden": "true"})(
+            tags.label(_("Leave this field empty"), for_=HONEYPOT_FIELD),
+            tags.input(type="text", name=HONEYPOT_FIELD, id=HONEYPOT_FIELD, tabindex="-1", autocomplete="off"),
+        ),
+        tags.label(_("Message"), for_="msg"),
+        tags.textarea(message, name="msg", id="msg", maxlength=str(MAX_MESSAGE_CHARS),
+                      **{"aria-describedby": "limits"}),
+    )
+    if ctx.allow_uploads:
+        form(
+            tags.label(_("Files"), for_="fh"),
+            tags.input(type="file", name="fh", id="fh", multiple=""),
+            tags.p(_("Remove hidden information (metadata) from documents before you send them."), class_="hint"),
+        )
+    form(
+        tags.p(_limits(ctx), id="limits", class_="hint"),
+        tags.div(class_="actions")(tags.button(_("Send"), type="submit")),
+    )
+    return section(form)
+
+
+def logged_out(ctx: PageContext) -> Tag:
+    _ = ctx._
+    return _frame(ctx, _("Logged out"), [
+        tags.h1(_("You are logged out")),
+        tags.p(_("To finish, close Tor Browser or choose New Identity in its menu, so nothing of this visit "
+                 "stays on this computer.")),
+        tags.p(tags.a(_("Back to the start"), href="/")),
+    ])
+
+
+def error(ctx: PageContext, title: str, message: str, back: str | None = None) -> Tag:
+    """A page for a problem that has no form to show again; the frame keeps menu and Log out."""
+    link = tags.a(ctx._("Back to your page"), href="/lookup") if ctx.logged_in else tags.a(ctx._("Back to the start"), href="/")
+    return _frame(ctx, title, [tags.h1(title), tags.p(message), tags.p(back) if back else "", tags.p(link)],
+                  body_class="error")

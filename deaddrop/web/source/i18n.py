@@ -1,0 +1,112 @@
+"""The source interface's languages: gettext catalogs (managed with Babel) and choosing one.
+
+The language is the one a source picked in the menu (a cookie that holds nothing but the
+language code), else the best match of the browser's ``Accept-Language``, else English.
+Catalogs live in ``locales/<code>/LC_MESSAGES/messages.po``; the compiled ``.mo`` files are
+committed beside them (``scripts/i18n compile`` rebuilds them), so an install needs no build step.
+"""
+from __future__ import annotations
+
+import gettext as _gettext
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+LOCALE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "locales")
+DOMAIN = "messages"
+COOKIE = "dd_lang"
+
+# code -> (name in its own language, text direction). English is the source language.
+LANGUAGES: dict[str, tuple[str, str]] = {
+    "en": ("English", "ltr"),
+    "es": ("Español", "ltr"),
+    "fr": ("Français", "ltr"),
+    "de": ("Deutsch", "ltr"),
+    "pt": ("Português", "ltr"),
+    "ru": ("Русский", "ltr"),
+    "tr": ("Türkçe", "ltr"),
+    "ar": ("العربية", "rtl"),
+    "fa": ("فارسی", "rtl"),
+}
+DEFAULT = "en"
+TRANSLATED = tuple(code for code in LANGUAGES if code != DEFAULT)
+
+# Accept-Language is attacker-controlled: read a bounded prefix and a bounded number of entries.
+_MAX_HEADER_CHARS = 512
+_MAX_ENTRIES = 20
+
+
+def N_(message: str) -> str:
+    """Marks a string for extraction where it is defined; it is translated where it is shown."""
+    return message
+
+
+@dataclass(frozen=True)
+class Language:
+    code: str
+    name: str
+    direction: str
+    translations: Any  # gettext.NullTranslations
+
+    def gettext(self, message: str) -> str:
+        return self.translations.gettext(message)
+
+    def ngettext(self, singular: str, plural: str, n: int) -> str:
+        return self.translations.ngettext(singular, plural, n)
+
+
+@lru_cache(maxsize=None)
+def language(code: str) -> Language:
+    """The ``Language`` for a code of ``LANGUAGES`` (English for any other)."""
+    if code not in LANGUAGES:
+        code = DEFAULT
+    name, direction = LANGUAGES[code]
+    if code == DEFAULT:
+        translations: Any = _gettext.NullTranslations()
+    else:
+        # fallback=False: a missing catalog is a packaging bug, not something to hide.
+        translations = _gettext.translation(DOMAIN, LOCALE_DIR, languages=[code])
+    return Language(code, name, direction, translations)
+
+
+def from_accept_language(header: str | None) -> str | None:
+    """The best of ``LANGUAGES`` for an ``Accept-Language`` value, or None.
+
+    ``pt-BR`` matches ``pt``; entries keep their order among equal quality values.
+    """
+    if not header:
+        return None
+    ranked: list[tuple[float, int, str]] = []
+    for index, entry in enumerate(header[:_MAX_HEADER_CHARS].split(",")[:_MAX_ENTRIES]):
+        tag, _, params = entry.strip().partition(";")
+        quality = 1.0
+        params = params.strip()
+        if params.startswith("q="):
+            try:
+                quality = float(params[2:])
+            except ValueError:
+                continue
+        primary = tag.strip().lower().split("-")[0]
+        if quality > 0 and primary in LANGUAGES:
+            ranked.append((-quality, index, primary))
+    return min(ranked)[2] if ranked else None
+
+
+def negotiate(request: Any) -> Language:
+    """The language of this request: the menu's cookie, else Accept-Language, else English."""
+    chosen = request.getCookie(COOKIE.encode())
+    if chosen:
+        code = chosen.decode("ascii", "replace")
+        if code in LANGUAGES:
+            return language(code)
+    header = request.getHeader(b"accept-language")
+    if isinstance(header, bytes):
+        header = header.decode("latin-1")
+    return language(from_accept_language(header) or DEFAULT)
+
+
+def remember(request: Any, code: str) -> None:
+    """Set the menu's cookie: the language code and nothing else, for this browser session only."""
+    request.addCookie(COOKIE.encode(), code.encode("ascii"), path=b"/", httpOnly=True,
+                      secure=request.isSecure(), sameSite="lax")

@@ -1,0 +1,87 @@
+"""What the source interface tells a source outside the page bodies: titles, notices, errors.
+
+Each is an English gettext message id, marked with ``N_`` for extraction and translated where
+it is shown (``PageContext._``). Every error after a submit says what went wrong, the limit in
+numbers where there is one, that nothing was stored, and where the typed message is now.
+"""
+from __future__ import annotations
+
+from deaddrop.web.source.i18n import N_, Language
+
+# -- titles ------------------------------------------------------------------------------------
+T_TRY_AGAIN = N_("Please try again")
+T_NOT_STORED = N_("Not stored")
+T_OUT_OF_SPACE = N_("Not stored: the server is out of space")
+T_SOMETHING_WRONG = N_("Something went wrong")
+T_NOT_FOUND = N_("Page not found")
+T_NOT_ALLOWED = N_("Not allowed")
+T_REFUSED = N_("Request refused")
+T_NOTHING_RECEIVED = N_("Nothing received")
+T_BUSY = N_("The drop box is busy")
+T_CLOSED = N_("This conversation was closed")
+T_TOO_LARGE = N_("Too large")
+
+# -- codename and login --------------------------------------------------------------------------
+NOT_RECOGNIZED = N_("Sorry, that is not a recognized codename. Check the words and try again.")
+THROTTLED = N_("Too many attempts to log in. Please wait a minute and try again.")
+ALREADY_LOGGED_IN = N_("You are already logged in. To make a new codename, log out first.")
+CODENAME_ACTIVE = N_("Your codename is active. Remember it: it is the only way back to your replies.")
+STALE_CREATE = N_("This page was out of date, so nothing was created. Please get a new codename.")
+NOT_GENERATED = N_("That codename was not made for this visit. Please get a new one.")
+GET_NEW_CODENAME = N_("Please get a new codename.")
+STALE_LOGIN = N_("This page was out of date. Please enter your codename again.")
+INACTIVE = N_("You were logged out after {minutes} minutes without activity. Please log in again.")
+EXPIRED_SUBMIT = N_("You were logged out after {minutes} minutes without activity, so your message was not "
+                    "sent yet. It is kept below: enter your codename and it will be sent.")
+
+# -- submitting ----------------------------------------------------------------------------------
+BUSY = N_("The drop box is busy. Nothing was lost; please try again in a minute.")
+STALE_SUBMIT = N_("This form was out of date (for example, it was open in another tab while you logged in "
+                  "again). Nothing was stored. Your message is still below: please send it again.")
+HONEYPOT = N_("Your submission could not be accepted. Nothing was stored.")
+TOO_LONG = N_("Your message is too long: it has {count} characters, and the limit is {limit}. Nothing was "
+              "stored. It is still below: shorten it or send it in several parts.")
+EMPTY = N_("Please write a message or choose a file. Nothing was stored.")
+NO_FILES = N_("This drop box does not accept files at the moment. Nothing was stored. Your message is still "
+              "below: you can send it without the files.")
+TOO_LARGE = N_("Your files are too large: this drop box accepts at most {size} in total. Nothing was stored. "
+               "Your message is still below: send it again with smaller files, or without them.")
+TOO_LARGE_LOST = N_("Your files are too large: this drop box accepts at most {size} in total. Nothing was "
+                    "stored. To get back the message you typed, use your browser's Back button.")
+IN_FLIGHT = N_("Another submission from you is still being received. Nothing was stored from this one. Your "
+               "message is still below: send it again once the other one has finished.")
+BAD_FORM = N_("The form could not be read. Nothing was stored. Your message is still below: please send it "
+              "again.")
+NOTHING_RECEIVED = N_("Submissions must be sent with the form on your page.")
+OUT_OF_SPACE = N_("The server has run out of space. Nothing was stored. Please try again later.")
+NOT_STORED = N_("The server could not store your submission. Nothing was stored. Please try again later.")
+SOURCE_CLOSED = N_("The newsroom has closed the conversation for this codename and deleted what it held. "
+                   "Nothing you just sent was stored. If you want to reach us again, please start over with "
+                   "a new codename.")
+
+
+def received(lang: Language, message: bool, documents: int) -> str:
+    """The thank-you notice after a submission."""
+    if not documents:
+        return lang.gettext("Thank you. We received your message.")
+    if message:
+        text = lang.ngettext("Thank you. We received your message and {n} document.",
+                             "Thank you. We received your message and {n} documents.", documents)
+    else:
+        text = lang.ngettext("Thank you. We received {n} document.", "Thank you. We received {n} documents.",
+                             documents)
+    return text.format(n=documents)
+
+# -- replies -------------------------------------------------------------------------------------
+REPLY_DELETED = N_("Reply deleted.")
+REPLIES_DELETED = N_("Replies deleted: {count}.")
+REPLY_NOT_FOUND = N_("That reply was not found. Nothing was deleted.")
+STALE_DELETE = N_("This page was out of date. Nothing was deleted. Please try again.")
+
+# -- anything else -------------------------------------------------------------------------------
+SOMETHING_WRONG = N_("The server could not handle that request. Nothing was stored unless you saw a "
+                     "confirmation.")
+NOT_FOUND = N_("There is nothing at this address.")
+NOT_ALLOWED = N_("That action is not available this way.")
+REFUSED = N_("The request could not be handled.")
+BAD_ADDRESS = N_("That address could not be read.")
