@@ -24,6 +24,7 @@ from deaddrop.crypto.streaming import EncryptionTarget
 from deaddrop.events import SecurityEvents
 from deaddrop.listeners import ListenerService
 from deaddrop.settings import InstanceSettings
+from deaddrop.source_texts import SourceTexts
 from deaddrop.sources import Newsroom, SourceQueues
 from deaddrop.store import queries
 from deaddrop.store._atomic import write_atomically
@@ -152,12 +153,9 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
     top.settings = settings
     top.db = db
 
+    top.source_texts = SourceTexts.from_stored(db.run_blocking(queries.get_settings))
+    # A deleted source's sessions are emptied by the source interface itself (it says why).
     source_sessions = SessionStore("dd_source", config.source_session_idle, config.source_session_lifetime)
-    newsroom.on_source_deleted(
-        lambda source_id: source_sessions.destroy_where(
-            lambda s: getattr(s.data.get("source"), "source_id", None) == source_id
-        )
-    )
     top.circuit_closer = _circuit_closer(top, config)
     source = SourceInterface(
         newsroom=newsroom,
@@ -169,6 +167,7 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
         login_throttle=FailureThrottle(config.source_login_failures_per_minute, 60.0),
         demo=config.demo,
         circuit_closer=top.circuit_closer,
+        texts=top.source_texts,
     )
     top.source = source
     top.source_listener = ListenerService(reactor, config.source_listen, source.site(reactor), top.fatal)

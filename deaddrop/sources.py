@@ -54,6 +54,8 @@ class EncryptedPart:
 class Reply:
     filename: str
     text: str | None  # None when it could not be decrypted
+    created_at: float = 0.0
+    new: bool = False  # not yet shown to the source
 
 
 class SourceNotFound(Exception):
@@ -391,15 +393,21 @@ class Newsroom:
     def replies_for(self, identity: SourceIdentity, passphrase: str):
         """The source's replies, decrypted in its decryption queue (``Busy`` when full)."""
         rows = yield self.db.run(queries.replies_for_source, identity.source_id)
-        names = [row["filename"] for row in rows if self.is_placed(row["filename"])]
-        if not names:
+        placed = [row for row in rows if self.is_placed(row["filename"])]
+        if not placed:
             return []
-        texts = yield self.queues.decrypt.run(identity.source_id, self._read_replies,
-                                              identity.filesystem_id, names, passphrase)
-        return [Reply(name, text) for name, text in zip(names, texts)]
+        texts = yield self.queues.decrypt.run(identity.source_id, self._read_replies, identity.filesystem_id,
+                                              [row["filename"] for row in placed], passphrase)
+        return [Reply(row["filename"], text, row["created_at"], not row["read_by_source"])
+                for row, text in zip(placed, texts)]
 
     def _read_replies(self, filesystem_id: str, filenames: list[str], passphrase: str) -> list[str | None]:
         return [self._read_reply(filesystem_id, name, passphrase) for name in filenames]
+
+    def mark_replies_read(self, identity: SourceIdentity, replies: list[Reply]) -> Deferred:
+        """After the source was shown ``replies``: they are no longer counted as new."""
+        return self.db.run(queries.mark_replies_read_by_source, identity.source_id,
+                           [r.filename for r in replies if r.new])
 
     def _read_reply(self, filesystem_id: str, filename: str, passphrase: str) -> str | None:
         forbid_reactor_thread("gpg")

@@ -244,7 +244,7 @@ class Browser:
         response, html = yield self.get("/generate")
         codename = _CODENAME.search(html).group(1)
         response, html = yield self.post("/create", data={"codename": codename, "csrf_token": self.csrf(html)})
-        assert response.code == 200 and "Submit files or messages" in html, (response.code, html[:500])
+        assert response.code == 200 and "Send more and read replies" in html, (response.code, html[:500])
         return codename
 
     @inlineCallbacks

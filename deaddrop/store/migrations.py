@@ -123,6 +123,13 @@ def _v4_one_argon2id_run(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX IF NOT EXISTS sources_pending ON sources(pending, created_at)")
 
 
+def _v5_reply_read_by_source(conn: sqlite3.Connection) -> None:
+    # Which replies a source has been shown, for the source page's "N new replies" (issue 11):
+    # one row per reply, nothing else (no time, no count of visits).
+    conn.execute("CREATE TABLE IF NOT EXISTS reply_read_by_source ("
+                 " reply_id INTEGER PRIMARY KEY REFERENCES replies(id) ON DELETE CASCADE)")
+
+
 Step = Callable[[sqlite3.Connection], None]
 
 # (the version a step produces, the step); versions are consecutive from BASELINE + 1.
@@ -130,6 +137,7 @@ STEPS: list[tuple[int, Step]] = [
     (2, _v2_age_indexes),
     (3, _v3_day_precision),
     (4, _v4_one_argon2id_run),
+    (5, _v5_reply_read_by_source),
 ]
 
 CURRENT = BASELINE + len(STEPS)

@@ -149,8 +149,18 @@ def delete_reply_row(conn: sqlite3.Connection, filename: str) -> None:
 
 def replies_for_source(conn: sqlite3.Connection, source_id: int) -> list[Row]:
     return conn.execute(
-        "SELECT * FROM replies WHERE source_id = ? AND deleted_by_source = 0 ORDER BY n", (source_id,)
+        "SELECT replies.*, reply_read_by_source.reply_id IS NOT NULL AS read_by_source FROM replies"
+        " LEFT JOIN reply_read_by_source ON reply_read_by_source.reply_id = replies.id"
+        " WHERE source_id = ? AND deleted_by_source = 0 ORDER BY n", (source_id,)
     ).fetchall()
+
+
+def mark_replies_read_by_source(conn: sqlite3.Connection, source_id: int, filenames: list[str]) -> None:
+    for filename in filenames:
+        conn.execute(
+            "INSERT OR IGNORE INTO reply_read_by_source(reply_id)"
+            " SELECT id FROM replies WHERE source_id = ? AND filename = ?", (source_id, filename),
+        )
 
 
 def mark_reply_deleted_by_source(conn: sqlite3.Connection, source_id: int, filename: str) -> bool:

@@ -101,7 +101,7 @@ class SourceBrowserTests(unittest.TestCase):
         follow(driver, "form[action='/submit'] button[type=submit]")
         self.assertTrue(driver.current_url.endswith("/lookup"), driver.current_url)
         text = self._page(driver, "lookup-submitted")
-        self.assertIn("We received your message and document", text)
+        self.assertIn("We received your message and 1 document", text)
         self.assertEqual(_css(driver, "#msg").get_attribute("value"), "")
 
     def _log_out_and_back_in(self, driver, codename: str) -> None:
@@ -120,7 +120,7 @@ class SourceBrowserTests(unittest.TestCase):
         _css(driver, "#codename").send_keys(f"  {codename}  ")
         follow(driver, "form[action='/login'] button[type=submit]")
         self.assertTrue(driver.current_url.endswith("/lookup"), driver.current_url)
-        self.assertIn("Submit files or messages", _text(driver))
+        self.assertIn("Send more and read replies", _text(driver))
 
     def _read_and_delete_reply(self, driver) -> None:
         driver.get(self.url + "/lookup")

@@ -410,7 +410,7 @@ class OnionSourceVisitTests(unittest.TestCase):
         document = b"ONION-FILE-MARKER " * 2000 + os.urandom(100_000)
         response, html = await browser.submit(message, [("leak.pdf", document)])
         self.assertEqual(response.code, 200)
-        self.assertIn("We received your message and document", html)
+        self.assertIn("We received your message and 1 document", html)
         TIMINGS["source visit (page -> stored)"] = time.monotonic() - t1
         self.assert_decrypts(server, [message], [("leak.pdf", document)])
 
@@ -432,7 +432,7 @@ class OnionSourceVisitTests(unittest.TestCase):
         await self.reach(browser, tor, fresh=True)
         TIMINGS["first page after restart"] = time.monotonic() - t3
         response, html = await browser.login(codename)
-        self.assertIn("Submit files or messages", html)
+        self.assertIn("Send more and read replies", html)
         response, html = await browser.submit("after the restart")
         self.assertIn("We received your message", html)
         self.assert_decrypts(server, [message, "after the restart"], [("leak.pdf", document)])

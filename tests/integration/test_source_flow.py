@@ -45,7 +45,7 @@ class SourceFlowTests(unittest.TestCase):
         codename = yield self.browser.create_source()
         response, html = yield self.browser.submit(f"hello {marker}", [("report.pdf", file_bytes)])
         self.assertEqual(response.code, 200)
-        self.assertIn("We received your message and document", html)
+        self.assertIn("We received your message and 1 document", html)
 
         files = stored_files(self.server.data_dir)
         self.assertEqual(len(files), 2, files)
@@ -68,7 +68,7 @@ class SourceFlowTests(unittest.TestCase):
         response, html = yield self.browser.get("/lookup")
         self.assertIn("Log in with your codename", html)
         response, html = yield self.browser.login(f"  {codename.upper()}  ")
-        self.assertIn("Submit files or messages", html)
+        self.assertIn("Send more and read replies", html)
 
         yield self.server.stop()
         self._assert_secrets_absent(codename, [marker.encode(), b"FILE-MARKER-0c1d", file_bytes[-64:]])
@@ -104,7 +104,7 @@ class SourceFlowTests(unittest.TestCase):
         browser = Browser(self.server.source_url)
         self.addCleanup(browser.close)
         response, html = yield browser.login(codename)
-        self.assertIn("Submit files or messages", html)
+        self.assertIn("Send more and read replies", html)
         response, html = yield browser.submit("after restart")
         self.assertIn("We received your message", html)
         names = [os.path.basename(p) for p in stored_files(self.server.data_dir)]
@@ -131,7 +131,7 @@ class SourceFlowTests(unittest.TestCase):
         yield self.browser.create_source()
         response, html = yield self.browser.submit("   ")
         self.assertEqual(response.code, 400)
-        self.assertIn("You must enter a message or choose a file", html)
+        self.assertIn("Please write a message or choose a file", html)
         self.assertEqual(stored_files(self.server.data_dir), [])
 
     @inlineCallbacks
@@ -143,7 +143,7 @@ class SourceFlowTests(unittest.TestCase):
         yield browser.create_source()
         response, html = yield browser.submit("", [("big.bin", os.urandom(3 * 1024 * 1024))])
         self.assertEqual(response.code, 413)
-        self.assertIn("larger than this instance accepts", html)
+        self.assertIn("Your files are too large: this drop box accepts at most 0.1 MB in total", html)
         self.assertEqual(stored_files(server.data_dir), [])
         self.assertEqual(os.listdir(os.path.join(server.data_dir, "tmp")), [])
         # A message that fits still goes through afterwards.
@@ -190,7 +190,7 @@ class SourceFlowTests(unittest.TestCase):
         self.addCleanup(browser.close)
         yield browser.create_source()
         response, html = yield browser.get("/lookup")
-        self.assertIn("Submit files or messages", html)
+        self.assertIn("Send more and read replies", html)
         from twisted.internet import reactor
         from twisted.internet.task import deferLater
 
@@ -338,7 +338,7 @@ class AbuseLimitTests(unittest.TestCase):
         source = Browser(self.server.source_url)
         self.addCleanup(source.close)
         response, html = yield source.login(codename)
-        self.assertIn("Submit files or messages", html)
+        self.assertIn("Send more and read replies", html)
 
     @inlineCallbacks
     def test_well_formed_wrong_codenames_are_throttled(self):

@@ -73,7 +73,10 @@ class DeadDropRequest(server.Request):
                 # Elsewhere an upload would be encrypted into a temp file no route ever claims.
                 return self._refuse_early(415, "Unsupported upload", "This address does not accept uploads.")
             self._multipart_limit = site.multipart_limit()
-            if length is not None and length > self._multipart_limit:
+            # A client that waits for "100 Continue" has sent nothing yet: refuse it at once.
+            expects_continue = (self.requestHeaders.getRawHeaders(b"expect") or [b""])[0].lower() == b"100-continue"
+            early = site.refuse_large_uploads_early or expects_continue
+            if early and length is not None and length > self._multipart_limit:
                 return self._refuse_early(413, "Too large", site.too_large_message)
             self.upload = site.start_upload(self, boundary, length)
             return
@@ -110,10 +113,18 @@ class DeadDropRequest(server.Request):
 
     def _refuse_early(self, status: int, title: str, message: str) -> None:
         """Answer before the body is read, then hang up: never buffer what we will refuse."""
+        self.answer_early(status, self.channel.site.render_error_page(status, title, message))
+
+    def answer_early(self, status: int, body: bytes) -> None:
+        """Answer with ``body`` while the request body is still arriving, then hang up.
+
+        Cookies the interface set on this request (``addCookie``) and a Retry-After go out with it."""
         self._refused = True
         if self.upload is not None:
             self.upload.abort()
-        self.channel.refuse(status, title, message)
+        headers = [(b"Set-Cookie", c) for c in self.cookies]
+        headers += [(b"Retry-After", v) for v in self.responseHeaders.getRawHeaders(b"retry-after", [])]
+        self.channel.answer(status, body, headers)
 
     # -- transport back-pressure (used by uploads) -------------------------------------------
 
@@ -193,13 +204,17 @@ class DeadDropChannel(http.HTTPChannel):
 
     def refuse(self, status: int, title: str, message: str) -> None:
         """Answer with an error page straight on the transport and hang up (nothing is read)."""
-        body = self.site.render_error_page(status, title, message)
+        self.answer(status, self.site.render_error_page(status, title, message))
+
+    def answer(self, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = ()) -> None:
+        """Write a whole HTML response straight on the transport and hang up."""
         reason = http.RESPONSES.get(status, b"Error")
         head = (
             b"HTTP/1.1 %d %s\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: %d\r\n"
             b"Connection: close\r\n" % (status, reason, len(body))
         )
-        self.transport.write(head + raw_header_block() + b"\r\n" + body)
+        extra = b"".join(name + b": " + value + b"\r\n" for name, value in headers)
+        self.transport.write(head + raw_header_block() + extra + b"\r\n" + body)
         self.transport.loseConnection()
 
     def lineLengthExceeded(self, line: bytes) -> None:
@@ -247,7 +262,11 @@ class DeadDropSite(server.Site):
         refuse_request: Callable[[Any], tuple[int, str, str] | None] | None = None,
         idle_timeout: float = 60.0,
         reactor: Any = None,
+        refuse_large_uploads_early: bool = True,
     ) -> None:
+        """``refuse_large_uploads_early=False``: an upload whose Content-Length is over the
+        limit still goes to ``start_upload`` (with that length), which may read its text
+        fields and answer at its first file byte; the limit is still enforced as it arrives."""
         super().__init__(resource, logPath=None, timeout=idle_timeout, reactor=reactor or _global_reactor)
         self.body_policy = body_policy
         self.render_error_page = render_error_page
@@ -257,6 +276,7 @@ class DeadDropSite(server.Site):
         self.upload_targets = upload_targets
         # Headers -> (status, title, message) to refuse the request with, before its body.
         self.refuse_request = refuse_request
+        self.refuse_large_uploads_early = refuse_large_uploads_early
 
     def takes_upload(self, method: bytes, target: bytes) -> bool:
         """Multipart bodies only for POST to ``upload_targets`` (any request if it is None)."""

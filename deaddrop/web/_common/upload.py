@@ -39,6 +39,14 @@ class UploadLimits:
 class UploadError(Exception):
     status: int
     message: str
+    # Why, for interfaces that explain it in their own words (see the REASON_* names).
+    reason: str = ""
+
+
+REASON_FILES_TOO_LARGE = "files-too-large"
+REASON_TEXT_TOO_LARGE = "text-too-large"
+REASON_STALE_FORM = "stale-form"
+REASON_BAD_FORM = "bad-form"
 
 
 @dataclass
@@ -56,6 +64,7 @@ class UploadResult:
 
 
 OpenSink = Callable[[str, Callable[[], None], Callable[[], None]], FileSink]
+OnFail = Callable[[UploadError], None]
 
 
 class MultipartUpload:
@@ -70,9 +79,16 @@ class MultipartUpload:
         resume_transport: Callable[[], None],
         refused: UploadError | None = None,
         csrf_token: str | None = None,
+        files_refused: UploadError | None = None,
+        on_fail: OnFail | None = None,
     ) -> None:
         """``csrf_token``: if given, the ``csrf_token`` field must match it and come before any
-        file part, so a forged or stale form is refused before a single file byte is encrypted."""
+        file part, so a forged or stale form is refused before a single file byte is encrypted.
+
+        ``files_refused``: read the text fields (so the page can give the typed message back)
+        but fail with this error at the first file byte. A stale CSRF token switches to this
+        mode too. ``on_fail`` is called once, at the moment the upload fails: the interface
+        can answer at once instead of reading the rest of the body."""
         self._limits = limits
         self._open_sink = open_sink
         self._pause_transport = pause_transport
@@ -91,6 +107,8 @@ class MultipartUpload:
                 self._error = UploadError(400, "The form data could not be read (bad boundary).")
         self._csrf_token = csrf_token
         self._csrf_seen = csrf_token is None
+        self._files_refused = files_refused
+        self._on_fail = on_fail
         self._fields: dict[str, bytearray] = {}
         self._segment: Any = None
         self._segment_sink: FileSink | None = None
@@ -106,6 +124,18 @@ class MultipartUpload:
     def failed(self) -> UploadError | None:
         return self._error
 
+    def fields_so_far(self) -> dict[str, str]:
+        """The text fields read whole so far (undecodable ones left out), even after a failure."""
+        out = {}
+        for name, value in self._fields.items():
+            try:
+                text = bytes(value).decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            if "\x00" not in text:
+                out[name] = text
+        return out
+
     # -- feeding ---------------------------------------------------------------------------
 
     def feed(self, data: bytes) -> None:
@@ -117,9 +147,9 @@ class MultipartUpload:
         except UploadError as e:
             self._fail(e)
         except multipart.ParserLimitReached:
-            self._fail(UploadError(413, "Too many form fields or too large a header."))
+            self._fail(UploadError(413, "Too many form fields or too large a header.", REASON_BAD_FORM))
         except multipart.MultipartError:
-            self._fail(UploadError(400, "The form data could not be read."))
+            self._fail(UploadError(400, "The form data could not be read.", REASON_BAD_FORM))
 
     def end(self) -> None:
         """The whole body has arrived."""
@@ -130,7 +160,9 @@ class MultipartUpload:
             try:
                 self._parser.close(check_complete=True)
             except multipart.MultipartError:
-                self._fail(UploadError(400, "The form data was incomplete."))
+                self._fail(UploadError(400, "The form data was incomplete.", REASON_BAD_FORM))
+        if self._error is None and self._files_refused is not None:
+            self._fail(self._files_refused)  # every text field was read; no file byte was
         if self._error is not None:
             self._abort_sinks()
             self.result.errback(self._error)
@@ -162,29 +194,31 @@ class MultipartUpload:
         if segment.filename is not None or name in self._limits.file_fields:
             # A file field sent without a filename (some clients do) is still a file.
             if name not in self._limits.file_fields:
-                raise UploadError(400, "Unexpected file field.")
-            if not self._csrf_seen:
-                raise UploadError(403, "The form was stale. Please submit again.")
+                raise UploadError(400, "Unexpected file field.", REASON_BAD_FORM)
+            if not self._csrf_seen and self._files_refused is None:
+                self._files_refused = UploadError(403, "The form was stale. Please submit again.", REASON_STALE_FORM)
             self._segment_sink = None
             self._segment_text = None
             self._pending_filename = sanitise_filename(segment.filename)
             self._has_filename = bool(segment.filename)
         else:
             if name not in self._limits.text_fields:
-                raise UploadError(400, "Unexpected form field.")
+                raise UploadError(400, "Unexpected form field.", REASON_BAD_FORM)
             if name in self._fields:
-                raise UploadError(400, "Repeated form field.")
+                raise UploadError(400, "Repeated form field.", REASON_BAD_FORM)
             self._segment_text = bytearray()
 
     def _segment_data(self, data: bytes) -> None:
         if self._segment_text is not None:
             self._segment_text += data
             if len(self._segment_text) > self._limits.text_fields[self._segment_name]:
-                raise UploadError(413, "That message is too long.")
+                raise UploadError(413, "That message is too long.", REASON_TEXT_TOO_LARGE)
             return
+        if self._files_refused is not None:
+            raise self._files_refused
         self._file_bytes += len(data)
         if self._file_bytes > self._limits.max_file_bytes:
-            raise UploadError(413, "That file is larger than this instance accepts.")
+            raise UploadError(413, "That file is larger than this instance accepts.", REASON_FILES_TOO_LARGE)
         if self._segment_sink is None:
             self._segment_sink = self._open(self._pending_filename)
         self._segment_sink.write(data)
@@ -195,8 +229,11 @@ class MultipartUpload:
             if self._segment_name == "csrf_token" and self._csrf_token is not None:
                 presented = bytes(self._segment_text)
                 if not hmac.compare_digest(presented, self._csrf_token.encode()):
-                    raise UploadError(403, "The form was stale. Please submit again.")
-                self._csrf_seen = True
+                    if self._files_refused is None:
+                        self._files_refused = UploadError(403, "The form was stale. Please submit again.",
+                                                          REASON_STALE_FORM)
+                else:
+                    self._csrf_seen = True
         elif self._segment_sink is not None:
             # Only closes the input; the outcome is collected (and reported) in _finish_sinks.
             # Without the errback a failed encryption was also logged as an "Unhandled error".
@@ -225,12 +262,15 @@ class MultipartUpload:
     # -- completion ------------------------------------------------------------------------
 
     def _fail(self, error: UploadError) -> None:
-        if self._error is None:
+        first = self._error is None
+        if first:
             self._error = error
         self._abort_sinks()
         if self._paused_by:
             self._paused_by.clear()
             self._resume_transport()  # keep reading (and dropping) so the client gets the answer
+        if first and self._on_fail is not None and not self._ended:
+            self._on_fail(self._error)
 
     def _abort_sinks(self) -> None:
         for _name, sink in self._sinks:

@@ -1,9 +1,15 @@
-"""The source interface: a Klein app served only on the source listener (behind the onion)."""
+"""The source interface: a Klein app served only on the source listener (behind the onion).
+
+Every page speaks the source's language (``i18n.negotiate``). Nothing a source typed is ever
+lost to an error: every problem after a submit answers with the form again, the message in it,
+and what went wrong in numbers (see ``_refused_upload_page``).
+"""
 from __future__ import annotations
 
 import hashlib
 import hmac
 import json
+import re
 import secrets
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -17,36 +23,47 @@ from deaddrop.crypto.admission import BUSY_MESSAGE, BUSY_TITLE, Busy, KeyBusy
 from deaddrop.crypto.streaming import EncryptionFailed
 from deaddrop.events import SecurityEvents
 from deaddrop.settings import InstanceSettings
+from deaddrop.source_texts import SourceTexts
 from deaddrop.sources import EncryptedPart, LoginThrottled, Newsroom, SourceIdentity, StorageFailed, is_disk_full
 from deaddrop.web._common.circuits import CircuitCloser, NoCloser, circuit_of
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg
 from deaddrop.web._common.guards import login_required
+from deaddrop.web._common.pages import error_page_bytes, render_sync, set_html
 from deaddrop.web._common.responses import HtmlResponses
-from deaddrop.web._common.pages import error_page_bytes, http_error_page_text
 from deaddrop.web._common.session_cookie import SessionCookie
 from deaddrop.web._common.sessions import Session, SessionStore
 from deaddrop.web._common.site import BodyPolicy, DeadDropRequest, DeadDropSite, log_failure_safely
 from deaddrop.web._common.static import serve_static
 from deaddrop.web._common.throttle import FailureThrottle
-from deaddrop.web._common.upload import MultipartUpload, UploadError, UploadLimits, UploadResult
-from deaddrop.web.source import pages
+from deaddrop.web._common.upload import (
+    REASON_BAD_FORM, REASON_FILES_TOO_LARGE, REASON_STALE_FORM, MultipartUpload, UploadError, UploadLimits,
+    UploadResult,
+)
+from deaddrop.web.source import i18n, messages as msgs, pages
+from deaddrop.web.source._browser import is_tor_browser
 from deaddrop.web.source._proxies import refuse_proxied
+from deaddrop.web.source.pages import MAX_MESSAGE_CHARS, CustomTexts, PageContext, ShownReply
 
 _log = Logger()
 
 COOKIE = "dd_source"
-NOT_RECOGNIZED = "Sorry, that is not a recognized codename."
-THROTTLED = "Too many attempts to log in. Please wait a minute and try again."
-MAX_MESSAGE_CHARS = 100_000
+# English texts, kept importable for tests that read pages in English.
+NOT_RECOGNIZED = msgs.NOT_RECOGNIZED
+THROTTLED = msgs.THROTTLED
 _MAX_PENDING_CODENAMES = 10
+# The codename can be pasted with stray spaces; anything longer cannot be one.
+_MAX_CODENAME_CHARS = 1024
+# Why an upload was refused before its files were read (UploadError.reason).
+_EXPIRED = "expired"
+_IN_FLIGHT = "in-flight"
+_BUSY = "busy"
 _STILL_RECEIVING = "Another submission from you is still being received. Please wait for it to finish."
 # A circuit refused this many times a minute by the login throttle is flooding: close it.
 REFUSALS_BEFORE_CLOSING = 10
-# The codename can be pasted with stray spaces; anything longer cannot be one.
-_MAX_CODENAME_CHARS = 1024
+_TOKEN_SHAPE = re.compile(r"[A-Za-z0-9_-]{43}")  # what SessionStore hands out (32 random bytes)
 
-__all__ = ["SourceInterface", "SourceLogin", "shield"]  # shield: moved to web/_common/deferreds
+__all__ = ["SourceInterface", "SourceLogin", "shield", "MAX_MESSAGE_CHARS"]
 
 
 @dataclass(frozen=True)
@@ -71,7 +88,9 @@ class SourceInterface(HtmlResponses):
     demo: bool = False
     # Closes a Tor circuit that keeps flooding (CLOSECIRCUIT); NoCloser with --tor none.
     circuit_closer: CircuitCloser = field(default_factory=NoCloser)
+    texts: SourceTexts = field(default_factory=SourceTexts)
     _refusals: FailureThrottle = field(default_factory=lambda: FailureThrottle(REFUSALS_BEFORE_CLOSING, 60.0))
+    retention_days: int | None = None
 
     cookie: SessionCookie = field(init=False)
 
@@ -79,6 +98,7 @@ class SourceInterface(HtmlResponses):
 
     def __post_init__(self) -> None:
         self.cookie = SessionCookie(self.sessions, COOKIE)
+        self.newsroom.on_source_deleted(self._source_deleted)
 
     # -- plumbing --------------------------------------------------------------------------
 
@@ -86,7 +106,10 @@ class SourceInterface(HtmlResponses):
         return self.cookie.lookup(request)
 
     def _session_or_new(self, request: Any) -> Session:
-        return self._session(request) or self.cookie.start(request)[1]
+        session = self._session(request)
+        if session is None or session.data.get("closed"):
+            session = self.cookie.start(request, replacing=session)[1]
+        return session
 
     @staticmethod
     def _identity(session: Session | None) -> SourceIdentity | None:
@@ -109,33 +132,100 @@ class SourceInterface(HtmlResponses):
             return None
         return SourceLogin(session, identity, passphrase)
 
-    def _refuse_anonymous(self, request: Any, post: bool) -> bytes:
-        return self._redirect(request, "/login")
+    def _source_deleted(self, source_id: int) -> None:
+        """The newsroom deleted a source: its sessions forget everything but that, so the next
+        page can say so calmly instead of "session expired"."""
+        for session in list(self.sessions._sessions.values()):
+            if getattr(session.data.get("source"), "source_id", None) == source_id:
+                session.sealed.clear()
+                session.data.clear()
+                session.data["closed"] = True
+
+    def _refuse_anonymous(self, request: Any, post: bool) -> Any:
+        session = self._session(request)
+        if session is not None and session.data.get("closed"):
+            return self._error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED)
+        # A cookie that no longer opens a session: logged out for inactivity (or a restart).
+        expired = bool(_TOKEN_SHAPE.fullmatch(self.cookie.token(request) or ""))
+        return self._redirect(request, "/login?expired=1" if expired else "/login")
 
     def _refuse_stale_form(self, request: Any) -> bytes:
-        return self._error(request, 403, "Please try again", "The form was stale. Nothing was deleted.")
+        return self._error(request, 403, msgs.T_TRY_AGAIN, msgs.STALE_DELETE)
 
     def _refuse_non_admin(self, request: Any) -> bytes:  # no admins on the source side
         return self._refuse_anonymous(request, False)
+
+    @property
+    def session_minutes(self) -> int:
+        return max(1, round(self.sessions.idle_timeout / 60))
+
+    def _ctx(self, request: Any, session: Session | None = None, *, logged_in: bool = False) -> PageContext:
+        """What every page's frame needs; pops the session's flashes (they are shown once)."""
+        lang = i18n.negotiate(request)
+        path = (request.path or b"/").split(b"?", 1)[0].decode("utf-8", "replace")  # None mid-body
+        return PageContext(
+            lang=lang, site_name=self._name, path=path,
+            csrf_token=session.csrf_token if session else None,
+            flashes=session.pop_flashes() if session else (),
+            logged_in=logged_in, demo=self.demo,
+            tor_browser=is_tor_browser(request.getHeader(b"user-agent")),
+            session_minutes=self.session_minutes,
+            max_upload_size=self.settings.max_upload_size, allow_uploads=self.settings.allow_uploads,
+            custom=CustomTexts(self.texts.text("welcome", lang.code), self.texts.text("instructions", lang.code),
+                               self.texts.logo_url(lang.code)),
+        )
+
+    def _error(self, request: Any, status: int, title: str, message: str, **values: Any) -> bytes:
+        """A translated error page in the source frame (language menu, Log out, safety link)."""
+        login = self._current_login(request)
+        ctx = self._ctx(request, login.session if login else None, logged_in=login is not None)
+        set_html(request, status)
+        return render_sync(pages.error(ctx, ctx._(title), ctx._(message, **values)))
 
     # -- public pages ----------------------------------------------------------------------
 
     @app.route("/", methods=["GET"])
     def index(self, request: Any) -> Deferred:
-        return self._html(request, pages.index(self._name, self._session(request), self.demo))
+        login = self._current_login(request)
+        ctx = self._ctx(request, login.session if login else None, logged_in=login is not None)
+        return self._html(request, pages.index(ctx))
+
+    @app.route("/safety", methods=["GET"])
+    def safety(self, request: Any) -> Deferred:
+        login = self._current_login(request)
+        ctx = self._ctx(request, login.session if login else None, logged_in=login is not None)
+        return self._html(request, pages.safety(ctx, self.retention_days))
+
+    @app.route("/language/<code>", methods=["GET"])
+    def choose_language(self, request: Any, code: str) -> bytes:
+        if code in i18n.LANGUAGES:
+            i18n.remember(request, code)
+        back = self._arg(request, "next")
+        return self._redirect(request, back if back in pages.RETURN_PATHS else "/")
+
+    @app.route("/logo/<name>", methods=["GET"])
+    def logo(self, request: Any, name: str) -> bytes:
+        png = self.texts.logo_named(name)
+        if png is None:
+            return self._error(request, 404, msgs.T_NOT_FOUND, msgs.NOT_FOUND)
+        request.setHeader(b"content-type", b"image/png")
+        # Named by its hash: a new logo gets a new name, so this one may be cached.
+        request.setHeader(b"cache-control", b"public, max-age=31536000, immutable")
+        request.responseHeaders.removeHeader(b"pragma")
+        return png
 
     @app.route("/generate", methods=["GET"])
     def generate(self, request: Any) -> Any:
         session = self._session_or_new(request)
         if self._identity(session):
-            session.flash("You are already logged in. To make a new codename, log out first.", "warning")
+            session.flash(i18n.negotiate(request).gettext(msgs.ALREADY_LOGGED_IN), "warning")
             return self._redirect(request, "/lookup")
         codename = codenames.generate_codename(self.codename_words)
         # Keep only a keyed hash, so /create accepts codenames we generated and nothing else.
         pending = session.data.setdefault("pending_codenames", [])
         pending.append(self._codename_mac(session, codename))
         del pending[:-_MAX_PENDING_CODENAMES]
-        return self._html(request, pages.generate(self._name, session, codename, self.demo))
+        return self._html(request, pages.generate(self._ctx(request, session), codename))
 
     def _codename_mac(self, session: Session, codename: str) -> bytes:
         key = session.data.setdefault("generate_key", secrets.token_bytes(32))
@@ -146,73 +236,87 @@ class SourceInterface(HtmlResponses):
     def create(self, request: Any):
         session = self._session(request)
         if not self._csrf_ok(session, request):
-            return self._error(request, 403, "Please try again", "Your session expired or the form was stale. Nothing was stored.")
+            return self._error(request, 403, msgs.T_TRY_AGAIN, msgs.STALE_CREATE)
         codename = self._arg(request, "codename") or ""
         mac = self._codename_mac(session, codename)
         if not any(hmac.compare_digest(mac, known) for known in session.data.get("pending_codenames", [])):
-            return self._error(request, 400, "Please try again", "That codename was not generated for this session. Get a new one.")
+            return self._error(request, 400, msgs.T_TRY_AGAIN, msgs.NOT_GENERATED)
         try:
             # Not shielded: a visitor who leaves while waiting for Argon2id leaves the queue.
             identity, passphrase = yield self.newsroom.create_source(codename, circuit_of(request))
         except ValueError:
-            return self._error(request, 409, "Please try again", "Please generate a new codename.")
+            return self._error(request, 409, msgs.T_TRY_AGAIN, msgs.GET_NEW_CODENAME)
         except Busy:
             return self._busy(request)  # the codename stays valid for this session: try again
         session.data.pop("pending_codenames", None)
         token, fresh = self.cookie.start(request, replacing=session)
-        self._log_in(fresh, token, identity, passphrase)
-        fresh.flash("Your codename is active. Remember it: it is the only way back to your replies.", "ok")
+        self._log_in(fresh, token, identity, passphrase, codename)
+        fresh.data["first_visit"] = True  # "what happens next" after the first submission
+        fresh.flash(i18n.negotiate(request).gettext(msgs.CODENAME_ACTIVE), "ok")
         return self._redirect(request, "/lookup")
 
-    def _log_in(self, session: Session, token: str, identity: SourceIdentity, passphrase: str) -> None:
+    def _log_in(self, session: Session, token: str, identity: SourceIdentity, passphrase: str, codename: str) -> None:
         session.data["source"] = identity
         SessionStore.seal(session, token, "passphrase", passphrase)
+        # Only readable with the source's cookie, like the passphrase: the lookup page can show it.
+        SessionStore.seal(session, token, "codename", codename)
 
     @app.route("/login", methods=["GET"])
     def login_form(self, request: Any) -> Any:
         session = self._session_or_new(request)
         if self._identity(session):
             return self._redirect(request, "/lookup")
-        return self._html(request, pages.login(self._name, session, None, self.demo))
+        ctx = self._ctx(request, session)
+        notice = ctx._(msgs.INACTIVE, minutes=ctx.number(self.session_minutes)) if self._arg(request, "expired") else None
+        return self._html(request, pages.login(ctx, notice=notice))
 
     @app.route("/login", methods=["POST"])
     @inlineCallbacks
     def login(self, request: Any):
+        # A message typed before the session expired rides along in the form (see /submit).
+        carried = (form_arg(request, "msg", MAX_MESSAGE_CHARS) or "")[:MAX_MESSAGE_CHARS]
         session = self._session(request)
         if not self._csrf_ok(session, request):
             session = self._session_or_new(request)
-            return self._html(request, pages.login(self._name, session, "Your session expired. Please enter your codename again.", self.demo), 403)
+            ctx = self._ctx(request, session)
+            return self._html(request, pages.login(ctx, ctx._(msgs.STALE_LOGIN), carried=carried), 403)
+        ctx = self._ctx(request, session)
         codename = codenames.normalise_codename(self._arg(request, "codename") or "")
         if codename is None:
             # Malformed codenames cannot match any source: no KDF, and they count nowhere.
-            return self._html(request, pages.login(self._name, session, NOT_RECOGNIZED, self.demo), 403)
+            return self._html(request, pages.login(ctx, ctx._(NOT_RECOGNIZED), carried=carried), 403)
         # Failures count per circuit, never globally; the attempt's place is taken before the
         # KDF, so a burst of concurrent attempts cannot all get past the check.
         circuit = circuit_of(request)
         reservation = self.login_throttle.reserve(circuit)
         if reservation is None:
             self._refused(circuit)
-            return self._html(request, pages.login(self._name, session, THROTTLED, self.demo), 429)
+            return self._html(request, pages.login(ctx, ctx._(THROTTLED), carried=carried), 429)
         try:
             # Not shielded: a visitor who leaves while waiting for Argon2id leaves the queue.
             found = yield self.newsroom.login(codename, circuit)
         except LoginThrottled:
             reservation.cancel()
-            self.events.emit("source.login.throttled")
-            return self._html(request, pages.login(self._name, session, THROTTLED, self.demo), 429)
+            self._refused(circuit)
+            return self._html(request, pages.login(ctx, ctx._(THROTTLED), carried=carried), 429)
         except Busy:
             reservation.cancel()
-            return self._busy(request)
+            request.setHeader(b"retry-after", b"60")
+            return self._html(request, pages.login(ctx, ctx._(BUSY_MESSAGE), carried=carried), 503)
         except BaseException:
             reservation.cancel()
             raise
         if found is None:
             reservation.failed()
-            return self._html(request, pages.login(self._name, session, NOT_RECOGNIZED, self.demo), 403)
+            return self._html(request, pages.login(ctx, ctx._(NOT_RECOGNIZED), carried=carried), 403)
         reservation.cancel()
         identity, passphrase = found
         token, fresh = self.cookie.start(request, replacing=session)
-        self._log_in(fresh, token, identity, passphrase)
+        self._log_in(fresh, token, identity, passphrase, codename)
+        if carried.strip():
+            login = SourceLogin(fresh, identity, passphrase)
+            page = yield self._store_submission(request, login, carried, UploadResult({"msg": carried}, []))
+            return page
         return self._redirect(request, "/lookup")
 
     def _refused(self, circuit: Any) -> None:
@@ -231,7 +335,7 @@ class SourceInterface(HtmlResponses):
     @app.route("/logout", methods=["GET"])
     def logout(self, request: Any) -> Deferred:
         self.cookie.end(request, self._session(request))
-        return self._html(request, pages.logged_out(self._name))
+        return self._html(request, pages.logged_out(self._ctx(request)))
 
     # -- logged-in pages -------------------------------------------------------------------
 
@@ -245,10 +349,14 @@ class SourceInterface(HtmlResponses):
                      error: str | None = None):
         self.newsroom.ensure_key(login.identity, login.passphrase)  # heals a key lost to a crash after a first submission
         replies = yield self.newsroom.replies_for(login.identity, login.passphrase)
-        page = pages.lookup(self._name, login.session, replies, allow_uploads=self.settings.allow_uploads,
-                            max_upload_size=self.settings.max_upload_size, message=message, error=error,
-                            demo=self.demo)
+        ctx = self._ctx(request, login.session, logged_in=True)
+        codename = SessionStore.unseal(login.session, self.cookie.token(request), "codename")
+        shown = [ShownReply(r.filename, r.text, r.created_at, r.new) for r in replies]
+        page = pages.lookup(ctx, shown, message=message, error=error, codename=codename,
+                            first_submission_done=bool(login.session.data.pop("show_next", False)))
         html = yield self._html(request, page, status)
+        if any(r.new for r in replies):
+            yield self.newsroom.mark_replies_read(login.identity, replies)
         return html
 
     @app.route("/submit", methods=["POST"])
@@ -262,64 +370,102 @@ class SourceInterface(HtmlResponses):
     def _submit(self, request: DeadDropRequest):
         upload: MultipartUpload | None = getattr(request, "upload", None)
         if upload is None:
-            return self._error(request, 400, "Nothing received", "Submissions must be sent with the form on your page.")
-        login = self._current_login(request)
+            return self._error(request, 400, msgs.T_NOTHING_RECEIVED, msgs.NOTHING_RECEIVED)
         try:
             result: UploadResult = yield upload.result
         except UploadError as e:
-            if e.status == 503:
-                return self._busy(request)
-            if login is None or e.status == 403:
-                return self._error(request, e.status, "Not stored", e.message + " Nothing was stored.")
-            page = yield self._lookup_page(request, login, status=e.status, error=e.message + " Nothing was stored.")
-            return page
+            return self._refused_upload_page(request, e, upload.fields_so_far())
         except EncryptionFailed as e:
-            return self._storage_failed(request, e)
-        if login is None:
+            return self._storage_failed(request, e, upload.fields_so_far().get("msg", ""))
+        login = self._current_login(request)
+        if login is None:  # the session ended while the body was arriving
             _discard(self.newsroom, result)
-            return self._error(request, 403, "Please log in again", "Your session expired. Nothing was stored.")
-        session, identity = login.session, login.identity
+            return self._refused_upload_page(request, UploadError(403, "expired", _EXPIRED), result.fields)
         message = result.fields.get("msg", "")
+        ctx = self._ctx(request, None)
         problem = None
-        if not session.check_csrf(result.fields.get("csrf_token")):
-            problem = (403, "The form was stale. Please submit again.")
+        if not login.session.check_csrf(result.fields.get("csrf_token")):
+            problem = (403, ctx._(msgs.STALE_SUBMIT))
         elif result.fields.get(pages.HONEYPOT_FIELD):
-            problem = (403, "Your submission could not be accepted.")  # as SecureDrop: a bot
+            problem = (403, ctx._(msgs.HONEYPOT))  # as SecureDrop: a bot
         elif len(message) > MAX_MESSAGE_CHARS:
-            problem = (413, f"Messages are limited to {MAX_MESSAGE_CHARS:,} characters.")
+            problem = (413, ctx._(msgs.TOO_LONG, count=ctx.number(len(message)), limit=ctx.number(MAX_MESSAGE_CHARS)))
         elif not message.strip() and not result.files:
-            problem = (400, "You must enter a message or choose a file to submit.")
+            problem = (400, ctx._(msgs.EMPTY))
         elif result.files and not self.settings.allow_uploads:
-            problem = (400, "This instance does not accept files at the moment. Send a message instead.")
+            problem = (400, ctx._(msgs.NO_FILES))
         if problem is not None:
             _discard(self.newsroom, result)
-            page = yield self._lookup_page(request, login, status=problem[0],
-                                           message=message[:MAX_MESSAGE_CHARS], error=problem[1] + " Nothing was stored.")
+            page = yield self._lookup_page(request, login, status=problem[0], message=message, error=problem[1])
             return page
+        page = yield self._store_submission(request, login, message, result)
+        return page
+
+    @inlineCallbacks
+    def _store_submission(self, request: Any, login: SourceLogin, message: str, result: UploadResult):
+        """Encrypt the message, commit it with the (already encrypted) files, thank the source."""
         parts = []
         try:
             if message.strip():
-                part = yield shield(self.newsroom.encrypt_message(identity, message))
+                part = yield shield(self.newsroom.encrypt_message(login.identity, message))
                 parts.append(part)
             parts += [EncryptedPart("doc", f.temp_path, f.ciphertext_size) for f in result.files]
             # The first submission also makes the source's key pair (a pending source has none).
-            yield shield(self.newsroom.commit_submission(identity, parts, login.passphrase))
+            yield shield(self.newsroom.commit_submission(login.identity, parts, login.passphrase))
         except (EncryptionFailed, StorageFailed) as e:
             _discard(self.newsroom, result, parts)
-            return self._storage_failed(request, e)
+            return self._storage_failed(request, e, message)
         except Busy:
             _discard(self.newsroom, result, parts)
-            return self._busy(request)
-        what = _what_was_sent(bool(message.strip()), len(result.files))
-        session.flash(f"Thank you. We received your {what}. You can come back with your codename to check for replies.", "ok")
+            request.setHeader(b"retry-after", b"60")
+            return self._form_again(request, 503, message, msgs.BUSY)  # the message stays in the form
+        session = login.session
+        session.flash(msgs.received(i18n.negotiate(request), bool(message.strip()), len(result.files)), "ok")
+        if session.data.pop("first_visit", False):
+            session.data["show_next"] = True
         return self._redirect(request, "/lookup")
 
-    def _storage_failed(self, request: Any, e: EncryptionFailed | StorageFailed) -> bytes:
+    def _storage_failed(self, request: Any, e: EncryptionFailed | StorageFailed, message: str = "") -> Any:
         _log.error("a submission could not be stored (disk full: {full})", full=e.disk_full)
-        if e.disk_full:
-            return self._error(request, 507, "Not stored: the server is out of space",
-                               "The server has run out of space. Nothing was stored. Please try again later.")
-        return self._error(request, 500, "Not stored", "The server could not store your submission. Nothing was stored. Please try again later.")
+        error = msgs.OUT_OF_SPACE if e.disk_full else msgs.NOT_STORED
+        return self._form_again(request, 507 if e.disk_full else 500, message, error)
+
+    def _form_again(self, request: Any, status: int, message: str, error: str, **values: Any) -> bytes:
+        """The submission form again, ``message`` in it, ``error`` above it; replies are not read
+        (no gpg), so this renders at once, even while the body is still arriving."""
+        login = self._current_login(request)
+        if login is None:
+            return self._error(request, status, msgs.T_NOT_STORED, error, **values)
+        ctx = self._ctx(request, login.session, logged_in=True)
+        set_html(request, status)
+        return render_sync(pages.lookup(ctx, None, message=message[:MAX_MESSAGE_CHARS], error=ctx._(error, **values)))
+
+    def _refused_upload_page(self, request: Any, error: UploadError, fields: dict[str, str]) -> bytes:
+        """What a source sees when a submission is refused: always the typed message back."""
+        message = fields.get("msg", "") if _same_origin(request) else ""
+        have_message = "msg" in fields
+        session = self._session(request)
+        if error.reason == _EXPIRED or self._current_login(request) is None:
+            if session is not None and session.data.get("closed"):
+                return self._error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED)
+            session = self._session_or_new(request)
+            ctx = self._ctx(request, session)
+            set_html(request, 403)
+            notice = ctx._(msgs.EXPIRED_SUBMIT, minutes=ctx.number(self.session_minutes))
+            return render_sync(pages.login(ctx, notice=notice, carried=message[:MAX_MESSAGE_CHARS]))
+        ctx = self._ctx(request, None)
+        if error.reason == REASON_FILES_TOO_LARGE:
+            size = ctx.size(self.settings.max_upload_size)
+            return self._form_again(request, 413, message, msgs.TOO_LARGE if have_message else msgs.TOO_LARGE_LOST,
+                                    size=size)
+        if error.reason == REASON_STALE_FORM:
+            return self._form_again(request, 403, message, msgs.STALE_SUBMIT)
+        if error.reason == _IN_FLIGHT:
+            return self._form_again(request, 429, message, msgs.IN_FLIGHT)
+        if error.reason == _BUSY or error.status == 503:
+            request.setHeader(b"retry-after", b"60")
+            return self._form_again(request, 503, message, msgs.BUSY)
+        return self._form_again(request, error.status, message, msgs.BAD_FORM if have_message else msgs.BAD_FORM_LOST)
 
     @app.route("/delete", methods=["POST"])
     @login_required
@@ -331,11 +477,11 @@ class SourceInterface(HtmlResponses):
             deleted = yield shield(self.newsroom.delete_reply(login.identity, filename))
         except ValueError:
             deleted = False
+        lang = i18n.negotiate(request)
         if deleted:
-            login.session.flash("Reply deleted.", "ok")
+            login.session.flash(lang.gettext(msgs.REPLY_DELETED), "ok")
             return self._redirect(request, "/lookup")
-        page = yield self._lookup_page(request, login, status=404,
-                                       error="That reply was not found. Nothing was deleted.")
+        page = yield self._lookup_page(request, login, status=404, error=lang.gettext(msgs.REPLY_NOT_FOUND))
         return page
 
     @app.route("/delete-all", methods=["POST"])
@@ -343,7 +489,8 @@ class SourceInterface(HtmlResponses):
     @inlineCallbacks
     def delete_all(self, request: Any, login: SourceLogin):
         count = yield shield(self.newsroom.delete_all_replies(login.identity))
-        login.session.flash(f"All replies deleted ({count}).", "ok")
+        ctx = self._ctx(request, None)
+        login.session.flash(ctx._(msgs.REPLIES_DELETED, count=ctx.number(count)), "ok")
         return self._redirect(request, "/lookup")
 
     # -- machine-readable ------------------------------------------------------------------
@@ -376,36 +523,47 @@ class SourceInterface(HtmlResponses):
 
     @app.handle_errors(Exception)
     def _errors(self, request: Any, failure: Any) -> bytes:
-        routing = http_error_page_text(failure)
-        if routing is not None:
-            return self._error(request, *routing)
+        from werkzeug.exceptions import HTTPException
+
+        if failure.check(HTTPException):
+            code = failure.value.code or 500
+            if code == 404:
+                return self._error(request, 404, msgs.T_NOT_FOUND, msgs.NOT_FOUND)
+            if code == 405:
+                return self._error(request, 405, msgs.T_NOT_ALLOWED, msgs.NOT_ALLOWED)
+            return self._error(request, code, msgs.T_REFUSED, msgs.REFUSED)
         if failure.check(Busy):  # e.g. the reply decryption queue of /lookup
             return self._busy(request)
         if is_disk_full(failure.value):  # e.g. /create when SQLite cannot grow its WAL
             _log.error("the disk is full: a request could not be completed")
-            return self._error(request, 507, "The server is out of space",
-                               "The server has run out of space. Nothing was stored. Please try again later.")
+            return self._error(request, 507, msgs.T_OUT_OF_SPACE, msgs.OUT_OF_SPACE)
         log_failure_safely(failure)
-        return self._error(request, 500, "Something went wrong",
-                           "The server could not handle that request. Nothing was stored unless you saw a confirmation.")
+        return self._error(request, 500, msgs.T_SOMETHING_WRONG, msgs.SOMETHING_WRONG)
 
     # -- streaming uploads -------------------------------------------------------------------
 
     def start_upload(self, request: DeadDropRequest, boundary: bytes, length: int | None) -> MultipartUpload:
-        """Called when /submit's headers arrive, before any body byte is read."""
+        """Called when /submit's headers arrive, before any body byte is read.
+
+        When the submission cannot be taken (session expired, another upload in flight, a
+        Content-Length over the limit) the text fields are still read, so the answer can give
+        the message back, and the answer goes out at the first file byte: no file byte is
+        read past that point."""
         limits = UploadLimits(
             max_file_bytes=self.settings.max_upload_size,
             text_fields={"csrf_token": 256, "msg": MAX_MESSAGE_CHARS * 4, pages.HONEYPOT_FIELD: 1024},
             file_fields=frozenset({"fh"}),
         )
-        refused = None
+        files_refused = None
         login = self._current_login(request)
         session = login.session if login else None
         pumps = self.newsroom.queues.uploads
         if login is None:
-            refused = UploadError(403, "Your session expired; please log in again.")
+            files_refused = UploadError(403, "Your session expired; please log in again.", _EXPIRED)
         elif pumps.holding(login.identity.source_id) >= pumps.per_key:
-            refused = UploadError(429, _STILL_RECEIVING)
+            files_refused = UploadError(429, _STILL_RECEIVING, _IN_FLIGHT)
+        elif length is not None and length > self._multipart_limit():
+            files_refused = UploadError(413, "That upload is too large.", REASON_FILES_TOO_LARGE)
         tickets: list[Any] = []
 
         def open_sink(filename: str, pause: Callable[[], None], resume: Callable[[], None]) -> Any:
@@ -415,13 +573,19 @@ class SourceInterface(HtmlResponses):
             try:
                 tickets.append(pumps.try_acquire(login.identity.source_id))
             except KeyBusy:
-                raise UploadError(429, _STILL_RECEIVING)
+                raise UploadError(429, _STILL_RECEIVING, _IN_FLIGHT)
             except Busy:
-                raise UploadError(503, BUSY_MESSAGE)
+                raise UploadError(503, BUSY_MESSAGE, _BUSY)
             return self.newsroom.encrypt_stream(gzip_name=filename, compress=False, on_pause=pause, on_resume=resume)
 
-        upload = MultipartUpload(boundary, limits, open_sink, request.pause_body, request.resume_body, refused=refused,
-                                 csrf_token=session.csrf_token if session else None)
+        def answer_now(error: UploadError) -> None:
+            # Not a word more is read: the page goes out now, with what was typed.
+            fields = upload.fields_so_far()
+            request.answer_early(error.status, self._refused_upload_page(request, error, fields))
+
+        upload = MultipartUpload(boundary, limits, open_sink, request.pause_body, request.resume_body,
+                                 csrf_token=session.csrf_token if session else None,
+                                 files_refused=files_refused, on_fail=answer_now)
 
         def done(result: Any) -> Any:
             for ticket in tickets:
@@ -431,27 +595,39 @@ class SourceInterface(HtmlResponses):
         upload.result.addBoth(done)
         return upload
 
+    def _multipart_limit(self) -> int:
+        # Read per request: admins can change the limit while the server runs.
+        return self.settings.max_upload_size + MAX_MESSAGE_CHARS * 4 + (1 << 20)
+
     def site(self, reactor: Any = None) -> DeadDropSite:
-        settings = self.settings
         return DeadDropSite(
             self.app.resource(),
-            body_policy=BodyPolicy(max_form_bytes=1 << 20),
-            # Read per request: admins can change the limit while the server runs.
-            multipart_limit=lambda: settings.max_upload_size + MAX_MESSAGE_CHARS * 4 + (1 << 20),
+            # A message carried through the login form: 100,000 characters of up to 4 bytes,
+            # percent-encoded (3 bytes each), plus the other fields.
+            body_policy=BodyPolicy(max_form_bytes=MAX_MESSAGE_CHARS * 12 + (64 << 10)),
+            multipart_limit=self._multipart_limit,
             render_error_page=lambda status, title, message: error_page_bytes(self._name, status, title, message),
             start_upload=self.start_upload,
             too_large_message="That upload is larger than this instance accepts. Nothing was stored.",
             upload_targets=frozenset({b"/submit"}),
             refuse_request=refuse_proxied,
             reactor=reactor,
+            refuse_large_uploads_early=False,
         )
 
 
-def _what_was_sent(message: bool, files: int) -> str:
-    docs = "document" if files == 1 else "documents"
-    if message and files:
-        return f"message and {docs}"
-    return "message" if message else docs
+def _same_origin(request: Any) -> bool:
+    """Whether a form post came from this site's own page (Fetch Metadata and Origin, when the
+    browser sends them): only then is a typed message shown back, so another site cannot post
+    a message that a source would then send under their codename."""
+    site = request.getHeader(b"sec-fetch-site")
+    if site is not None and site not in (b"same-origin", b"none"):
+        return False
+    origin = request.getHeader(b"origin")
+    if origin is None or origin == b"null":
+        return origin is None
+    host = request.getHeader(b"host") or b""
+    return origin.split(b"://", 1)[-1] == host
 
 
 def _discard(newsroom: Newsroom, result: UploadResult, parts: list[EncryptedPart] = ()) -> None:

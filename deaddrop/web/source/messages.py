@@ -26,13 +26,13 @@ NOT_RECOGNIZED = N_("Sorry, that is not a recognized codename. Check the words a
 THROTTLED = N_("Too many attempts to log in. Please wait a minute and try again.")
 ALREADY_LOGGED_IN = N_("You are already logged in. To make a new codename, log out first.")
 CODENAME_ACTIVE = N_("Your codename is active. Remember it: it is the only way back to your replies.")
-STALE_CREATE = N_("This page was out of date, so nothing was created. Please get a new codename.")
+STALE_CREATE = N_("This page was out of date. Nothing was stored. Please get a new codename.")
 NOT_GENERATED = N_("That codename was not made for this visit. Please get a new one.")
 GET_NEW_CODENAME = N_("Please get a new codename.")
 STALE_LOGIN = N_("This page was out of date. Please enter your codename again.")
 INACTIVE = N_("You were logged out after {minutes} minutes without activity. Please log in again.")
-EXPIRED_SUBMIT = N_("You were logged out after {minutes} minutes without activity, so your message was not "
-                    "sent yet. It is kept below: enter your codename and it will be sent.")
+EXPIRED_SUBMIT = N_("You were logged out after {minutes} minutes without activity. Nothing was stored yet: "
+                    "your message is kept below. Enter your codename and it will be sent.")
 
 # -- submitting ----------------------------------------------------------------------------------
 BUSY = N_("The drop box is busy. Nothing was lost; please try again in a minute.")
@@ -52,6 +52,8 @@ IN_FLIGHT = N_("Another submission from you is still being received. Nothing was
                "message is still below: send it again once the other one has finished.")
 BAD_FORM = N_("The form could not be read. Nothing was stored. Your message is still below: please send it "
               "again.")
+BAD_FORM_LOST = N_("The form could not be read. Nothing was stored. To get back the message you typed, use your "
+                   "browser's Back button.")
 NOTHING_RECEIVED = N_("Submissions must be sent with the form on your page.")
 OUT_OF_SPACE = N_("The server has run out of space. Nothing was stored. Please try again later.")
 NOT_STORED = N_("The server could not store your submission. Nothing was stored. Please try again later.")

@@ -298,11 +298,11 @@ def login(ctx: PageContext, error: str | None = None, notice: str | None = None,
     ])
 
 
-def lookup(ctx: PageContext, replies: list[ShownReply], *, message: str = "", error: str | None = None,
+def lookup(ctx: PageContext, replies: list[ShownReply] | None, *, message: str = "", error: str | None = None,
            codename: str | None = None, first_submission_done: bool = False) -> Tag:
     """The logged-in page: new-reply notice, the submission form, then the replies, newest first."""
     _ = ctx._
-    new = sum(1 for r in replies if r.new)
+    new = sum(1 for r in replies or () if r.new)
     body: list[Any] = [tags.h1(_("Send more and read replies"))]
     if new:
         body.append(tags.p(tags.a(ctx.lang.ngettext("{n} new reply", "{n} new replies", new).format(n=ctx.number(new)),
@@ -317,6 +317,9 @@ def lookup(ctx: PageContext, replies: list[ShownReply], *, message: str = "", er
                      "others can see your screen."), class_="hint"),
         ))
     body.append(_submission_form(ctx, message, error))
+    if replies is None:  # a page answered before the replies were read (e.g. a refused upload)
+        body.append(tags.p(tags.a(_("Back to your page"), href="/lookup")))
+        return _frame(ctx, _("Send more and read replies"), body)
     body.append(tags.h2(_("Replies from {name}", name=ctx.site_name), id="replies"))
     if not replies:
         body.append(tags.p(_("There are no replies yet. Journalists may take days to answer: please check back "
