@@ -19,6 +19,7 @@ from twisted.trial import unittest
 
 from deaddrop.web.source.app import NOT_RECOGNIZED
 from tests._support import start_server, test_svs
+from tests.browser._chromium import WindowSize
 from tests.browser._chromium import (
     follow,
     DESKTOP, PHONE, WindowSize, horizontal_overflow, javascript_runs, overflowing_elements, quit_driver, require_chromium,
@@ -137,7 +138,7 @@ class SourceBrowserTests(unittest.TestCase):
         driver.get(self.url + "/no/such/page")
         text = self._page(driver, "not-found")
         self.assertIn("There is nothing at this address", text)
-        self.assertIn("Not found", driver.title)
+        self.assertIn("Page not found", driver.title)
 
     # -- the flow --------------------------------------------------------------------------
 
@@ -204,3 +205,298 @@ class SourceBrowserTests(unittest.TestCase):
         driver = yield self._start(DESKTOP, javascript=True)
         ran = yield deferToThread(javascript_runs, driver)
         self.assertTrue(ran)
+
+
+# -- issue 11: languages, guidance, never losing what was typed, accessibility -------------------
+
+TOR_BROWSER_UA = "Mozilla/5.0 (Windows NT 10.0; rv:128.0) Gecko/20100101 Firefox/128.0"
+# WCAG 2.0 A and AA plus the 2.1 AA rules (axe-core 3.1, as shipped in axe-selenium-python 2.1.6,
+# files WCAG 2.1 A rules under "wcag2a" and has no "wcag21a" tag).
+AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21aa"]
+KEPT = "Typed before the problem: KEPT-MARKER-77aa\nsecond line, ünïcødé ✓"
+
+
+def _set_user_agent(driver, ua: str) -> None:
+    driver.execute_cdp_cmd("Network.setUserAgentOverride", {"userAgent": ua})
+
+
+def _axe_violations(driver) -> list[dict]:
+    """axe-core (shipped inside axe-selenium-python) at WCAG 2.1 AA on the current page."""
+    from axe_selenium_python import Axe
+
+    Axe(driver).inject()
+    outcome = driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "axe.run(document, {runOnly: {type: 'tag', values: arguments[0]}},"
+        "        (error, results) => done(error ? {error: String(error)} : {violations: results.violations}));",
+        AXE_TAGS)
+    if "error" in outcome:
+        raise AssertionError(f"axe-core could not run: {outcome['error']}")
+    return outcome["violations"]
+
+
+def _other_origin_requests(driver, origin: str) -> list[str]:
+    """Every resource the page loaded that is not from ``origin`` (DevTools' resource timing)."""
+    urls = driver.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+    return [u for u in urls + [driver.current_url] if not u.startswith(origin)]
+
+
+class SourceLanguagesBrowserTests(unittest.TestCase):
+    """Issue 11 in a real Chromium with JavaScript off."""
+
+    timeout = 180
+
+    @inlineCallbacks
+    def setUp(self):
+        require_chromium()
+        self.server = yield start_server(self, max_upload_size=64 * 1024, source_session_idle=3600.0)
+        self.url = self.server.source_url
+        self.tempdir = tempfile.mkdtemp(prefix="dd-browser-")
+        self.addCleanup(shutil.rmtree, self.tempdir, True)
+
+    @inlineCallbacks
+    def _driver(self, size: WindowSize = DESKTOP, language: str | None = None, javascript: bool = False):
+        prefs = {"intl.accept_languages": language} if language else None
+        driver = yield deferToThread(start_driver, size, extra_prefs=prefs, javascript=javascript)
+        self.addCleanup(deferToThread, quit_driver, driver)
+        return driver
+
+    # -- the whole flow in Spanish (Accept-Language) and Arabic (the menu) ---------------------
+
+    def _flow_in(self, driver, code: str, choose_in_menu: bool) -> dict:
+        """Landing page to reply, in one language, a screenshot of each page. -> what was seen."""
+        seen = {}
+        driver.get(self.url + "/")
+        if choose_in_menu:
+            follow(driver, f"nav.languages a[hreflang='{code}']")
+        html = _css(driver, "html")
+        self.assertEqual(html.get_attribute("lang"), code)
+        seen["dir"] = html.get_attribute("dir")
+        screenshot(driver, f"source-{code}-index")
+        follow(driver, "a[href='/safety']")
+        seen["safety"] = _text(driver)
+        screenshot(driver, f"source-{code}-safety")
+        driver.get(self.url + "/")
+        follow(driver, "a[href='/generate']")
+        codename = _text(driver, "#codename")
+        screenshot(driver, f"source-{code}-generate")
+        follow(driver, "form[action='/create'] button[type=submit]")
+        seen["lookup"] = _text(driver)
+        screenshot(driver, f"source-{code}-lookup")
+        _css(driver, "#msg").send_keys(KEPT)
+        follow(driver, "form[action='/submit'] button[type=submit]")
+        seen["submitted"] = _text(driver)
+        screenshot(driver, f"source-{code}-submitted")
+        follow(driver, "header a[href='/logout']")
+        seen["logged_out"] = _text(driver)
+        driver.get(self.url + "/login")
+        # Typed as someone copying from paper might: commas and hyphens, some capitals.
+        words = codename.split()
+        _css(driver, "#codename").send_keys(", ".join(words[:3]).upper() + "-" + "-".join(words[3:]))
+        screenshot(driver, f"source-{code}-login")
+        follow(driver, "form[action='/login'] button[type=submit]")
+        self.assertTrue(driver.current_url.endswith("/lookup"), driver.current_url)
+        seen["codename"] = codename
+        return seen
+
+    @inlineCallbacks
+    def test_the_whole_flow_in_spanish_from_the_browser_language(self):
+        driver = yield self._driver(language="es-ES,es")
+        seen = yield deferToThread(self._flow_in, driver, "es", False)
+        self.assertEqual(seen["dir"], "ltr")
+        self.assertIn("Cómo protegerse", seen["safety"])
+        self.assertIn("Las palabras del nombre en clave son palabras en inglés", seen["safety"])
+        self.assertIn("Su nombre en clave está activo", seen["lookup"])
+        self.assertIn("Gracias. Hemos recibido su mensaje.", seen["submitted"])
+        self.assertIn("Qué pasa ahora", seen["submitted"])
+        self.assertIn("Ha cerrado la sesión", seen["logged_out"])
+        yield self._reply_is_shown(driver, "es", "1 respuesta nueva")
+
+    @inlineCallbacks
+    def test_the_whole_flow_in_arabic_from_the_language_menu(self):
+        driver = yield self._driver(language="en-US,en")
+        seen = yield deferToThread(self._flow_in, driver, "ar", True)
+        self.assertEqual(seen["dir"], "rtl")
+        self.assertIn("كيف تحمي نفسك", seen["safety"])
+        self.assertIn("اسمك الرمزي مفعّل الآن", seen["lookup"])
+        self.assertIn("شكرًا لك. وصلتنا رسالتك.", seen["submitted"])
+        yield self._reply_is_shown(driver, "ar", "1 رد جديد")
+
+    @inlineCallbacks
+    def _reply_is_shown(self, driver, code: str, notice: str):
+        def source_id(conn):
+            return conn.execute("SELECT id FROM sources ORDER BY id DESC LIMIT 1").fetchone()[0]
+        sid = yield self.server.service.newsroom.db.run(source_id)
+        yield self.server.service.newsroom.add_reply(sid, "REPLY-IN-" + code)
+
+        def look() -> None:
+            driver.get(self.url + "/lookup")
+            self.assertIn(notice, _text(driver, "#new-replies"))
+            self.assertEqual(_css(driver, ".reply").text, "REPLY-IN-" + code)
+            self.assertTrue(_css(driver, ".reply-date time").get_attribute("datetime"))
+            screenshot(driver, f"source-{code}-reply")
+        yield deferToThread(look)
+
+    # -- Tor Browser banner --------------------------------------------------------------------
+
+    @inlineCallbacks
+    def test_the_tor_browser_banner_shows_for_chrome_and_not_for_tor_browser(self):
+        driver = yield self._driver()
+
+        def check() -> None:
+            driver.get(self.url + "/")
+            banner = driver.find_elements(By.ID, "tor-browser-warning")
+            self.assertEqual(len(banner), 1)
+            self.assertTrue(banner[0].is_displayed())
+            self.assertIn("You do not seem to be using Tor Browser", banner[0].text)
+            screenshot(driver, "source-banner-chrome")
+            _set_user_agent(driver, TOR_BROWSER_UA)
+            driver.get(self.url + "/")
+            self.assertEqual(driver.find_elements(By.ID, "tor-browser-warning"), [])
+        yield deferToThread(check)
+
+    # -- the typed message survives every error --------------------------------------------------
+
+    def _new_source(self, driver) -> str:
+        driver.get(self.url + "/generate")
+        codename = _text(driver, "#codename")
+        follow(driver, "form[action='/create'] button[type=submit]")
+        return codename
+
+    @inlineCallbacks
+    def test_message_kept_after_a_file_that_is_too_large(self):
+        driver = yield self._driver()
+        big = os.path.join(self.tempdir, "too big.bin")
+        with open(big, "wb") as f:
+            f.write(os.urandom(3 * 1024 * 1024))  # 3 MiB against a 64 KiB limit
+
+        def run() -> None:
+            self._new_source(driver)
+            _css(driver, "#msg").send_keys(KEPT)
+            _css(driver, "#fh").send_keys(big)
+            started = time.monotonic()
+            follow(driver, "form[action='/submit'] button[type=submit]")
+            self.elapsed = time.monotonic() - started
+            text = _text(driver)
+            self.assertIn("Your files are too large: this drop box accepts at most 0.1 MB in total", text)
+            self.assertIn("Nothing was stored", text)
+            self.assertEqual(_css(driver, "#msg").get_attribute("value").replace("\r\n", "\n"), KEPT)
+            screenshot(driver, "source-too-large")
+        yield deferToThread(run)
+        self.assertEqual(stored_files(self.server.data_dir), [])
+
+    @inlineCallbacks
+    def test_message_kept_through_an_expired_session_and_sent_after_the_codename(self):
+        driver = yield self._driver()
+
+        def run() -> None:
+            codename = self._new_source(driver)
+            _css(driver, "#msg").send_keys(KEPT)
+            self.server.service.source.sessions._sessions.clear()  # what 30 idle minutes do
+            follow(driver, "form[action='/submit'] button[type=submit]")
+            text = _text(driver)
+            self.assertIn("For your safety, you were logged out 60 minutes after logging in", text)
+            self.assertEqual(_css(driver, "#msg").get_attribute("value").replace("\r\n", "\n"), KEPT)
+            screenshot(driver, "source-expired-login")
+            _css(driver, "#codename").send_keys(codename.replace(" ", ","))
+            follow(driver, "form[action='/login'] button[type=submit]")
+            self.assertTrue(driver.current_url.endswith("/lookup"), driver.current_url)
+            self.assertIn("Thank you. We received your message.", _text(driver))
+        yield deferToThread(run)
+        [msg] = stored_files(self.server.data_dir)
+        with open(msg, "rb") as f:
+            self.assertIn(b"KEPT-MARKER-77aa", test_svs().decrypt(f.read()))
+
+    @inlineCallbacks
+    def test_message_kept_after_a_stale_form(self):
+        driver = yield self._driver()
+
+        def run() -> None:
+            codename = self._new_source(driver)
+            _css(driver, "#msg").send_keys(KEPT)
+            first = driver.current_window_handle
+            driver.switch_to.new_window("tab")  # logs out and in again: the first tab's form is stale
+            driver.get(self.url + "/logout")
+            driver.get(self.url + "/login")
+            _css(driver, "#codename").send_keys(codename)
+            follow(driver, "form[action='/login'] button[type=submit]")
+            driver.close()
+            driver.switch_to.window(first)
+            follow(driver, "form[action='/submit'] button[type=submit]")
+            text = _text(driver)
+            self.assertIn("This form was out of date", text)
+            self.assertEqual(_css(driver, "#msg").get_attribute("value").replace("\r\n", "\n"), KEPT)
+            screenshot(driver, "source-stale-form")
+            follow(driver, "form[action='/submit'] button[type=submit]")  # the same form, now fresh
+            self.assertIn("Thank you. We received your message.", _text(driver))
+        yield deferToThread(run)
+        self.assertEqual(len(stored_files(self.server.data_dir)), 1)
+
+    # -- accessibility -----------------------------------------------------------------------
+
+    def _audit_every_page(self, driver, code: str) -> dict[str, list]:
+        """axe on every page a source can reach, in one language. -> {page: violations}."""
+        results: dict[str, list] = {}
+
+        def audit(name: str) -> None:
+            results[name] = [f"{v['id']} ({v['impact']}): {[n['target'] for n in v['nodes']][:3]}"
+                             for v in _axe_violations(driver)]
+            self.assertEqual(_other_origin_requests(driver, self.url), [], name)
+
+        driver.get(self.url + f"/language/{code}")
+        audit("index")
+        driver.get(self.url + "/safety")
+        audit("safety")
+        driver.get(self.url + "/login?expired=1")
+        audit("login-expired")
+        codename = self._new_source(driver)
+        audit("lookup-first")
+        _css(driver, "#msg").send_keys("x" * 10)
+        follow(driver, "form[action='/submit'] button[type=submit]")
+        audit("lookup-next")
+        driver.find_element(By.CSS_SELECTOR, "details.reveal summary").click()
+        audit("lookup-codename-shown")
+        follow(driver, "form[action='/submit'] button[type=submit]")  # empty: an error
+        audit("lookup-error")
+        driver.get(self.url + "/generate")
+        audit("generate")
+        driver.get(self.url + "/nothing/here")
+        audit("not-found")
+        follow(driver, "header a[href='/logout']")
+        audit("logged-out")
+        driver.get(self.url + "/login")
+        _css(driver, "#codename").send_keys("wrong words here")
+        follow(driver, "form[action='/login'] button[type=submit]")
+        audit("login-error")
+        _css(driver, "#codename").send_keys(codename)
+        follow(driver, "form[action='/login'] button[type=submit]")
+        audit("lookup-returning")
+        return results
+
+    @inlineCallbacks
+    def test_every_source_page_passes_axe_in_english_and_in_arabic(self):
+        # axe-core needs timers and promises, which a JavaScript-off page does not run. The
+        # pages carry no script at all (test_source_pages checks it), so they are the same
+        # documents with JavaScript on; axe is injected by WebDriver, not by the page (CSP).
+        driver = yield self._driver(javascript=True)
+        found = {}
+        for code in ("en", "ar"):
+            results = yield deferToThread(self._audit_every_page, driver, code)
+            found.update({f"{code}/{page}": v for page, v in results.items()})
+            yield deferToThread(driver.delete_all_cookies)
+        _log.info("axe-core WCAG 2.1 AA: {n} source pages audited (en, ar), violations: {v}",
+                  n=len(found), v={k: v for k, v in found.items() if v} or "none")
+        self.assertEqual({k: v for k, v in found.items() if v}, {})
+        self.assertGreaterEqual(len(found), 24)
+
+    @inlineCallbacks
+    def test_axe_does_find_violations(self):
+        """The audit is real: a page with a known violation (an unlabelled field) fails it."""
+        driver = yield self._driver(javascript=True)
+
+        def run() -> list:
+            driver.get("data:text/html;charset=utf-8,<!DOCTYPE html><html lang=en><title>t</title>"
+                       "<main><form><input type=text name=x></form></main></html>")
+            return _axe_violations(driver)
+        violations = yield deferToThread(run)
+        self.assertIn("label", [v["id"] for v in violations])

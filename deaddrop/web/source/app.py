@@ -157,7 +157,8 @@ class SourceInterface(HtmlResponses):
 
     @property
     def session_minutes(self) -> int:
-        return max(1, round(self.sessions.idle_timeout / 60))
+        """How long a source stays logged in (--source-session-minutes; tests may shorten it)."""
+        return max(1, round(min(self.sessions.idle_timeout, self.sessions.absolute_timeout) / 60))
 
     def _ctx(self, request: Any, session: Session | None = None, *, logged_in: bool = False) -> PageContext:
         """What every page's frame needs; pops the session's flashes (they are shown once)."""
@@ -351,7 +352,8 @@ class SourceInterface(HtmlResponses):
         replies = yield self.newsroom.replies_for(login.identity, login.passphrase)
         ctx = self._ctx(request, login.session, logged_in=True)
         codename = SessionStore.unseal(login.session, self.cookie.token(request), "codename")
-        shown = [ShownReply(r.filename, r.text, r.created_at, r.new) for r in replies]
+        # Newest first: the store lists them in the order they were sent.
+        shown = [ShownReply(r.filename, r.text, r.created_at, r.new) for r in reversed(replies)]
         page = pages.lookup(ctx, shown, message=message, error=error, codename=codename,
                             first_submission_done=bool(login.session.data.pop("show_next", False)))
         html = yield self._html(request, page, status)
@@ -621,13 +623,13 @@ def _same_origin(request: Any) -> bool:
     browser sends them): only then is a typed message shown back, so another site cannot post
     a message that a source would then send under their codename."""
     site = request.getHeader(b"sec-fetch-site")
-    if site is not None and site not in (b"same-origin", b"none"):
-        return False
+    if site is not None:
+        return site in (b"same-origin", b"none")
+    # Our pages say Referrer-Policy: no-referrer, so a browser sends "Origin: null" for them.
     origin = request.getHeader(b"origin")
     if origin is None or origin == b"null":
-        return origin is None
-    host = request.getHeader(b"host") or b""
-    return origin.split(b"://", 1)[-1] == host
+        return True
+    return origin.split(b"://", 1)[-1] == (request.getHeader(b"host") or b"")
 
 
 def _discard(newsroom: Newsroom, result: UploadResult, parts: list[EncryptedPart] = ()) -> None:

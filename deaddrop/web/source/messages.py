@@ -30,9 +30,9 @@ STALE_CREATE = N_("This page was out of date. Nothing was stored. Please get a n
 NOT_GENERATED = N_("That codename was not made for this visit. Please get a new one.")
 GET_NEW_CODENAME = N_("Please get a new codename.")
 STALE_LOGIN = N_("This page was out of date. Please enter your codename again.")
-INACTIVE = N_("You were logged out after {minutes} minutes without activity. Please log in again.")
-EXPIRED_SUBMIT = N_("You were logged out after {minutes} minutes without activity. Nothing was stored yet: "
-                    "your message is kept below. Enter your codename and it will be sent.")
+INACTIVE = N_("For your safety, you were logged out {minutes} minutes after logging in. Please log in again.")
+EXPIRED_SUBMIT = N_("For your safety, you were logged out {minutes} minutes after logging in. Nothing was stored "
+                    "yet: your message is kept below. Enter your codename and it will be sent.")
 
 # -- submitting ----------------------------------------------------------------------------------
 BUSY = N_("The drop box is busy. Nothing was lost; please try again in a minute.")

@@ -144,11 +144,11 @@ def _frame(ctx: PageContext, title: str, body: list[Any], body_class: str = "") 
 def _limits(ctx: PageContext) -> str:
     if ctx.allow_uploads:
         return ctx._("You can send a message of up to {chars} characters and files of up to {size} in total. "
-                     "You are logged out after {minutes} minutes without activity.",
+                     "For your safety, you are logged out {minutes} minutes after logging in.",
                      chars=ctx.number(MAX_MESSAGE_CHARS), size=ctx.size(ctx.max_upload_size),
                      minutes=ctx.number(ctx.session_minutes))
     return ctx._("You can send a message of up to {chars} characters. This drop box does not accept files at "
-                 "the moment. You are logged out after {minutes} minutes without activity.",
+                 "the moment. For your safety, you are logged out {minutes} minutes after logging in.",
                  chars=ctx.number(MAX_MESSAGE_CHARS), minutes=ctx.number(ctx.session_minutes))
 
 
@@ -327,7 +327,7 @@ def lookup(ctx: PageContext, replies: list[ShownReply] | None, *, message: str =
     else:
         body.append(tags.p(_("Please delete replies once you have read them: a deleted reply cannot be read by "
                              "anyone who learns your codename later."), class_="flash flash-warning"))
-        for reply in sorted(replies, key=lambda r: r.created_at, reverse=True):
+        for reply in replies:  # newest first, as given
             text = reply.text if reply.text is not None else _("(This reply could not be decrypted.)")
             heading = [tags.time(ctx.date(reply.created_at), datetime=_iso_day(reply.created_at))]
             if reply.new:
