@@ -280,6 +280,54 @@ class JournalistWebTests(unittest.TestCase):
         self.assertEqual(response.code, 400)
 
     @inlineCallbacks
+    def test_source_texts_and_logo_per_language_from_the_settings(self):
+        """Issue 11: admins write what sources see, per language, and upload a checked PNG logo."""
+        from deaddrop import png
+        from tests._support import multipart_body
+
+        b = yield self.logged_in()
+        response, html = yield b.get("/admin/settings")
+        self.assertIn('href="/admin/source-texts"', html)
+        response, html = yield b.get("/admin/source-texts")
+        response, html = yield b.post("/admin/source-texts", data={
+            "csrf_token": b.csrf(html), "language": "es", "welcome": "Bienvenida WELCOME-ES-4c1",
+            "instructions": "Instrucciones INSTR-ES-9d2"})
+        self.assertIn("Texts for Español saved", html)
+
+        def upload(content: bytes, remove: bool = False):
+            fields = [("csrf_token", b.csrf()), ("language", "en")] + ([("remove", "1")] if remove else [])
+            body, content_type = multipart_body(fields, [("logo.png", content)], file_field="logo")
+            return b.post("/admin/source-logo", data=body, headers={"Content-Type": content_type})
+
+        for bad, why in [(b"GIF89a" + b"\0" * 100, "not a PNG image"), (png.tiny_png()[:-8], "cut short"),
+                         (png.tiny_png(2000, 1), "at most 1024 x 1024"), (b"\x89PNG" + b"x" * 60_000, "larger than")]:
+            response, html = yield upload(bad)
+            self.assertIn(response.code, (400, 413), why)
+            self.assertIn(why if response.code == 400 else "larger than this instance accepts", html)
+        response, html = yield b.get("/admin/source-texts")
+        response, html = yield upload(png.tiny_png(8, 8))
+        self.assertIn("Logo for English saved", html)
+        source = self.source_browser()
+        response, page = yield source.get("/", headers={"Accept-Language": "es"})
+        self.assertIn("WELCOME-ES-4c1", page)
+        url = __import__("re").search(r'<img src="(/logo/[0-9a-f]+\.png)"', page).group(1)
+        response, served = yield source.get(url)
+        self.assertEqual(response.headers.getRawHeaders(b"content-type"), [b"image/png"])
+        self.assertTrue(served.startswith("\ufffdPNG"))
+        yield source.create_source()
+        response, page = yield source.get("/lookup", headers={"Accept-Language": "es"})
+        self.assertIn("INSTR-ES-9d2", page)
+        response, page = yield source.get("/lookup", headers={"Accept-Language": "fr"})
+        self.assertNotIn("INSTR-ES-9d2", page)  # no French text, no English one: the built-in page
+        stored = dict(db_rows(self.server, "SELECT key, value FROM settings"))
+        self.assertEqual(stored["source.welcome.es"], "Bienvenida WELCOME-ES-4c1")
+        self.assertIn("source.logo.en", stored)
+        response, html = yield upload(b"", remove=True)
+        self.assertIn("Logo for English removed", html)
+        response, page = yield source.get("/")
+        self.assertNotIn("<img", page)
+
+    @inlineCallbacks
     def test_new_passphrase_ends_other_sessions_and_tokens(self):
         device = self.device(self.admin)
         here = self.browser()
@@ -437,7 +485,8 @@ class JournalistWebTests(unittest.TestCase):
         self.assertEqual(list(keys), [])
         # The source's open session ended, and the codename no longer works.
         response, html = yield source.get("/lookup")
-        self.assertIn("Log in with your codename", html)
+        # Issue 11: logged out, and told why, calmly (not "session expired").
+        self.assertIn("The newsroom has closed the conversation for this codename", html)
         response, html = yield source.login(codename)
         self.assertEqual(response.code, 403)
         response, html = yield b.get(f"/sources/{source_uuid}")

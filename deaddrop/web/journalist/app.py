@@ -18,6 +18,7 @@ from deaddrop.journalist_desk import Desk, KeyNotReady, MAX_REPLY_CHARS, NotFoun
 from deaddrop.journalists import Accounts, AccountError, Journalist, LoginFailed
 from deaddrop.retention import MAX_DAYS as MAX_RETENTION_DAYS
 from deaddrop.settings import InstanceSettings
+from deaddrop.source_texts import SourceTexts
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg, form_args
 from deaddrop.web._common.guards import Refused, admin_required, login_required
@@ -27,7 +28,7 @@ from deaddrop.web._common.session_cookie import SessionCookie
 from deaddrop.web._common.sessions import Session, SessionStore
 from deaddrop.web._common.site import BodyPolicy, DeadDropSite, log_failure_safely
 from deaddrop.web._common.static import serve_static
-from deaddrop.web.journalist import pages
+from deaddrop.web.journalist import pages, source_texts
 from deaddrop.web.journalist._files import FileResponse
 
 COOKIE = "dd_journalist"
@@ -55,6 +56,7 @@ class JournalistInterface(HtmlResponses):
     settings: InstanceSettings
     events: SecurityEvents
     api: Any = None  # JournalistAPI, mounted at /api/v1
+    source_texts: SourceTexts = field(default_factory=SourceTexts)  # admin pages: source_texts.py
 
     cookie: SessionCookie = field(init=False)
 
@@ -451,6 +453,12 @@ class JournalistInterface(HtmlResponses):
             self.app.resource(),
             body_policy=BodyPolicy(max_form_bytes=2 * MiB),
             render_error_page=lambda status, title, message: error_page_bytes(self._name, status, title, message),
-            start_upload=None,  # the journalist side takes no multipart uploads
+            # The one multipart upload of this side: an admin's logo for the source pages.
+            start_upload=self.start_logo_upload,
+            upload_targets=frozenset({source_texts.LOGO_PATH}),
+            multipart_limit=lambda: 256 * 1024,
             reactor=reactor,
         )
+
+
+source_texts.register(JournalistInterface)

@@ -322,6 +322,8 @@ def settings_page(site_name: str, session: Session, journalist: Journalist, sett
                        for_="retention_days"),
             tags.input(type="number", name="retention_days", id="retention_days", min="1", max="36500",
                        value=str(settings.retention_days or "")),
+            tags.p(tags.a("Welcome text, submission instructions and logo of the source pages",
+                          href="/admin/source-texts")),
             tags.div(class_="actions")(tags.button("Save", type="submit")),
         ),
     ], session, journalist)

@@ -137,7 +137,7 @@ def add_journalist_interface(top: Any, config: Config, reactor: Any) -> None:
     api = JournalistAPI(accounts=accounts, desk=desk, events=top.events,
                         submission_key_armored=top.source.submission_key_armored)
     interface = JournalistInterface(accounts=accounts, desk=desk, sessions=sessions, settings=top.settings,
-                                    events=top.events, api=api)
+                                    events=top.events, api=api, source_texts=top.source_texts)
     top.journalist = interface
     top.journalist_sessions = sessions
     site = interface.site(reactor)

@@ -1,0 +1,166 @@
+"""Admin pages for what sources see: welcome text, submission instructions and a logo, per
+language (English is what other languages fall back to). See ``deaddrop.source_texts``.
+
+The routes are added to ``JournalistInterface`` by ``register``; the logo comes as the one
+multipart upload the journalist listener takes, held in memory (at most ``png.MAX_BYTES``) and
+never written to disk before it is checked.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from twisted.internet.defer import inlineCallbacks, succeed
+from twisted.web.template import Tag, tags
+
+from deaddrop import png
+from deaddrop.source_texts import KINDS, MAX_TEXT_CHARS, text_problem
+from deaddrop.web._common.deferreds import shield
+from deaddrop.web._common.forms import form_arg
+from deaddrop.web._common.guards import admin_required
+from deaddrop.web._common.pages import csrf_field
+from deaddrop.web._common.upload import MultipartUpload, UploadError, UploadLimits
+from deaddrop.web.journalist.pages import _error, _page
+from deaddrop.web.source.i18n import LANGUAGES
+
+LOGO_PATH = b"/admin/source-logo"
+_LABELS = {"welcome": "Welcome text (landing page)", "instructions": "Submission instructions (above the form)"}
+
+
+class _MemorySink:
+    """A logo's bytes, in memory (the upload caps them at png.MAX_BYTES)."""
+
+    out_path = ""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.plaintext_size = 0
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+        self.plaintext_size = len(self.data)
+
+    def finish(self):
+        return succeed(len(self.data))
+
+    def abort(self) -> None:
+        self.data.clear()
+
+
+def page(site_name: str, session: Any, journalist: Any, texts: Any, error: str | None = None) -> Tag:
+    sections: list[Any] = []
+    for code, (name, direction) in LANGUAGES.items():
+        fields: list[Any] = [csrf_field(session), tags.input(type="hidden", name="language", value=code)]
+        for kind in KINDS:
+            field_id = f"{kind}-{code}"
+            fields += [tags.label(_LABELS[kind], for_=field_id),
+                       tags.textarea(texts.texts.get((kind, code), ""), name=kind, id=field_id, rows="4",
+                                     maxlength=str(MAX_TEXT_CHARS), lang=code, dir=direction)]
+        fields.append(tags.div(class_="actions")(tags.button(f"Save {name} texts", type="submit")))
+        logo = texts.logos.get(code)
+        logo_form = tags.form(method="post", action=LOGO_PATH.decode(), enctype="multipart/form-data")(
+            csrf_field(session), tags.input(type="hidden", name="language", value=code),
+            tags.label(f"Logo for {name} (PNG, at most {png.MAX_BYTES:,} bytes and {png.MAX_SIDE} x {png.MAX_SIDE} "
+                       "pixels)", for_=f"logo-{code}"),
+            tags.input(type="file", name="logo", id=f"logo-{code}", accept="image/png"),
+            tags.p(f"Current: {len(logo):,} bytes" if logo else "Current: none"
+                   + ("" if code == "en" else " (English's is shown)"), class_="hint"),
+            tags.div(class_="actions")(
+                tags.button("Upload logo", type="submit"),
+                tags.button("Remove logo", type="submit", name="remove", value="1", class_="secondary"),
+            ),
+        )
+        sections.append(tags.section(class_="card")(
+            tags.h2(f"{name} ({code})"),
+            tags.form(method="post", action="/admin/source-texts")(*fields),
+            logo_form,
+        ))
+    return _page(site_name, "Source pages", [
+        tags.h1("What sources see"),
+        tags.p("Plain text, no HTML; a blank line starts a new paragraph. A language left empty shows the "
+               "English text; if that is empty too, the built-in guidance is shown."),
+        _error(error),
+        *sections,
+    ], session, journalist)
+
+
+def register(cls: Any) -> None:
+    """Add the routes and the logo upload to the journalist interface class ``cls``."""
+    app = cls.app
+
+    @app.route("/admin/source-texts", methods=["GET"])
+    @admin_required
+    def source_texts_form(self: Any, request: Any, login: Any):
+        return self._html(request, page(self._name, login.session, login.journalist, self.source_texts))
+
+    @app.route("/admin/source-texts", methods=["POST"])
+    @admin_required
+    @inlineCallbacks
+    def save_source_texts(self: Any, request: Any, login: Any):
+        code = form_arg(request, "language", 8)
+        values = {kind: (form_arg(request, kind, MAX_TEXT_CHARS + 1) or "").strip() for kind in KINDS}
+        problem = "Unknown language." if code not in LANGUAGES else next(
+            (p for p in map(text_problem, values.values()) if p), None)
+        if problem:
+            html = page(self._name, login.session, login.journalist, self.source_texts, problem)
+            return (yield self._html(request, html, 400))
+
+        def save(conn: Any) -> None:
+            for kind, text in values.items():
+                self.source_texts.save_text(conn, kind, code, text)
+
+        yield shield(self.accounts.db.run(save))
+        for kind, text in values.items():
+            self.source_texts.apply_text(kind, code, text)
+        self.events.emit("admin.source_texts.changed", username=login.journalist.username)
+        login.session.flash(f"Texts for {LANGUAGES[code][0]} saved.", "ok")
+        return self._redirect(request, "/admin/source-texts")
+
+    @app.route(LOGO_PATH.decode(), methods=["POST"])
+    @inlineCallbacks
+    def save_source_logo(self: Any, request: Any):
+        # Not @admin_required: its CSRF check reads urlencoded fields; this body is multipart and
+        # the upload itself checked the token before any file byte.
+        upload: MultipartUpload | None = getattr(request, "upload", None)
+        if upload is None:
+            return self._error(request, 400, "Nothing received", "Send the logo with the form.")
+        try:
+            result = yield upload.result
+        except UploadError as e:
+            return self._error(request, e.status, "Logo not saved", f"{e.message} Nothing was changed.")
+        login = yield self._current_login(request)
+        if login is None or not login.journalist.is_admin:
+            return self._refuse_non_admin(request)
+        code = result.fields.get("language")
+        if code not in LANGUAGES:
+            return self._error(request, 400, "Logo not saved", "Unknown language. Nothing was changed.")
+        logo = None
+        if result.fields.get("remove") != "1":
+            sink = getattr(request, "logo_sink", None)
+            try:
+                logo = png.clean_png(bytes(sink.data) if sink else b"")
+            except png.NotAPng as e:
+                html = page(self._name, login.session, login.journalist, self.source_texts,
+                            f"The logo was not saved: {e}.")
+                return (yield self._html(request, html, 400))
+        yield shield(self.accounts.db.run(self.source_texts.save_logo, code, logo))
+        self.source_texts.apply_logo(code, logo)
+        self.events.emit("admin.source_logo.changed", username=login.journalist.username)
+        login.session.flash(f"Logo for {LANGUAGES[code][0]} {'saved' if logo else 'removed'}.", "ok")
+        return self._redirect(request, "/admin/source-texts")
+
+    def start_logo_upload(self: Any, request: Any, boundary: bytes, length: int | None) -> MultipartUpload:
+        session = self.cookie.lookup(request)
+        refused = None
+        if session is None or "journalist_id" not in session.data:
+            refused = UploadError(403, "Your session ended.")
+        limits = UploadLimits(max_file_bytes=png.MAX_BYTES, file_fields=frozenset({"logo"}),
+                              text_fields={"csrf_token": 256, "language": 8, "remove": 1})
+
+        def open_sink(filename: str, pause: Callable[[], None], resume: Callable[[], None]) -> _MemorySink:
+            request.logo_sink = _MemorySink()
+            return request.logo_sink
+
+        return MultipartUpload(boundary, limits, open_sink, request.pause_body, request.resume_body,
+                               refused=refused, csrf_token=session.csrf_token if session else None)
+
+    cls.start_logo_upload = start_logo_upload
