@@ -90,7 +90,6 @@ class SourceInterface(HtmlResponses):
     circuit_closer: CircuitCloser = field(default_factory=NoCloser)
     texts: SourceTexts = field(default_factory=SourceTexts)
     _refusals: FailureThrottle = field(default_factory=lambda: FailureThrottle(REFUSALS_BEFORE_CLOSING, 60.0))
-    retention_days: int | None = None
 
     cookie: SessionCookie = field(init=False)
 
@@ -195,7 +194,8 @@ class SourceInterface(HtmlResponses):
     def safety(self, request: Any) -> Deferred:
         login = self._current_login(request)
         ctx = self._ctx(request, login.session if login else None, logged_in=login is not None)
-        return self._html(request, pages.safety(ctx, self.retention_days))
+        # The admin's retention setting (None: kept until journalists delete them).
+        return self._html(request, pages.safety(ctx, self.settings.retention_days))
 
     @app.route("/language/<code>", methods=["GET"])
     def choose_language(self, request: Any, code: str) -> bytes:
