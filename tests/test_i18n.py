@@ -167,3 +167,22 @@ class TorBrowserTests(unittest.TestCase):
     def test_other_user_agents(self):
         for ua in self.OTHERS:
             self.assertFalse(is_tor_browser(ua), ua)
+
+
+class JournalistExtractionTests(unittest.TestCase):
+    """The journalist interface stays English, but its strings can be extracted as they stand."""
+
+    def test_the_journalist_pages_strings_are_extractable(self):
+        from deaddrop.web.journalist._extract import extract_tag_strings, fstrings_in
+
+        found = set()
+        for name in ("pages.py", "app.py"):
+            path = os.path.join(ROOT, "deaddrop", "web", "journalist", name)
+            with open(path, "rb") as f:
+                found |= {message for _l, _f, message, _c in extract_tag_strings(f, {}, [], {})}
+            with open(path, encoding="utf-8") as f:
+                fstrings_in(f.read())  # parses; the count is for whoever translates it next
+        for expected in ("Instance settings", "Sources", "Add a user", "Settings saved."):
+            self.assertIn(expected, found)
+        self.assertFalse({m for m in found if m in ("POST", "hidden", "ok", "warning")})
+        self.assertGreater(len(found), 60)
