@@ -216,6 +216,14 @@ AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21aa"]
 KEPT = "Typed before the problem: KEPT-MARKER-77aa\nsecond line, ünïcødé ✓"
 
 
+def _shot(testcase, driver, name: str) -> None:
+    """Screenshot, after checking that nothing sticks out of the window (right to left too)."""
+    path = screenshot(driver, name)
+    overflow = horizontal_overflow(driver)
+    if overflow:
+        testcase.fail(f"{name}: {overflow}px wider than the window: {overflowing_elements(driver)}; see {path}")
+
+
 def _set_user_agent(driver, ua: str) -> None:
     driver.execute_cdp_cmd("Network.setUserAgentOverride", {"userAgent": ua})
 
@@ -272,28 +280,28 @@ class SourceLanguagesBrowserTests(unittest.TestCase):
         html = _css(driver, "html")
         self.assertEqual(html.get_attribute("lang"), code)
         seen["dir"] = html.get_attribute("dir")
-        screenshot(driver, f"source-{code}-index")
+        _shot(self, driver, f"source-{code}-index")
         follow(driver, "a[href='/safety']")
         seen["safety"] = _text(driver)
-        screenshot(driver, f"source-{code}-safety")
+        _shot(self, driver, f"source-{code}-safety")
         driver.get(self.url + "/")
         follow(driver, "a[href='/generate']")
         codename = _text(driver, "#codename")
-        screenshot(driver, f"source-{code}-generate")
+        _shot(self, driver, f"source-{code}-generate")
         follow(driver, "form[action='/create'] button[type=submit]")
         seen["lookup"] = _text(driver)
-        screenshot(driver, f"source-{code}-lookup")
+        _shot(self, driver, f"source-{code}-lookup")
         _css(driver, "#msg").send_keys(KEPT)
         follow(driver, "form[action='/submit'] button[type=submit]")
         seen["submitted"] = _text(driver)
-        screenshot(driver, f"source-{code}-submitted")
+        _shot(self, driver, f"source-{code}-submitted")
         follow(driver, "header a[href='/logout']")
         seen["logged_out"] = _text(driver)
         driver.get(self.url + "/login")
         # Typed as someone copying from paper might: commas and hyphens, some capitals.
         words = codename.split()
         _css(driver, "#codename").send_keys(", ".join(words[:3]).upper() + "-" + "-".join(words[3:]))
-        screenshot(driver, f"source-{code}-login")
+        _shot(self, driver, f"source-{code}-login")
         follow(driver, "form[action='/login'] button[type=submit]")
         self.assertTrue(driver.current_url.endswith("/lookup"), driver.current_url)
         seen["codename"] = codename
