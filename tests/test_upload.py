@@ -134,3 +134,56 @@ class EarlyCsrfTests(unittest.TestCase):
     def test_right_token_first_is_accepted(self):
         outcome, sinks = self.run_with_token(body([field(b"csrf_token", b"good"), file(b"fh", b"a", b"data")]))
         self.assertEqual(bytes(sinks[0].data), b"data")
+
+
+class KeepTheMessageTests(unittest.TestCase):
+    """Issue 11: a refused upload still gives back its text fields, and fails at the first file byte."""
+
+    limits = UploadTests.limits
+
+    def start(self, **kw):
+        self.sinks, self.failures = [], []
+
+        def open_sink(name, pause, resume):
+            self.sinks.append(MemorySink(name))
+            return self.sinks[-1]
+
+        return MultipartUpload(BOUNDARY, self.limits, open_sink, lambda: None, lambda: None,
+                               on_fail=self.failures.append, **kw)
+
+    def test_files_refused_reads_the_message_then_fails_at_the_first_file_byte(self):
+        refusal = UploadError(413, "too large", "files-too-large")
+        upload = self.start(files_refused=refusal)
+        head = body([field(b"csrf_token", b"tok"), field(b"msg", "kept ✓".encode())], close=False)
+        upload.feed(head + b"--" + BOUNDARY + b'\r\nContent-Disposition: form-data; name="fh"; filename="a"\r\n\r\n')
+        self.assertEqual(self.failures, [])  # a file part has started, but no byte of it yet
+        upload.feed(b"x")
+        self.assertEqual(self.failures, [refusal])
+        self.assertEqual(upload.fields_so_far(), {"csrf_token": "tok", "msg": "kept ✓"})
+        self.assertEqual(self.sinks, [])  # nothing was opened, let alone encrypted
+        upload.feed(b"y" * 5000)
+        self.assertEqual(len(self.failures), 1)
+
+    def test_files_refused_without_a_file_fails_at_the_end_with_the_fields(self):
+        upload = self.start(files_refused=UploadError(403, "expired", "expired"))
+        upload.feed(body([field(b"msg", b"hello"), file(b"fh", b"", b"")]))
+        upload.end()
+        results = []
+        upload.result.addErrback(results.append)
+        self.assertEqual(results[0].value.reason, "expired")
+        self.assertEqual(upload.fields_so_far(), {"msg": "hello"})
+        self.assertEqual(self.failures, [])  # at the end, the route answers: no early answer
+
+    def test_a_stale_token_keeps_reading_text_but_no_file(self):
+        upload = self.start(csrf_token="right")
+        upload.feed(body([field(b"csrf_token", b"wrong"), field(b"msg", b"still here"), file(b"fh", b"a", b"data")]))
+        self.assertEqual([f.reason for f in self.failures], ["stale-form"])
+        self.assertEqual(upload.fields_so_far()["msg"], "still here")
+        self.assertEqual(self.sinks, [])
+
+    def test_too_large_files_fail_once_with_the_message_kept(self):
+        upload = self.start()
+        upload.feed(body([field(b"msg", b"mine"), file(b"fh", b"big", b"z" * 20_000)]))
+        self.assertEqual([f.reason for f in self.failures], ["files-too-large"])
+        self.assertEqual(upload.fields_so_far(), {"msg": "mine"})
+        self.assertTrue(all(s.aborted for s in self.sinks))  # if one was opened at all
