@@ -35,13 +35,7 @@ def layout(
     body_class: str = "",
 ) -> Tag:
     return tags.html(lang="en")(
-        tags.head(
-            tags.meta(charset="utf-8"),
-            tags.meta(name="viewport", content="width=device-width, initial-scale=1"),
-            tags.meta(name="referrer", content="no-referrer"),
-            tags.title(f"{title} · {site_name}"),
-            tags.link(rel="stylesheet", href=stylesheet_url()),
-        ),
+        head(f"{title} · {site_name}"),
         tags.body(class_=body_class)(
             tags.header(
                 tags.div(class_="brand")(tags.a(site_name, href="/")),
@@ -51,6 +45,17 @@ def layout(
             Tag("main")(flash_list(flashes), *body),
             tags.footer(tags.p("Powered by DeadDrop")),
         ),
+    )
+
+
+def head(title: str) -> Tag:
+    """The <head> every page of both interfaces has: no external anything, one stylesheet."""
+    return tags.head(
+        tags.meta(charset="utf-8"),
+        tags.meta(name="viewport", content="width=device-width, initial-scale=1"),
+        tags.meta(name="referrer", content="no-referrer"),
+        tags.title(title),
+        tags.link(rel="stylesheet", href=stylesheet_url()),
     )
 
 

@@ -13,7 +13,7 @@ from babel.dates import format_date
 from babel.numbers import format_decimal
 from twisted.web.template import Tag, tags
 
-from deaddrop.web._common.pages import stylesheet_url
+from deaddrop.web._common.pages import head
 from deaddrop.web.source.i18n import LANGUAGES, Language
 
 HONEYPOT_FIELD = "website"
@@ -120,13 +120,7 @@ def _frame(ctx: PageContext, title: str, body: list[Any], body_class: str = "") 
     )]
     flashes = [tags.p(message, class_=f"flash flash-{category}", role="status") for category, message in ctx.flashes]
     return tags.html(lang=ctx.lang.code, dir=ctx.lang.direction)(
-        tags.head(
-            tags.meta(charset="utf-8"),
-            tags.meta(name="viewport", content="width=device-width, initial-scale=1"),
-            tags.meta(name="referrer", content="no-referrer"),
-            tags.title(f"{title} · {ctx.site_name}"),
-            tags.link(rel="stylesheet", href=stylesheet_url()),
-        ),
+        head(f"{title} · {ctx.site_name}"),
         tags.body(class_=("source " + body_class).strip())(
             tags.header(class_="top")(
                 tags.div(class_="brand")(*brand),
