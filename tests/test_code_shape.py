@@ -111,7 +111,8 @@ class RouteGuardTests(unittest.TestCase):
     def test_journalist_routes(self):
         from deaddrop.web.journalist.app import JournalistInterface
 
-        self.assertEqual(self._unguarded(JournalistInterface, {"index", "login_form", "login", "logout", "api_branch", "api_branch_branch", "robots", "static"}), set())
+        # save_source_logo checks its login itself: the CSRF token is in the streamed multipart body.
+        self.assertEqual(self._unguarded(JournalistInterface, {"index", "login_form", "login", "logout", "api_branch", "api_branch_branch", "robots", "static", "save_source_logo"}), set())
 
     def test_journalist_api_routes(self):
         from deaddrop.web.journalist.api import JournalistAPI
@@ -123,5 +124,5 @@ class RouteGuardTests(unittest.TestCase):
 
         # /submit checks its login itself: the CSRF token is in the streamed multipart body.
         public = {"index", "generate", "create", "login_form", "login", "logout", "submit", "robots", "metadata",
-                  "public_key", "static"}
+                  "public_key", "static", "safety", "choose_language", "logo"}
         self.assertEqual(self._unguarded(SourceInterface, public), set())

@@ -400,7 +400,7 @@ class SourceLanguagesBrowserTests(unittest.TestCase):
         def run() -> None:
             codename = self._new_source(driver)
             _css(driver, "#msg").send_keys(KEPT)
-            self.server.service.source.sessions._sessions.clear()  # what 30 idle minutes do
+            self.server.service.source.sessions.destroy_where(lambda s: True)  # what 30 idle minutes do
             follow(driver, "form[action='/submit'] button[type=submit]")
             text = _text(driver)
             self.assertIn("For your safety, you were logged out 60 minutes after logging in", text)

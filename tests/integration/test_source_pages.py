@@ -212,7 +212,7 @@ class SourcePagesTests(unittest.TestCase):
     @inlineCallbacks
     def test_a_returning_source_is_told_about_inactivity(self):
         yield self.browser.create_source()
-        self.server.service.source.sessions._sessions.clear()  # as if the session had run out
+        self.server.service.source.sessions.destroy_where(lambda s: True)  # as if the session had run out
         response, html = yield self.browser.get("/lookup")
         minutes = self.server.service.source.session_minutes
         self.assertIn(f"For your safety, you were logged out {minutes} minutes after logging in", html)

@@ -111,6 +111,9 @@ class SessionStore:
         session.data.clear()
         self._sessions.pop(session.token_hash, None)
 
+    def where(self, predicate: Callable[[Session], bool]) -> list[Session]:
+        return [s for s in self._sessions.values() if predicate(s)]
+
     def destroy_where(self, predicate: Callable[[Session], bool]) -> int:
         doomed = [s for s in self._sessions.values() if predicate(s)]
         for session in doomed:

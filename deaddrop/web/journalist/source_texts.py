@@ -13,6 +13,7 @@ from twisted.internet.defer import inlineCallbacks, succeed
 from twisted.web.template import Tag, tags
 
 from deaddrop import png
+from deaddrop.languages import LANGUAGES
 from deaddrop.source_texts import KINDS, MAX_TEXT_CHARS, text_problem
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg
@@ -20,7 +21,6 @@ from deaddrop.web._common.guards import admin_required
 from deaddrop.web._common.pages import csrf_field
 from deaddrop.web._common.upload import MultipartUpload, UploadError, UploadLimits
 from deaddrop.web.journalist.pages import _error, _page
-from deaddrop.web.source.i18n import LANGUAGES
 
 LOGO_PATH = b"/admin/source-logo"
 _LABELS = {"welcome": "Welcome text (landing page)", "instructions": "Submission instructions (above the form)"}

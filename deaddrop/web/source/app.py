@@ -134,11 +134,10 @@ class SourceInterface(HtmlResponses):
     def _source_deleted(self, source_id: int) -> None:
         """The newsroom deleted a source: its sessions forget everything but that, so the next
         page can say so calmly instead of "session expired"."""
-        for session in list(self.sessions._sessions.values()):
-            if getattr(session.data.get("source"), "source_id", None) == source_id:
-                session.sealed.clear()
-                session.data.clear()
-                session.data["closed"] = True
+        for session in self.sessions.where(lambda s: getattr(s.data.get("source"), "source_id", None) == source_id):
+            session.sealed.clear()
+            session.data.clear()
+            session.data["closed"] = True
 
     def _refuse_anonymous(self, request: Any, post: bool) -> Any:
         session = self._session(request)

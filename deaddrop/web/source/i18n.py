@@ -13,23 +13,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from deaddrop.languages import DEFAULT, LANGUAGES
+
 LOCALE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "locales")
 DOMAIN = "messages"
 COOKIE = "dd_lang"
 
-# code -> (name in its own language, text direction). English is the source language.
-LANGUAGES: dict[str, tuple[str, str]] = {
-    "en": ("English", "ltr"),
-    "es": ("Español", "ltr"),
-    "fr": ("Français", "ltr"),
-    "de": ("Deutsch", "ltr"),
-    "pt": ("Português", "ltr"),
-    "ru": ("Русский", "ltr"),
-    "tr": ("Türkçe", "ltr"),
-    "ar": ("العربية", "rtl"),
-    "fa": ("فارسی", "rtl"),
-}
-DEFAULT = "en"
 TRANSLATED = tuple(code for code in LANGUAGES if code != DEFAULT)
 
 # Accept-Language is attacker-controlled: read a bounded prefix and a bounded number of entries.
