@@ -405,7 +405,8 @@ class JournalistBrowserTests(unittest.TestCase):
         self.assertEqual(self._db("SELECT COUNT(*) FROM sources"), [(0,)])
         self.assertFalse(os.path.exists(store))
         response, html = yield source.get("/lookup")
-        self.assertIn("Log in with your codename", html)
+        # Issue 11: the source is logged out and told why, calmly.
+        self.assertIn("The newsroom has closed the conversation for this codename", html)
 
         yield deferToThread(self._log_out, driver)
         # No journalist page showed the source's filesystem id or codename.

@@ -325,7 +325,8 @@ class JournalistApiTests(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(self.server.data_dir, "store", fid)))
         self.assertEqual(db_rows(self.server, "SELECT COUNT(*) FROM submissions"), [(0,)])
         response, html = yield self.source.get("/lookup")
-        self.assertIn("Log in with your codename", html)
+        # Issue 11: the source is logged out and told why, calmly.
+        self.assertIn("The newsroom has closed the conversation for this codename", html)
         response, html = yield self.source.login(self.codename)
         self.assertEqual(response.code, 403)
 
