@@ -22,7 +22,7 @@ from deaddrop.web._common.circuits import Circuit
 from tests._circuits import CircuitBrowser, listen_as_tor
 from tests._support import Browser, kill_gpg_agent, multipart_body, short_tempdir, start_server
 
-LOGGED_IN = "Submit files or messages"
+LOGGED_IN = "Send more and read replies"
 
 
 def count_argon2id_runs(testcase: unittest.TestCase) -> list:

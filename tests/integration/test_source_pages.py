@@ -154,6 +154,7 @@ class SourcePagesTests(unittest.TestCase):
     @inlineCallbacks
     def test_replies_dated_newest_first_with_a_new_count_and_the_codename_behind_details(self):
         codename = yield self.browser.create_source()
+        yield self.browser.submit("a first message makes the source's key pair")
         source_id = yield self._source_id()
         for text in ("FIRST-REPLY", "SECOND-REPLY"):
             yield self.server.service.newsroom.add_reply(source_id, text)
