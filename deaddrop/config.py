@@ -58,7 +58,7 @@ class Config:
     # None: the absolute length (activity does not extend a source session); tests shorten it.
     source_session_idle: float | None = None
     retention_days: int | None = None  # off: keep submissions and replies until deleted
-    source_login_failures_per_minute: int = 30
+    source_login_failures_per_minute: int = 10  # per Tor circuit (LOCAL: one shared bucket)
 
     @property
     def source_session_lifetime(self) -> float:

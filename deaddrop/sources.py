@@ -90,6 +90,9 @@ class LoginThrottled(Exception):
 # Logins per derived identity: a source logs in a few times a visit; 128 sessions opened at once
 # with one codename (to hold many uploads) are not a source.
 IDENTITY_LOGINS_PER_MINUTE = 30
+# Longest expected wait for Argon2id or reply decryption before "busy, come back" is the kinder
+# answer (a source's login should take well under 5 s).
+MAX_WAIT = 4.0
 
 
 @dataclass
@@ -113,9 +116,9 @@ class SourceQueues:
         return cls(
             # Served in this order when a crypto slot frees: what a logged-in source is waiting
             # for first, fresh Argon2id (anyone, anonymous) last.
-            decrypt=crypto.queue("decrypt", priority=0, per_key=2, max_waiting=waiting),
+            decrypt=crypto.queue("decrypt", priority=0, per_key=2, max_waiting=waiting, max_wait=MAX_WAIT),
             keygen=crypto.queue("keygen", priority=1, per_key=1, max_waiting=waiting),
-            argon2id=crypto.queue("argon2id", priority=2, per_key=2, max_waiting=waiting),
+            argon2id=crypto.queue("argon2id", priority=2, per_key=2, max_waiting=waiting, max_wait=MAX_WAIT),
             messages=messages.queue("messages", priority=0, per_key=2, max_waiting=16 * message_slots),
             uploads=Admission(stream_pool, upload_slots).queue(
                 "uploads", priority=0, per_key=uploads_per_identity, max_waiting=0),

@@ -1,5 +1,6 @@
 """The admission layer's rules, on a controllable pool (pure logic: no threads, no reactor)."""
 from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.task import Clock
 from twisted.trial import unittest
 
 from deaddrop.crypto.admission import Admission, Busy, KeyBusy
@@ -142,3 +143,21 @@ class AdmissionTests(unittest.TestCase):
         job.errback(RuntimeError("boom"))
         self.failureResultOf(d, RuntimeError)
         self.assertEqual(self.admission.running, 0)
+
+
+class WaitBoundTests(unittest.TestCase):
+    def test_the_queue_shrinks_when_work_runs_slowly(self):
+        clock = Clock()
+        pool = ManualPool()
+        q = Admission(pool, slots=1, clock=clock.seconds).queue(
+            "argon2id", priority=0, per_key=2, max_waiting=100, max_wait=4.0)
+        q.run("a", label, "first")
+        clock.advance(2.0)  # a run now takes 2 s (a loaded machine)
+        pool.finish()
+        q.run("b", label, "running")
+        waiting = [q.run(k, label, k) for k in ("c", "d")]  # 2 x 2 s = 4 s: still fits
+        self.assertEqual(q.waiting, 2)
+        refused = q.run("e", label, "e")  # would wait 6 s
+        self.failureResultOf(refused, Busy)
+        for d in waiting:
+            self.assertNoResult(d)

@@ -7,7 +7,9 @@ one at once, waits in a bounded queue, or is refused at once with ``Busy``:
 * each key has its own FIFO, and keys are served round-robin, so one circuit with a hundred
   requests waits behind its own requests, not in front of everyone else's;
 * each key may hold at most ``per_key`` requests (waiting plus running), and a queue at most
-  ``max_waiting`` waiting requests: nothing is ever queued without limit;
+  ``max_waiting`` waiting requests, and no more than would wait ``max_wait`` seconds at the
+  pace work has been finishing lately (a loaded machine runs Argon2id slower: the queue shrinks
+  rather than keeping visitors waiting minutes): nothing is ever queued without limit;
 * when a queue is full, a newcomer takes the place of the newest request of the key with the
   most waiting, if that key holds at least two more than the newcomer's (the evicted request
   gets ``Busy``): a flood from a few keys cannot turn away a key that has nothing queued;
@@ -20,6 +22,7 @@ Keys are only held in memory as dictionary keys; nothing here logs them.
 from __future__ import annotations
 
 import collections
+import time
 from typing import Any, Callable, Hashable, Optional, TypeVar
 
 from twisted.internet.defer import CancelledError, Deferred, fail, maybeDeferred, succeed
@@ -52,11 +55,12 @@ class Ticket:
         self._queue = queue
         self.key = key
         self.released = False
+        self._granted_at = queue.admission.clock()
 
     def release(self) -> None:
         if not self.released:
             self.released = True
-            self._queue._finished(self.key)
+            self._queue._finished(self.key, self._queue.admission.clock() - self._granted_at)
 
     def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> "Deferred[T]":
         """Run blocking ``fn`` on the admission's pool while holding this slot."""
@@ -74,16 +78,18 @@ class _Waiter:
 class Admission:
     """The slots of one worker pool, shared by queues served in priority order."""
 
-    def __init__(self, pool: Any, slots: int) -> None:
+    def __init__(self, pool: Any, slots: int, clock: Callable[[], float] = time.monotonic) -> None:
         if slots < 1:
             raise ValueError("an admission needs at least one slot")
+        self.clock = clock
         self.pool = pool
         self.slots = slots
         self.running = 0
         self._queues: list[AdmissionQueue] = []
 
-    def queue(self, name: str, *, priority: int, per_key: int, max_waiting: int) -> "AdmissionQueue":
-        q = AdmissionQueue(self, name, priority, per_key, max_waiting)
+    def queue(self, name: str, *, priority: int, per_key: int, max_waiting: int,
+              max_wait: float | None = None) -> "AdmissionQueue":
+        q = AdmissionQueue(self, name, priority, per_key, max_waiting, max_wait)
         self._queues.append(q)
         self._queues.sort(key=lambda x: x.priority)
         return q
@@ -105,12 +111,15 @@ class Admission:
 
 
 class AdmissionQueue:
-    def __init__(self, admission: Admission, name: str, priority: int, per_key: int, max_waiting: int) -> None:
+    def __init__(self, admission: Admission, name: str, priority: int, per_key: int, max_waiting: int,
+                 max_wait: float | None = None) -> None:
         self.admission = admission
         self.name = name
         self.priority = priority
         self.per_key = per_key
         self.max_waiting = max_waiting
+        self.max_wait = max_wait
+        self._mean_run: float | None = None  # moving average of how long a granted slot is held
         self._waiting: dict[Hashable, collections.deque[_Waiter]] = {}
         self._turns: collections.OrderedDict[Hashable, None] = collections.OrderedDict()
         self._held: collections.Counter[Hashable] = collections.Counter()  # waiting + running, per key
@@ -147,7 +156,7 @@ class AdmissionQueue:
                 return succeed(self.try_acquire(key))
             except Busy as e:
                 return fail(e)
-        if self.waiting >= self.max_waiting and not self._make_room_for(key):
+        if self._full() and not self._make_room_for(key):
             if not self._held[key]:
                 del self._held[key]
             return fail(Busy(self.name))
@@ -253,7 +262,17 @@ class AdmissionQueue:
         if self._held[key] <= 0:
             del self._held[key]
 
-    def _finished(self, key: Hashable) -> None:
+    def _full(self) -> bool:
+        if self.waiting >= self.max_waiting:
+            return True
+        if self.max_wait is None or self._mean_run is None:
+            return False
+        # A newcomer waits for everyone ahead, served ``slots`` at a time.
+        expected = (self.waiting + 1) * self._mean_run / self.admission.slots
+        return expected > self.max_wait
+
+    def _finished(self, key: Hashable, held_for: float) -> None:
+        self._mean_run = held_for if self._mean_run is None else 0.8 * self._mean_run + 0.2 * held_for
         self._release_key(key)
         self.admission.running -= 1
         self.admission._dispatch()
