@@ -316,9 +316,16 @@ class JournalistBrowserTests(unittest.TestCase):
         self.assertEqual(_text(driver, "h1"), "★ " + designation)
         self.assertEqual(_css(driver, "form[action$='/star'] button[type=submit]").text, "Unstar")
         msg_link = self._submission_links(driver)["msg"]
+        msg_name = msg_link.text
         submission_uuid = msg_link.get_attribute("href").split("/submissions/")[1].split("/")[0]
         _css(driver, f"input[name=submission][value='{submission_uuid}']").click()
         follow(driver, "button[name=action][value=delete]")
+        # A confirmation page lists what would go; nothing is deleted yet (issue 13).
+        text = self._page(driver, "delete-selected-confirm")
+        self.assertIn("Delete 1 file of", text)
+        self.assertEqual([li.text.split(" (")[0] for li in driver.find_elements(By.CSS_SELECTOR, "li.to-delete")],
+                         [msg_name])
+        follow(driver, "button[name=action][value=delete-confirmed]")
         self.assertIn("Deleted 1 submission.", _text(driver, ".flashes"))
         self.assertEqual(list(self._submission_links(driver)), ["doc"])
         self._page(driver, "submission-deleted")
@@ -413,7 +420,7 @@ class JournalistBrowserTests(unittest.TestCase):
         for page in self.page_sources:
             self.assertNotIn(filesystem_id, page)
             self.assertNotIn(codename, page)
-        self.assertEqual(len(self.shots), 12)
+        self.assertEqual(len(self.shots), 13)  # 12 + the "Delete selected" confirmation
         _log.info("journalist browser flow ({size}): Chromium start {start:.1f}s, whole flow {total:.1f}s; "
                   "screenshots in {where}", size=size.name, start=self.startup_seconds,
                   total=time.monotonic() - started, where=os.path.dirname(self.shots[0]))

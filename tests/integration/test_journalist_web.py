@@ -62,10 +62,17 @@ class JournalistWebTests(unittest.TestCase):
             devices[account.username] = TotpDevice(self.server, account.totp_secret)
         return devices[account.username]
 
+    def cert_for(self, username: str):
+        """Each journalist's own certificate: a login is accepted only over it."""
+        certs = self.__dict__.setdefault("_certs", {"alice": self.cert})
+        if username not in certs:
+            certs[username] = issue_client_cert(self.server, username)
+        return certs[username]
+
     @inlineCallbacks
     def logged_in(self, account=None):
         account = account or self.admin
-        b = self.browser()
+        b = self.browser(self.cert_for(account.username))
         response, html = yield b.log_in(account, self.device(account))
         self.assertEqual(response.code, 200, html[:300])
         self.assertIn("<h1>Sources</h1>", html)
@@ -164,7 +171,8 @@ class JournalistWebTests(unittest.TestCase):
         second = self.browser()
         response, html = yield second.log_in(self.admin, code=code)
         self.assertEqual(response.code, 403)
-        self.assertIn(pages.GENERIC_LOGIN_ERROR, html)
+        # Issue 13: with the right passphrase, the page says what happened.
+        self.assertIn(pages.REUSED_CODE_ERROR, html)
         self.assertEqual([e["username"] for e in security_events(self.server) if e["event"] == "journalist.totp.reused"],
                          ["alice"])
 
@@ -418,6 +426,9 @@ class JournalistWebTests(unittest.TestCase):
         first_uuid = re.search(r'name="submission" value="([0-9a-f-]{36})"', html).group(1)
         response, html = yield b.post(f"/sources/{source_uuid}/selected", data={
             "csrf_token": b.csrf(html), "action": "delete", "submission": first_uuid})
+        self.assertIn("Delete 1 file of", html)  # a confirmation first (issue 13)
+        response, html = yield b.post(f"/sources/{source_uuid}/selected", data={
+            "csrf_token": b.csrf(html), "action": "delete-confirmed", "submission": first_uuid})
         self.assertIn("Deleted 1 submission.", html)
         self.assertEqual(len(re.findall(r'name="submission"', html)), 2)
         self.assertFalse(any(n.startswith("1-") for n in os.listdir(

@@ -28,6 +28,7 @@ from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.guards import token_required
 from deaddrop.web._common.site import log_failure_safely
 from deaddrop.web.journalist._files import FileResponse
+from deaddrop.web.journalist.cert_binding import refuse_mismatch
 
 PREFIX = "/api/v1"
 
@@ -192,6 +193,9 @@ class JournalistAPI:
         for field in ("username", "passphrase", "one_time_code"):
             if body.get(field) is None:  # absent: a malformed request, not a failed login
                 raise ApiError(400, "Bad Request", f"'{field}' is missing from the request body.")
+        if refuse_mismatch(request, body.get("username"), self.events):
+            raise ApiError(403, "Forbidden", "Token authentication failed: this client certificate was issued "
+                                             "for another user.")
         try:
             journalist = yield shield(self.accounts.authenticate(
                 body.get("username"), body.get("passphrase"), body.get("one_time_code")))

@@ -30,10 +30,18 @@ from deaddrop.web._common.site import BodyPolicy, DeadDropSite, log_failure_safe
 from deaddrop.web._common.static import serve_static
 from deaddrop.web.journalist import pages, source_texts
 from deaddrop.web.journalist._files import FileResponse
+from deaddrop.web.journalist.cert_binding import refuse_mismatch
 
 COOKIE = "dd_journalist"
 MiB = 1024 * 1024
 MAX_UPLOAD_MIB = 100 * 1024
+
+
+def login_error(failure: LoginFailed) -> str:
+    """The message for a failed login. A reused code is only ever reported after the
+    passphrase was right (``Accounts.authenticate`` checks it first), so naming it helps the
+    journalist and tells nothing to someone without the passphrase."""
+    return pages.REUSED_CODE_ERROR if failure.reason == "totp_reused" else pages.GENERIC_LOGIN_ERROR
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,8 @@ class JournalistInterface(HtmlResponses):
     events: SecurityEvents
     api: Any = None  # JournalistAPI, mounted at /api/v1
     source_texts: SourceTexts = field(default_factory=SourceTexts)  # admin pages: source_texts.py
+    # The exact `deaddrop-admin cert issue` line for a new user, with {name} (see wiring).
+    cert_issue_command: str = "deaddrop-admin cert issue {name} --out {name}.p12"
 
     cookie: SessionCookie = field(init=False)
 
@@ -127,11 +137,14 @@ class JournalistInterface(HtmlResponses):
             page = pages.login(self._name, session, "Your session expired. Please log in again.")
             return (yield self._html(request, page, 403))
         username = (form_arg(request, "username", 64) or "").strip()
+        if refuse_mismatch(request, username, self.events):
+            page = pages.login(self._name, session, pages.CERTIFICATE_MISMATCH_ERROR, username[:64])
+            return (yield self._html(request, page, 403))
         try:
             journalist = yield shield(self.accounts.authenticate(
                 username, form_arg(request, "passphrase", 1024), form_arg(request, "one_time_code", 16)))
         except LoginFailed as failure:
-            status, message = (429, pages.THROTTLED_LOGIN_ERROR) if failure.throttled else (403, pages.GENERIC_LOGIN_ERROR)
+            status, message = (429, pages.THROTTLED_LOGIN_ERROR) if failure.throttled else (403, login_error(failure))
             return (yield self._html(request, pages.login(self._name, session, message, username[:64]), status))
         _, fresh = self.cookie.start(request, replacing=session)
         self._bind(fresh, journalist)
@@ -216,11 +229,16 @@ class JournalistInterface(HtmlResponses):
         if action == "download":
             return (yield self._zip(request, login, uuid, chosen))
         source = yield self._source(request, uuid)
-        if action != "delete":
+        if action not in ("delete", "delete-confirmed"):
             return self._error(request, 400, "Nothing done", "Choose download or delete.")
         if not chosen:
             login.session.flash("Select at least one submission first.", "warning")
             return self._redirect(request, f"/sources/{uuid}")
+        if action == "delete":
+            # Nothing goes before the journalist has seen the list (as for deleting a source).
+            listed = [s for s in (yield self.desk.submissions(source)) if s.uuid in set(chosen)]
+            page = pages.confirm_delete_selected(self._name, login.session, login.journalist, source, listed)
+            return (yield self._html(request, page))
         count = yield shield(self.desk.delete_submissions(source, chosen))
         login.session.flash(f"Deleted {count} submission{'s' if count != 1 else ''}.", "ok")
         return self._redirect(request, f"/sources/{uuid}")
@@ -339,7 +357,8 @@ class JournalistInterface(HtmlResponses):
         self.events.emit("admin.journalist.added", username=login.journalist.username, target=creds.journalist.username)
         page = pages.credentials(self._name, login.session, login.journalist, creds.journalist.username,
                                  passphrase=creds.passphrase, totp_secret=creds.totp_secret, totp_uri=creds.totp_uri,
-                                 heading=f"Added {creds.journalist.username}")
+                                 heading=f"Added {creds.journalist.username}",
+                                 cert_command=self.cert_issue_command.format(name=creds.journalist.username))
         return (yield self._html(request, page))
 
     @inlineCallbacks

@@ -19,6 +19,10 @@ from deaddrop.web._common.sessions import Session
 
 GENERIC_LOGIN_ERROR = "Login failed. Check your username, passphrase and one-time code."
 THROTTLED_LOGIN_ERROR = "Too many failed attempts for this account. Wait a minute, then try again."
+# Shown only after the passphrase was right, so it tells nothing to someone without it.
+REUSED_CODE_ERROR = "This code was already used; wait for the next one."
+CERTIFICATE_MISMATCH_ERROR = ("This browser's certificate was issued for another user. "
+                              "Log in with the certificate issued for your username.")
 
 
 def _page(site_name: str, title: str, body: list[Any], session: Session | None,
@@ -198,6 +202,27 @@ def confirm_delete_source(site_name: str, session: Session, journalist: Journali
     ], session, journalist)
 
 
+def confirm_delete_selected(site_name: str, session: Session, journalist: Journalist, source: SourceView,
+                            chosen: list[SubmissionView]) -> Tag:
+    """What "Delete selected" would delete; nothing is deleted until this form is sent."""
+    base = f"/sources/{source.uuid}"
+    return _page(site_name, "Delete selected", [
+        tags.h1(f"Delete {_count(len(chosen), 'file')} of {source.designation}?"),
+        tags.ul(*[tags.li(f"{item.filename} ({human_size(item.size)})", class_="to-delete") for item in chosen]),
+        tags.p("Deleted files are gone from the server for good. This cannot be undone."),
+        tags.form(method="post", action=f"{base}/selected")(
+            csrf_field(session),
+            *[tags.input(type="hidden", name="submission", value=item.uuid) for item in chosen],
+            tags.div(class_="actions")(
+                tags.button("Yes, delete this file" if len(chosen) == 1 else f"Yes, delete these {len(chosen)} files",
+                            type="submit", name="action", value="delete-confirmed",
+                            class_="danger"),
+                tags.a("Cancel", href=base, class_="button secondary"),
+            ),
+        ),
+    ], session, journalist)
+
+
 # -- account ------------------------------------------------------------------------------
 
 def account(site_name: str, session: Session, journalist: Journalist, *, new_passphrase: str | None = None,
@@ -264,7 +289,8 @@ def _post_button(session: Session, action: str, label: str, css: str) -> Tag:
 
 
 def credentials(site_name: str, session: Session, journalist: Journalist, username: str, *,
-                passphrase: str | None, totp_secret: str | None, totp_uri: str | None, heading: str) -> Tag:
+                passphrase: str | None, totp_secret: str | None, totp_uri: str | None, heading: str,
+                cert_command: str | None = None) -> Tag:
     body: list[Any] = [
         tags.h1(heading),
         tags.p(f"Give these to {username} in person. They are shown only this once.", class_="flash flash-warning"),
@@ -279,6 +305,16 @@ def credentials(site_name: str, session: Session, journalist: Journalist, userna
             qr_svg(totp_uri),
             tags.p("Secret: ", tags.code(totp_secret, id="totp-secret")),
             tags.p("URI: ", tags.code(totp_uri, id="totp-uri"), class_="hint"),
+        ]
+    if cert_command:
+        body += [
+            tags.h2("Client certificate"),
+            tags.p(f"{username} also needs a client certificate from the offline CA: without it the "
+                   f"journalist interface does not open, and logins as {username} are accepted only over "
+                   "a certificate issued for that username. On the CA machine run:"),
+            tags.p(tags.code(cert_command, id="cert-command")),
+            tags.p(("CA_DIR is the CA's directory on that machine; " if "CA_DIR" in cert_command else "")
+                   + f"give {username} the .p12 file, its import password and the CA's ca.pem.", class_="hint"),
         ]
     body.append(tags.p(tags.a("Back to users", href="/admin/users")))
     return _page(site_name, heading, body, session, journalist)

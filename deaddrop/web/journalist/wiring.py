@@ -60,6 +60,13 @@ def _server_certificate(config: Config, ca_path: str) -> tuple[str, str]:
     return ensure_server_certificate(config.data_dir)
 
 
+def _cert_issue_command(config: Config, ca_path: str) -> str:
+    """The `cert issue` line an admin runs for a new user, for the CA this server trusts."""
+    if os.path.realpath(ca_path) == os.path.realpath(config.path("ca", "ca.pem")):
+        return f"deaddrop-admin cert issue {{name}} --data-dir {config.data_dir} --out {{name}}.p12"
+    return "deaddrop-admin cert issue {name} --ca-dir CA_DIR --out {name}.p12"
+
+
 def _listen_hosts(endpoint: str) -> list[str]:
     """The interface of a ``tcp:PORT:interface=ADDR`` endpoint, if it names one."""
     match = re.search(r"(?:^|:)interface=((?:\\:|[^:])+)", endpoint)
@@ -137,7 +144,8 @@ def add_journalist_interface(top: Any, config: Config, reactor: Any) -> None:
     api = JournalistAPI(accounts=accounts, desk=desk, events=top.events,
                         submission_key_armored=top.source.submission_key_armored)
     interface = JournalistInterface(accounts=accounts, desk=desk, sessions=sessions, settings=top.settings,
-                                    events=top.events, api=api, source_texts=top.source_texts)
+                                    events=top.events, api=api, source_texts=top.source_texts,
+                                    cert_issue_command=_cert_issue_command(config, ca_path))
     top.journalist = interface
     top.journalist_sessions = sessions
     site = interface.site(reactor)
