@@ -68,6 +68,29 @@ class FirstDayTests(unittest.TestCase):
         self.assertEqual(status, 200)
         self.assertIn("token", data)
 
+    @inlineCallbacks
+    def test_a_session_or_token_counts_only_over_its_own_certificate(self):
+        bob_web = self.browser("bob")
+        yield bob_web.log_in(self.bob, self.devices["bob"])
+        response, html = yield bob_web.get("/sources", follow=False)
+        self.assertEqual(response.code, 200)
+        # Bob's cookie, presented over Alice's certificate, is no login.
+        over_alice = self.browser("alice")
+        for cookie in bob_web.cookies:
+            over_alice.cookies.set_cookie(cookie)
+        response, html = yield over_alice.get("/sources", follow=False)
+        self.assertEqual((response.code, response.headers.getRawHeaders(b"location")), (303, [b"/login"]))
+        bob_api = ApiClient(self.server, self.certs["bob"])
+        self.addCleanup(bob_api.close)
+        yield bob_api.log_in(self.bob, self.devices["bob"])
+        stolen = ApiClient(self.server, self.certs["alice"])
+        self.addCleanup(stolen.close)
+        stolen.token = bob_api.token
+        status, _ = yield stolen.json("GET", "/api/v1/sources")
+        self.assertEqual(status, 403)
+        status, _ = yield bob_api.json("GET", "/api/v1/sources")
+        self.assertEqual(status, 200)
+
     # -- a reused one-time code ---------------------------------------------------------------
 
     @inlineCallbacks

@@ -28,7 +28,7 @@ from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.guards import token_required
 from deaddrop.web._common.site import log_failure_safely
 from deaddrop.web.journalist._files import FileResponse
-from deaddrop.web.journalist.cert_binding import refuse_mismatch
+from deaddrop.web.journalist.cert_binding import issued_for, refuse_mismatch
 
 PREFIX = "/api/v1"
 
@@ -90,8 +90,11 @@ class JournalistAPI:
             return None
 
     def _current_login(self, request: Any) -> Any:
-        """The journalist the request's token belongs to (a Deferred), or None (for ``token_required``)."""
-        return self.accounts.journalist_for_token(self._bearer(request))
+        """The journalist the request's token belongs to (a Deferred), or None (for ``token_required``).
+
+        A token counts only over its journalist's own certificate, like the login that made it."""
+        d = self.accounts.journalist_for_token(self._bearer(request))
+        return d.addCallback(lambda j: j if j is not None and issued_for(request, j.username) else None)
 
     def _refuse_anonymous(self, request: Any, post: bool) -> bytes:
         raise ApiError(403, "Forbidden", "Token authentication failed: missing, expired or revoked token.")

@@ -30,7 +30,7 @@ from deaddrop.web._common.site import BodyPolicy, DeadDropSite, log_failure_safe
 from deaddrop.web._common.static import serve_static
 from deaddrop.web.journalist import pages, source_texts
 from deaddrop.web.journalist._files import FileResponse
-from deaddrop.web.journalist.cert_binding import refuse_mismatch
+from deaddrop.web.journalist.cert_binding import issued_for, refuse_mismatch
 
 COOKIE = "dd_journalist"
 MiB = 1024 * 1024
@@ -90,6 +90,8 @@ class JournalistInterface(HtmlResponses):
         if journalist is None or journalist.auth_epoch != session.data.get("auth_epoch"):
             self.sessions.destroy(session)
             return None
+        if not issued_for(request, journalist.username):
+            return None  # a session cookie counts only over its journalist's own certificate
         return JournalistLogin(session, journalist)
 
     def _refuse_anonymous(self, request: Any, post: bool) -> bytes:
