@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
 """Upload benchmark: one run, ratios against raw gpg measured in the same run.
 
-    .venv/bin/python bench/upload.py [--size-mb 200] [--keep]
+    .venv/bin/python bench/upload.py [--size-mb 200] [--rounds 3] [--keep]
 
 1. Throughput: a SIZE MB random file through POST /submit over loopback, against
    `gpg --encrypt --compress-algo none` of the same file to the same key (the baseline).
+   Both sides are timed in ROUNDS interleaved rounds (raw gpg, then the upload, and again),
+   and each side's best round counts: on a shared machine one sample of either side varies
+   by a factor of two, and interleaving exposes both to the same background load.
 2. Memory: the server's peak RSS growth during the upload (sampled every 10 ms).
 3. Reactor latency: p50/p99 of GET /robots.txt while four logins run their Argon2id
    (default cost) and an upload encrypts.
-Targets (issue 2): throughput >= 0.7 x raw gpg, RSS growth < 64 MB, reactor p99 < 50 ms.
+Targets (issues 2 and 9): throughput >= 0.8 x raw gpg (best of interleaved rounds), RSS growth
+< 64 MB, reactor p99 < 50 ms.
 """
 from __future__ import annotations
 
@@ -108,6 +112,13 @@ class Client:
         return elapsed
 
 
+def cpu_seconds(pid: int) -> float:
+    """The server's own CPU time (its threads; not gpg's, which runs in child processes)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_kb(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -139,22 +150,20 @@ def make_svs(workdir: str) -> str:
 
 
 def raw_gpg_seconds(key: str, path: str, workdir: str) -> float:
+    """One round of the baseline: gpg reads the file itself and writes the ciphertext."""
     home = os.path.join(workdir, "gpg-baseline")
     os.makedirs(home, mode=0o700, exist_ok=True)
     out = os.path.join(workdir, "baseline.gpg")
-    best = None
-    for _ in range(3):
-        start = time.perf_counter()
-        subprocess.run(["gpg", "--homedir", home, "--batch", "--yes", "--recipient-file", key,
-                        "--compress-algo", "none", "--output", out, "--encrypt", path], check=True, capture_output=True)
-        # The server fsyncs what it stores; the baseline must too to be comparable.
-        fd = os.open(out, os.O_RDONLY)
-        os.fsync(fd)
-        os.close(fd)
-        elapsed = time.perf_counter() - start
-        best = elapsed if best is None else min(best, elapsed)
+    start = time.perf_counter()
+    subprocess.run(["gpg", "--homedir", home, "--batch", "--yes", "--recipient-file", key,
+                    "--compress-algo", "none", "--output", out, "--encrypt", path], check=True, capture_output=True)
+    # The server fsyncs what it stores; the baseline must too to be comparable.
+    fd = os.open(out, os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
+    elapsed = time.perf_counter() - start
     os.remove(out)
-    return best
+    return elapsed
 
 
 def start_server(workdir: str, key: str, port: int, kdf_cost: str) -> subprocess.Popen:
@@ -196,9 +205,12 @@ def percentile(values: list, p: float) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size-mb", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per side (at least 3)")
     parser.add_argument("--kdf-cost", default="default")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
+    if args.rounds < 3:
+        parser.error("--rounds must be at least 3")
     workdir = tempfile.mkdtemp(prefix="dd-bench-", dir="/tmp")
     proc = None
     try:
@@ -209,7 +221,6 @@ def main() -> int:
                 f.write(os.urandom(1 << 20))
         size = os.path.getsize(payload)
 
-        baseline = raw_gpg_seconds(key, payload, workdir)
         port = free_port()
         proc = start_server(workdir, key, port, args.kdf_cost)
         client = Client(port)
@@ -219,7 +230,13 @@ def main() -> int:
         rss_before = rss_kb(proc.pid)
         sampler = RssSampler(proc.pid)
         sampler.start()
-        upload_seconds = min(client.upload(payload) for _ in range(2))
+        gpg_rounds, upload_rounds, upload_cpu = [], [], []
+        for _ in range(args.rounds):
+            gpg_rounds.append(raw_gpg_seconds(key, payload, workdir))
+            cpu_before = cpu_seconds(proc.pid)
+            upload_rounds.append(client.upload(payload))
+            upload_cpu.append(cpu_seconds(proc.pid) - cpu_before)
+        baseline, upload_seconds = min(gpg_rounds), min(upload_rounds)
         sampler.stop.set()
         sampler.join()
         rss_growth_mb = (sampler.peak - rss_before) / 1024
@@ -246,9 +263,11 @@ def main() -> int:
         ratio = baseline / upload_seconds
         p50, p99 = percentile(latencies, 50) * 1000, percentile(latencies, 99) * 1000
         print(f"payload                 {mb:.0f} MB random bytes")
-        print(f"raw gpg (baseline)      {baseline:.2f} s  {mb / baseline:.0f} MB/s")
-        print(f"POST /submit            {upload_seconds:.2f} s  {mb / upload_seconds:.0f} MB/s")
-        print(f"throughput ratio        {ratio:.2f} x raw gpg   (target >= 0.70)  {'OK' if ratio >= 0.7 else 'MISSED'}")
+        rounds = lambda values: " ".join(f"{v:.2f}" for v in values)
+        print(f"raw gpg (baseline)      {baseline:.2f} s  {mb / baseline:.0f} MB/s   best of {rounds(gpg_rounds)} s")
+        print(f"POST /submit            {upload_seconds:.2f} s  {mb / upload_seconds:.0f} MB/s   best of {rounds(upload_rounds)} s")
+        print(f"server CPU per upload   {min(upload_cpu):.2f} s  (its own threads; gpg not included)")
+        print(f"throughput ratio        {ratio:.2f} x raw gpg   (target >= 0.80)  {'OK' if ratio >= 0.8 else 'MISSED'}")
         print(f"server RSS growth       {rss_growth_mb:.1f} MB       (target < 64)     {'OK' if rss_growth_mb < 64 else 'MISSED'}")
         print(f"reactor /robots.txt     p50 {p50:.1f} ms, p99 {p99:.1f} ms over {len(latencies)} requests "
               f"(target p99 < 50) {'OK' if p99 < 50 else 'MISSED'}")

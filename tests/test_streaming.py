@@ -75,13 +75,33 @@ class StreamEncryptionTests(unittest.TestCase):
 
 
 class GzipFramerTests(unittest.TestCase):
+    def frame(self, name, chunks):
+        framer = GzipFramer(name)
+        return framer.header() + b"".join(bytes(b) for c in chunks for b in framer.frame(c)) + framer.trailer()
+
     def test_python_gzip_reads_our_stream(self):
         import gzip
 
-        framer = GzipFramer("a.txt", level=6)
-        data = b"hello " * 10000
-        blob = framer.header() + framer.compress(data[:100]) + framer.compress(data[100:]) + framer.trailer()
+        data = os.urandom(3 * 65535 + 100)  # chunks across, on and inside the 64 KiB block limit
+        blob = self.frame("a.txt", [data[:100], data[100:100 + 2 * 65535], data[100 + 2 * 65535:], b""])
         self.assertEqual(gzip.decompress(blob), data)
+
+    def test_stored_blocks_carry_the_chunk_without_a_copy(self):
+        chunk = os.urandom(200_000)
+        pieces = GzipFramer("a").frame(chunk)
+        views = [p for p in pieces if isinstance(p, memoryview)]
+        self.assertEqual(b"".join(views), chunk)
+        self.assertTrue(all(v.obj is chunk for v in views))
+
+    def test_svs_reader_gets_name_and_bytes_back(self):
+        import io
+
+        from deaddrop.svs._gzip import GzipReader
+
+        data = os.urandom(300_000)
+        reader = GzipReader(io.BytesIO(self.frame("résumé.pdf", [data[:70_000], data[70_000:]])))
+        self.assertEqual(reader.read_header(), "résumé.pdf".encode())
+        self.assertEqual(b"".join(reader.chunks()), data)
 
 
 class ShutdownTests(unittest.TestCase):

@@ -25,6 +25,7 @@ from deaddrop.crypto.pool import WorkerPool, forbid_reactor_thread
 
 _F_SETPIPE_SZ = 1031
 _PIPE_BYTES = 1 << 20
+_IOV_MAX = 512  # below Linux's 1024
 _EOF = object()
 _ABORT = object()
 
@@ -162,10 +163,11 @@ class StreamEncryption:
                 fcntl.fcntl(proc.stdin.fileno(), _F_SETPIPE_SZ, _PIPE_BYTES)
             except OSError:
                 pass  # a smaller pipe only costs speed
+            stdin_fd = proc.stdin.fileno()
             aborted = False
             try:
                 if self._framer is not None:
-                    self._send(proc, self._framer.header())
+                    _write_all(stdin_fd, [self._framer.header()])
                 while True:
                     item = self._queue.get()
                     if item is _EOF:
@@ -174,9 +176,9 @@ class StreamEncryption:
                         aborted = True
                         break
                     self._drained(len(item))
-                    self._send(proc, self._framer.compress(item) if self._framer else item)
+                    _write_all(stdin_fd, self._framer.frame(item) if self._framer else [item])
                 if not aborted and self._framer is not None:
-                    self._send(proc, self._framer.trailer())
+                    _write_all(stdin_fd, [self._framer.trailer()])
             except BrokenPipeError:
                 pass  # gpg died; its exit status and stderr say why
             finally:
@@ -208,12 +210,6 @@ class StreamEncryption:
         finally:
             os.close(fd)
 
-    def _send(self, proc: subprocess.Popen, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            written = proc.stdin.write(view)
-            view = view[written:]
-
     def _drained(self, n: int) -> None:
         with self._lock:
             self._buffered -= n
@@ -222,6 +218,23 @@ class StreamEncryption:
                 self._paused = False
         if resume:
             self._reactor.callFromThread(self._on_resume)
+
+
+def _write_all(fd: int, buffers: list) -> None:
+    """Write the buffers in order with as few system calls as the pipe allows (GIL released)."""
+    start = 0
+    while start < len(buffers):
+        written = os.writev(fd, buffers[start:start + _IOV_MAX])
+        while written:
+            first = buffers[start]
+            if written >= len(first):
+                written -= len(first)
+                start += 1
+            else:
+                buffers[start] = memoryview(first)[written:]
+                written = 0
+        while start < len(buffers) and not len(buffers[start]):
+            start += 1
 
 
 def _remove_quietly(path: str) -> None:
