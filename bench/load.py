@@ -676,12 +676,13 @@ def main() -> int:
         # -- setup: SVS key, CA, client certificate, journalist account, server
         svs_key = make_svs(workdir)
         admin("ca", "init", "--data-dir", data)
+        source_port, journalist_port = free_port(), free_port()
+        # The server initialises the data dir at its first start; deaddrop-admin refuses one before.
+        proc = start_server(workdir, data, svs_key, source_port, journalist_port, args)
         # The certificate's name is the account's: logins are bound to it.
         cert = admin("cert", "issue", "loadbench", "--pem", "--data-dir", data,
                      "--out", os.path.join(workdir, "journalist.p12"))
         account = admin("journalist", "add", "loadbench", "--data-dir", data, "--kdf-cost", args.kdf_cost)
-        source_port, journalist_port = free_port(), free_port()
-        proc = start_server(workdir, data, svs_key, source_port, journalist_port, args)
         context = tls_context(data, cert["key_pem"], cert["cert_pem"], cert["password"])
         journalist = JournalistClient(journalist_port, context)
         totp_step = [-1]

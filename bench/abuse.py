@@ -1,0 +1,979 @@
+#!/usr/bin/env python3
+"""Abuse benchmark (issue 9): every anonymous attack of the issue's table, replayed against a
+real server while a legitimate source and a journalist work alongside.
+
+    .venv/bin/python bench/abuse.py [--attacks all|NAME,...] [--seconds 45] [--kdf-cost default]
+                                    [--code DIR] [--quick]
+
+For each attack a fresh server (``twistd -n deaddrop --tor none`` on ephemeral 127.0.0.1
+ports, a copy of one prepared data dir: CA, client certificates, journalist accounts, and a
+submission key whose secret half only this script holds) is started, then:
+  1. the attack prepares (what an attacker can do at leisure: e.g. log in 128 times);
+  2. for ``--seconds`` the attack runs while
+     - a legitimate source loops: create, log out + log in, submit a message and a 5 MB file,
+       then log in again and read the journalist's reply;
+     - a journalist (mutual TLS, API token) lists sources, downloads every submission, and
+       replies to each source once its key is there;
+     the source's cycle that is under way when the time is up still completes (the attack
+     goes on meanwhile), bounded by per-request timeouts;
+  3. the server's RSS and open fds are sampled every 0.2 s; afterwards the database is
+     read for pending sources (created, never submitted).
+
+One row per attack: the attacker's request rate and bytes sent; the legitimate source's
+success rate and login/submit p50/p99 (s); the journalist's p99 over all its requests (ms);
+the server's peak RSS and open fds; and what the attack achieved (notes).
+Targets (issue 9): 100% legitimate success, login p99 < 5 s, submit p99 < 10 s, journalist
+p99 < 500 ms, RSS < 512 MB, no pending-source leak after purge.
+
+Only 127.0.0.1 is ever contacted. ``--code DIR`` runs the server and admin commands from
+another checkout (e.g. an older commit unpacked with ``git archive``) for a before/after
+comparison. The idle-connections attack runs the server with RLIMIT_NOFILE 1024 (soft and
+hard, as ``ulimit -n 1024``).
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import html as htmllib
+import os
+import random
+import re
+import resource
+import shutil
+import socket
+import sqlite3
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(1, os.path.dirname(HERE))
+
+import load  # noqa: E402  (bench/load.py: the source browser, journalist client, setup helpers)
+from load import JournalistClient, SourceBrowser, StepError, percentile  # noqa: E402
+
+from deaddrop import codenames  # noqa: E402
+
+VENV_BIN = os.path.dirname(sys.executable)
+LEGIT_FILE_BYTES = 5 * 1000 * 1000
+SOURCE_TIMEOUT = 60.0  # one legitimate request; longer counts as a failure
+REPLY_TIMEOUT = 90.0  # from the submission's answer to the journalist's reply being posted
+
+
+# -- the server ------------------------------------------------------------------------------
+
+class Server:
+    def __init__(self, workdir: str, template: str, args: argparse.Namespace, extra: list[str],
+                 nofile: int | None, copy: bool = True) -> None:
+        self.workdir = workdir
+        self.data = os.path.join(workdir, "data")
+        if copy:
+            shutil.copytree(os.path.join(template, "data"), self.data, symlinks=True)
+        self.source_port, self.journalist_port = load.free_port(), load.free_port()
+        argv = [os.path.join(VENV_BIN, "twistd"), "-n", "--pidfile=", "deaddrop", "--tor", "none",
+                "--data-dir", self.data, "--submission-key", os.path.join(template, "submission-public.asc"),
+                "--kdf-cost", args.kdf_cost,
+                "--source-listen", f"tcp:{self.source_port}:interface=127.0.0.1",
+                "--journalist-listen", f"tcp:{self.journalist_port}:interface=127.0.0.1",
+                "--journalist-ca", os.path.join(self.data, "ca", "ca.pem"),
+                "--journalist-crl", os.path.join(self.data, "ca", "crl.pem")] + extra
+
+        def limits() -> None:
+            if nofile:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+        self.log_path = os.path.join(workdir, "server.log")
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=workdir,
+                                         env=code_env(args), preexec_fn=limits)
+        deadline = time.monotonic() + 90
+        for port in (self.source_port, self.journalist_port):
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                    break
+                except OSError:
+                    if self.proc.poll() is not None or time.monotonic() > deadline:
+                        raise SystemExit(f"server did not start; see {self.log_path}")
+                    time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        subprocess.run(["gpgconf", "--homedir", os.path.join(self.data, "gnupg"), "--kill", "gpg-agent"],
+                       capture_output=True)
+
+    def pending_sources(self) -> tuple[int, int]:
+        """(sources that never submitted, folders in the store): read-only, after the server stopped."""
+        rows = -1
+        db = os.path.join(self.data, "deaddrop.sqlite")
+        for name in os.listdir(self.data):
+            if name.endswith((".sqlite", ".db", ".sqlite3")):
+                db = os.path.join(self.data, name)
+        try:
+            conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+            rows = conn.execute("SELECT count(*) FROM sources WHERE pending = 1").fetchone()[0]
+            conn.close()
+        except sqlite3.Error:
+            pass
+        store = os.path.join(self.data, "store")
+        folders = len(os.listdir(store)) if os.path.isdir(store) else -1
+        return rows, folders
+
+
+def code_env(args: argparse.Namespace) -> dict[str, str]:
+    env = dict(os.environ)
+    if args.code:
+        env["PYTHONPATH"] = os.path.abspath(args.code) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def admin(args: argparse.Namespace, *argv: str) -> dict[str, Any]:
+    import json
+
+    proc = subprocess.run([sys.executable, "-c", "import sys; from deaddrop.admin.cli import main; sys.exit(main())",
+                           *argv, "--json"],
+                          capture_output=True, env=code_env(args), cwd="/")  # not this checkout: --code decides
+    if proc.returncode != 0:
+        raise SystemExit(f"deaddrop-admin {' '.join(argv)} failed:\n{proc.stderr.decode(errors='replace')}")
+    return json.loads(proc.stdout)
+
+
+def issue_cert(args: argparse.Namespace, name: str, data: str, where: str) -> dict[str, Any]:
+    """A client certificate as PEM files (``--pem`` where ``cert issue`` has it, older code wrote PEM anyway)."""
+    out = os.path.join(where, f"{name}.p12")
+    try:
+        return admin(args, "cert", "issue", name, "--pem", "--data-dir", data, "--out", out)
+    except SystemExit:
+        return admin(args, "cert", "issue", name, "--data-dir", data, "--out", out)
+
+
+def tls_context(data: str, cert: dict[str, Any]) -> ssl.SSLContext:
+    """Trust the server as the code under test has it: its CA-signed certificate, or (older code)
+    the self-signed one in DATA/tls."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    for path in (os.path.join(data, "ca", "ca.pem"), os.path.join(data, "tls", "server.pem")):
+        if os.path.exists(path):
+            ctx.load_verify_locations(path)
+    ctx.load_cert_chain(cert["cert_pem"], cert["key_pem"], password=cert.get("password"))
+    return ctx
+
+
+def server_help(args: argparse.Namespace) -> str:
+    proc = subprocess.run([os.path.join(VENV_BIN, "twistd"), "deaddrop", "--help"], capture_output=True,
+                          env=code_env(args))
+    return proc.stdout.decode(errors="replace")
+
+
+class Sampler(threading.Thread):
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.rss_kb, self.fds, self.stop = pid, 0, 0, threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.rss_kb = max(self.rss_kb, load.rss_kb(self.pid))
+            try:
+                self.fds = max(self.fds, len(os.listdir(f"/proc/{self.pid}/fd")))
+            except OSError:
+                pass
+            self.stop.wait(0.2)
+
+
+# -- the legitimate users -----------------------------------------------------------------------
+
+class Legit:
+    """What the legitimate source and journalist did, and how long each step took."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.times: dict[str, list[float]] = {}
+        self.attempts = 0
+        self.failures: list[str] = []
+        self.j_times: list[float] = []
+        self.j_failures: list[str] = []
+        self.reply_for: dict[str, str] = {}  # source uuid -> reply text posted
+        self.current_reply = ""  # the text the journalist is to send to the newest source
+
+    def step(self, name: str, fn: Any, *a: Any) -> Any:
+        with self.lock:
+            self.attempts += 1
+        start = time.perf_counter()
+        try:
+            result = fn(*a)
+        except Exception as e:  # noqa: BLE001 - every failure of a legitimate step is counted
+            with self.lock:
+                self.failures.append(f"{name}: {type(e).__name__}: {str(e)[:160]}")
+            raise StepError(str(e)) from None
+        with self.lock:
+            self.times.setdefault(name, []).append(time.perf_counter() - start)
+        return result
+
+
+class TimedBrowser(SourceBrowser):
+    """A source browser with a bounded wait per request."""
+
+    def request(self, method, path, body=None, content_type=None, expect=200):  # type: ignore[override]
+        old = load.HTTP_TIMEOUT
+        load.HTTP_TIMEOUT = SOURCE_TIMEOUT
+        try:
+            return super().request(method, path, body, content_type, expect)
+        finally:
+            load.HTTP_TIMEOUT = old
+
+
+def source_loop(port: int, legit: Legit, window_end: float, journalist_done: threading.Event) -> None:
+    data = os.urandom(LEGIT_FILE_BYTES)
+    while time.monotonic() < window_end:
+        browser = TimedBrowser(port)
+        nonce = uuid.uuid4().hex
+        with legit.lock:
+            legit.current_reply = f"abuse-bench reply {nonce}"
+            reply = legit.current_reply
+        try:
+            codename = legit.step("create", browser.create)
+            legit.step("login", lambda: (browser.log_out(), browser.log_in(codename)))
+            legit.step("submit", browser.submit, f"abuse-bench message {nonce}", "legit.bin", data)
+        except StepError:
+            time.sleep(1.0)
+            continue
+
+        def read_reply() -> None:
+            deadline = time.monotonic() + REPLY_TIMEOUT
+            while True:
+                with legit.lock:
+                    sent = reply in legit.reply_for.values()
+                if sent:
+                    break
+                if time.monotonic() > deadline:
+                    raise StepError("no reply from the journalist in time")
+                time.sleep(0.5)
+            browser.log_out()
+            page = browser.log_in(codename)
+            if htmllib.escape(reply) not in page:
+                raise StepError("the reply is not on /lookup")
+
+        try:
+            legit.step("read reply", read_reply)
+        except StepError:
+            pass
+    journalist_done.set()
+
+
+class JournalistLoop(threading.Thread):
+    def __init__(self, port: int, context: ssl.SSLContext, token: str, legit: Legit, gnupg_home: str,
+                 svs_key: str) -> None:
+        super().__init__(daemon=True)
+        self.client = JournalistClient(port, context, token)
+        self.legit, self.home, self.svs_key = legit, gnupg_home, svs_key
+        self.downloaded: dict[str, int] = {}
+        self.stop = threading.Event()
+
+    def timed(self, method: str, path: str, body: Any = None, expect: int = 200) -> Any:
+        start = time.perf_counter()
+        try:
+            result = self.client.json(method, path, body, expect) if method != "DOWNLOAD" else self._download(path)
+        except Exception as e:  # noqa: BLE001
+            with self.legit.lock:
+                self.legit.j_failures.append(f"{method} {path.split('/')[-1][:12]}: {str(e)[:160]}")
+            raise StepError(str(e)) from None
+        with self.legit.lock:
+            self.legit.j_times.append(time.perf_counter() - start)
+        return result
+
+    def _download(self, url: str) -> bytes:
+        status, _, body = self.client.request("GET", url)
+        if status != 200:
+            raise StepError(f"download: HTTP {status}")
+        return body
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.round()
+            except StepError:
+                pass
+            self.stop.wait(1.0)
+
+    def round(self) -> None:
+        listing = self.timed("GET", "/api/v1/sources")
+        for src in listing["sources"]:
+            count = src["number_of_documents"] + src["number_of_messages"]
+            if count > self.downloaded.get(src["uuid"], 0):
+                items = self.timed("GET", f"/api/v1/sources/{src['uuid']}/submissions")
+                for item in items["submissions"]:
+                    self.timed("DOWNLOAD", item["download_url"])
+                self.downloaded[src["uuid"]] = len(items["submissions"])
+            with self.legit.lock:
+                replied, text = src["uuid"] in self.legit.reply_for, self.legit.current_reply
+            key = (src.get("key") or {}).get("public")
+            if not replied and key and self.downloaded.get(src["uuid"]):
+                key_file = os.path.join(self.home, "source.asc")
+                with open(key_file, "w") as f:
+                    f.write(key)
+                armored = load.encrypt_reply(self.home, text, [key_file, self.svs_key])
+                self.timed("POST", f"/api/v1/sources/{src['uuid']}/replies",
+                           {"reply": armored, "uuid": str(uuid.uuid4())}, 201)
+                with self.legit.lock:
+                    self.legit.reply_for[src["uuid"]] = text
+
+
+# -- attack plumbing -------------------------------------------------------------------------------
+
+class Attack:
+    name = "none"
+    what = "no attack (control row)"
+    server_args: list[str] = []
+    nofile: int | None = None
+
+    def __init__(self, ctx: "Context") -> None:
+        self.ctx = ctx
+        self.lock = threading.Lock()
+        self.requests = 0
+        self.bytes_sent = 0
+        self.statuses: dict[str, int] = {}
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.notes: list[str] = []
+
+    def count(self, sent: int, status: str | int | None = None, requests: int = 1) -> None:
+        with self.lock:
+            self.requests += requests
+            self.bytes_sent += sent
+            if status is not None:
+                self.statuses[str(status)] = self.statuses.get(str(status), 0) + 1
+
+    def prepare(self) -> None:
+        """Done before the measured window: what an attacker can set up at leisure."""
+
+    def start(self) -> None:
+        """Start the attack's threads."""
+
+    def spawn(self, fn: Any, *a: Any) -> None:
+        t = threading.Thread(target=fn, args=a, daemon=True)
+        t.start()
+        self.threads.append(t)
+
+    def finish(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=30)
+
+    def after(self, server: Server) -> None:
+        """Checks once the server has stopped."""
+
+
+class Context:
+    def __init__(self, server: Server, args: argparse.Namespace, template: "Template") -> None:
+        self.server, self.args, self.template = server, args, template
+        self.port = server.source_port
+
+
+def raw_request(port: int, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None,
+                timeout: float = 120.0) -> tuple[int, str, str, int]:
+    """One request on its own connection: (status, Set-Cookie pair, body text, bytes sent)."""
+    head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+    for name, value in (headers or {}).items():
+        head += f"{name}: {value}\r\n"
+    if body or method == "POST":
+        head += f"Content-Length: {len(body)}\r\n"
+    wire = head.encode() + b"\r\n" + body
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(wire)
+        chunks = []
+        while True:
+            data = s.recv(65536)
+            if not data:
+                break
+            chunks.append(data)
+    raw = b"".join(chunks)
+    head_end = raw.find(b"\r\n\r\n")
+    lines = raw[:head_end].decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ", 2)[1]) if lines and lines[0].startswith("HTTP/") else 0
+    cookie = ""
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        if name.lower() == "set-cookie":
+            cookie = value.strip().split(";", 1)[0]
+    return status, cookie, raw[head_end + 4:].decode("utf-8", "replace"), len(wire)
+
+
+def form_body(fields: dict[str, str]) -> bytes:
+    from urllib.parse import urlencode
+
+    return urlencode(fields).encode()
+
+
+FORM = "application/x-www-form-urlencoded"
+
+
+def csrf_of(text: str) -> str:
+    match = re.search(r'name="csrf_token" value="([^"]+)"', text)
+    return htmllib.unescape(match.group(1)) if match else ""
+
+
+def wrong_login(attack: Attack, port: int) -> None:
+    """GET /login for a form, then POST a well-formed codename that belongs to nobody."""
+    status, cookie, text, sent = raw_request(port, "GET", "/login")
+    attack.count(sent)
+    headers = {"Content-Type": FORM}
+    if cookie:
+        headers["Cookie"] = cookie
+    body = form_body({"codename": codenames.generate_codename(attack.ctx.args.codename_words),
+                      "csrf_token": csrf_of(text)})
+    status, _, _, sent = raw_request(port, "POST", "/login", body, headers)
+    attack.count(sent, status)
+
+
+# -- the attacks, as in the issue's table ---------------------------------------------------------
+
+class WrongCodenames(Attack):
+    name = "wrong-codenames"
+    what = "wrong well-formed codenames at POST /login, 60 a minute (issue: 31/min), not waiting for answers"
+    rate = 1.0
+
+    def start(self) -> None:
+        self.pool = concurrent.futures.ThreadPoolExecutor(32)
+        self.spawn(self.run)
+
+    def one(self) -> None:
+        try:
+            wrong_login(self, self.ctx.port)
+        except OSError:
+            self.count(0, "conn-error", requests=0)
+
+    def run(self) -> None:
+        paced(self, self.rate, lambda: self.pool.submit(self.one))
+
+    def finish(self) -> None:
+        super().finish()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def paced(attack: Attack, rate: float, fire: Any) -> None:
+    """Call ``fire`` ``rate`` times a second until the attack stops, whatever the server answers."""
+    next_at = time.monotonic()
+    while not attack.stop.is_set():
+        fire()
+        next_at += 1.0 / rate
+        attack.stop.wait(max(0.0, next_at - time.monotonic()))
+
+
+class ConcurrentLogins(Attack):
+    name = "concurrent-logins"
+    what = "120 wrong logins in flight at all times (issue: 120 at once)"
+    workers = 120
+
+    def start(self) -> None:
+        for _ in range(self.workers):
+            self.spawn(self.run)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                wrong_login(self, self.ctx.port)
+            except OSError:
+                self.count(0, "conn-error")
+                self.stop.wait(0.2)
+
+
+class AnonSessions(Attack):
+    name = "anon-sessions"
+    what = "anonymous GET /login flood, pipelined on keep-alive connections (issue: 100k in 112 s)"
+    connections = 8
+    batch = 50
+
+    def start(self) -> None:
+        for _ in range(self.connections):
+            self.spawn(self.run)
+
+    def run(self) -> None:
+        request = b"GET /login HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        while not self.stop.is_set():
+            try:
+                with socket.create_connection(("127.0.0.1", self.ctx.port), timeout=30) as s:
+                    reader = _ResponseReader(s)
+                    while not self.stop.is_set():
+                        s.sendall(request * self.batch)
+                        for _ in range(self.batch):
+                            status = reader.next_status()
+                            self.count(len(request), status)
+            except (OSError, EOFError, ValueError, IndexError):
+                self.count(0, "conn-error", requests=0)
+                self.stop.wait(0.1)
+
+
+class _ResponseReader:
+    """Reads pipelined HTTP/1.1 responses (Content-Length or chunked) off one socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock, self.buf = sock, b""
+
+    def _until(self, sep: bytes) -> bytes:
+        while sep not in self.buf:
+            data = self.sock.recv(262144)
+            if not data:
+                raise EOFError
+            self.buf += data
+        found, _, self.buf = self.buf.partition(sep)
+        return found
+
+    def _skip(self, n: int) -> None:
+        while len(self.buf) < n:
+            data = self.sock.recv(262144)
+            if not data:
+                raise EOFError
+            self.buf += data
+        self.buf = self.buf[n:]
+
+    def next_status(self) -> int:
+        head = self._until(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        lower = head.lower()
+        if b"transfer-encoding: chunked" in lower:
+            while True:
+                size = int(self._until(b"\r\n").split(b";")[0], 16)
+                self._skip(size + 2)
+                if size == 0:
+                    return status
+        match = re.search(rb"(?m)^content-length:\s*(\d+)", lower)
+        self._skip(int(match.group(1)) if match else 0)
+        return status
+
+
+class SlowUploads(Attack):
+    name = "slow-uploads"
+    what = "one codename logged in 128 times, 256 uploads dribbling 1,100 bytes per 20 s"
+    sessions = 128
+    per_session = 2
+
+    def prepare(self) -> None:
+        browser = SourceBrowser(self.ctx.port)
+        codename = browser.create()
+        self.count(0, requests=3)
+
+        def one_login(_: int) -> tuple[str, str]:
+            b = SourceBrowser(self.ctx.port)
+            for _attempt in range(20):
+                try:
+                    b.log_in(codename)
+                    self.count(0, requests=4)
+                    return b.cookie, b.csrf
+                except StepError:
+                    time.sleep(2.0)
+            raise SystemExit("slow-uploads: the attacker could not log in")
+
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            self.logins = list(pool.map(one_login, range(self.sessions)))
+
+    def start(self) -> None:
+        self.spawn(self.run)
+
+    def _open(self, cookie: str, csrf: str) -> socket.socket | None:
+        boundary = uuid.uuid4().hex
+        preamble = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"csrf_token\"\r\n\r\n{csrf}\r\n"
+                    f"--{boundary}\r\nContent-Disposition: form-data; name=\"msg\"\r\n\r\nhi\r\n"
+                    f"--{boundary}\r\nContent-Disposition: form-data; name=\"fh\"; filename=\"slow.bin\"\r\n"
+                    "Content-Type: application/octet-stream\r\n\r\n").encode()
+        head = (f"POST /submit HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: {cookie}\r\n"
+                f"Content-Type: multipart/form-data; boundary={boundary}\r\nContent-Length: {50 << 20}\r\n\r\n").encode()
+        try:
+            s = socket.create_connection(("127.0.0.1", self.ctx.port), timeout=5)
+            s.sendall(head + preamble)
+            s.setblocking(False)
+        except OSError:
+            self.count(0, "conn-error", requests=0)
+            return None
+        self.count(len(head) + len(preamble), "opened")
+        return s
+
+    def run(self) -> None:
+        slots: list[list[Any]] = []  # [socket or None, cookie, csrf, next send time]
+        for cookie, csrf in self.logins:
+            for _ in range(self.per_session):
+                slots.append([None, cookie, csrf, 0.0])
+        dribble = b"x" * 1100
+        while not self.stop.is_set():
+            now = time.monotonic()
+            for slot in slots:
+                s = slot[0]
+                if s is not None:
+                    try:
+                        if s.recv(65536) == b"":  # answered or closed: the attacker opens another
+                            raise OSError
+                        s.close()
+                        slot[0] = None
+                        continue
+                    except BlockingIOError:
+                        pass
+                    except OSError:
+                        s.close()
+                        slot[0] = None
+                        continue
+                if slot[0] is None:
+                    slot[0] = self._open(slot[1], slot[2])
+                    slot[3] = time.monotonic() + 20.0
+                elif now >= slot[3]:
+                    try:
+                        slot[0].send(dribble)
+                        self.count(len(dribble), requests=0)
+                    except OSError:
+                        slot[0].close()
+                        slot[0] = None
+                    slot[3] = now + 20.0
+            self.stop.wait(0.5)
+        for slot in slots:
+            if slot[0] is not None:
+                slot[0].close()
+
+
+class IdleConnections(Attack):
+    name = "idle-connections"
+    what = "1,010 sockets at 35 bytes/s each (header lines), server under ulimit -n 1024"
+    nofile = 1024
+    sockets = 1010
+
+    def start(self) -> None:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < 4096:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))
+        self.spawn(self.run)
+
+    def _open(self) -> socket.socket | None:
+        try:
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", self.ctx.port))
+        except OSError:
+            return None
+        return s
+
+    def run(self) -> None:
+        socks: list[Any] = [None] * self.sockets
+        started = [False] * self.sockets
+        line = b"X-Drip: " + b"a" * 25 + b"\r\n"  # 35 bytes
+        while not self.stop.is_set():
+            tick = time.monotonic()
+            for i in range(self.sockets):
+                s = socks[i]
+                if s is None:
+                    s = socks[i] = self._open()
+                    started[i] = False
+                    if s is None:
+                        continue
+                try:
+                    if not started[i]:
+                        s.send(b"GET / HTTP/1.1\r\n")
+                        started[i] = True
+                        self.count(16, "opened")
+                    else:
+                        try:
+                            if s.recv(4096) == b"":
+                                raise ConnectionResetError
+                        except BlockingIOError:
+                            pass
+                        s.send(line)
+                        self.count(len(line), requests=0)
+                except (BlockingIOError, InterruptedError):
+                    pass  # still connecting
+                except OSError:
+                    s.close()
+                    socks[i] = None
+            self.stop.wait(max(0.0, 1.0 - (time.monotonic() - tick)))
+        for s in socks:
+            if s is not None:
+                s.close()
+
+
+class GenerateCreate(Attack):
+    name = "generate-create"
+    what = "GET /generate + POST /create, 1 a second, never submitting (issue: 200 in 233 s)"
+    rate = 1.0
+
+    def start(self) -> None:
+        self.pool = concurrent.futures.ThreadPoolExecutor(8)
+        self.spawn(self.run)
+
+    def one(self) -> None:
+        try:
+            status, cookie, text, sent = raw_request(self.ctx.port, "GET", "/generate")
+            self.count(sent)
+            match = re.search(r'id="codename"[^>]*>([^<]+)<', text)
+            if not match:
+                self.count(0, f"no-codename-{status}", requests=0)
+                return
+            body = form_body({"codename": htmllib.unescape(match.group(1)).strip(), "csrf_token": csrf_of(text)})
+            status, _, _, sent = raw_request(self.ctx.port, "POST", "/create", body,
+                                             {"Content-Type": FORM, "Cookie": cookie})
+            self.count(sent, status)
+        except OSError:
+            self.count(0, "conn-error", requests=0)
+
+    def run(self) -> None:
+        paced(self, self.rate, lambda: self.pool.submit(self.one))
+
+    def finish(self) -> None:
+        super().finish()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def after(self, server: Server) -> None:
+        rows, folders = server.pending_sources()
+        self.notes.append(f"pending sources left: {rows} (store folders {folders}; "
+                          f"{self.ctx.template.purge_note})")
+        self.pending_left = rows
+
+
+class JournalistLogins(Attack):
+    name = "journalist-logins"
+    what = "60 concurrent API logins with the victim's certificate and passphrase, guessing codes"
+    workers = 60
+
+    def start(self) -> None:
+        t = self.ctx.template
+        self.context = tls_context(self.ctx.server.data, t.attacker_cert)
+        for _ in range(self.workers):
+            self.spawn(self.run)
+
+    def run(self) -> None:
+        victim = self.ctx.template.victim
+        client = JournalistClient(self.ctx.server.journalist_port, self.context)
+        while not self.stop.is_set():
+            body = {"username": victim["username"], "passphrase": victim["passphrase"],
+                    "one_time_code": f"{random.randrange(10**6):06d}"}
+            try:
+                status, _, _ = client.request("POST", "/api/v1/token", body)
+                self.count(len(str(body)) + 200, status)
+            except StepError:
+                self.count(0, "conn-error", requests=0)
+                client.close()
+                self.stop.wait(0.2)
+        client.close()
+
+    def after(self, server: Server) -> None:
+        checked = sum(n for status, n in self.statuses.items() if status not in ("429", "503", "conn-error"))
+        self.notes.append(f"one-time codes checked: {checked} of {self.requests} attempts")
+
+
+ATTACKS = [Attack, WrongCodenames, ConcurrentLogins, AnonSessions, SlowUploads, IdleConnections, GenerateCreate,
+           JournalistLogins]
+
+
+# -- one prepared data dir for every run ------------------------------------------------------------
+
+class Template:
+    def __init__(self, workdir: str, args: argparse.Namespace) -> None:
+        self.dir = os.path.join(workdir, "template")
+        os.mkdir(self.dir)
+        data = os.path.join(self.dir, "data")
+        self.svs_key = load.make_svs(self.dir)
+        admin(args, "ca", "init", "--data-dir", data)
+        # The server initialises a data dir at its first start; deaddrop-admin refuses one before.
+        Server(self.dir, self.dir, args, [], None, copy=False).stop()
+        # A certificate is bound to the account of its name. The attacker of journalist-logins
+        # holds the victim's certificate and passphrase (a stolen laptop), not the one-time code.
+        self.cert = issue_cert(args, "abusebench", data, self.dir)
+        self.attacker_cert = issue_cert(args, "victim", data, self.dir)
+        self.account = admin(args, "journalist", "add", "abusebench", "--data-dir", data, "--kdf-cost", args.kdf_cost)
+        self.victim = admin(args, "journalist", "add", "victim", "--data-dir", data, "--kdf-cost", args.kdf_cost)
+        self.purge_note = "the server has no pending-source purge"
+        self.purge_args: list[str] = []
+        help_text = server_help(args)
+        match = re.search(r"--(pending-source[\w-]*)", help_text)
+        if match:
+            self.purge_args = [f"--{match.group(1)}", args.pending_purge]
+            self.purge_note = f"after purge with --{match.group(1)} {args.pending_purge}"
+
+
+# -- running one attack ---------------------------------------------------------------------------
+
+class Row:
+    def __init__(self, attack: Attack, legit: Legit, sampler: Sampler, seconds: float, load_avg: float) -> None:
+        self.attack, self.legit, self.sampler, self.seconds = attack, legit, sampler, seconds
+        self.load_avg = load_avg
+
+
+def run_one(cls: type[Attack], template: Template, args: argparse.Namespace, workdir: str) -> Row:
+    run_dir = tempfile.mkdtemp(prefix=f"{cls.name[:8]}-", dir=workdir)
+    extra = list(cls.server_args)
+    if cls is GenerateCreate:
+        extra += template.purge_args
+    server = Server(run_dir, template.dir, args, extra, cls.nofile)
+    sampler = Sampler(server.proc.pid)
+    sampler.start()
+    attack = None
+    try:
+        context = tls_context(server.data, template.cert)
+        journalist = JournalistClient(server.journalist_port, context)
+        token = journalist.json("POST", "/api/v1/token", {
+            "username": template.account["username"], "passphrase": template.account["passphrase"],
+            "one_time_code": load.totp_now(template.account["totp_secret"], [-1])})["token"]
+        journalist.close()
+        ctx = Context(server, args, template)
+        attack = cls(ctx)
+        attack.prepare()
+        prepared_requests, prepared_bytes = attack.requests, attack.bytes_sent
+        attack.requests = attack.bytes_sent = 0
+        legit = Legit()
+        home = os.path.join(run_dir, "jg")
+        os.mkdir(home, 0o700)
+        jloop = JournalistLoop(server.journalist_port, context, token, legit, home, template.svs_key)
+        load_avg = os.getloadavg()[0]
+        attack.start()
+        time.sleep(min(5.0, args.seconds / 6))  # the attack ramps up before the legitimate users arrive
+        began = time.monotonic()
+        done = threading.Event()
+        jloop.start()
+        source = threading.Thread(target=source_loop, args=(server.source_port, legit, began + args.seconds, done),
+                                  daemon=True)
+        source.start()
+        source.join(timeout=args.seconds + 4 * SOURCE_TIMEOUT + REPLY_TIMEOUT)
+        if source.is_alive():
+            legit.failures.append("the legitimate source was still stuck when the run was cut off")
+        jloop.stop.set()
+        jloop.join(timeout=SOURCE_TIMEOUT)
+        attack.finish()
+        seconds = time.monotonic() - began + min(5.0, args.seconds / 6)
+        if prepared_requests:
+            attack.notes.append(f"prepared with {prepared_requests} requests")
+    finally:
+        sampler.stop.set()
+        sampler.join()
+        server.stop()
+        subprocess.run(["gpgconf", "--homedir", os.path.join(run_dir, "jg"), "--kill", "gpg-agent"],
+                       capture_output=True)
+    attack.after(server)
+    if not args.keep:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return Row(attack, legit, sampler, seconds, load_avg)
+
+
+def fmt_pair(values: list[float]) -> str:
+    if not values:
+        return "-"
+    return f"{percentile(values, 50):.2f}/{percentile(values, 99):.2f}"
+
+
+def print_row(row: Row, out: Any) -> None:
+    a, legit = row.attack, row.legit
+    ok = legit.attempts - len(legit.failures)
+    j_total = len(legit.j_times) + len(legit.j_failures)
+    j_p99 = percentile(legit.j_times, 99) * 1000 if legit.j_times else float("nan")
+    print(f"{a.name:<18} {a.requests / row.seconds:>8.1f} {a.bytes_sent / 1e6:>8.2f}  "
+          f"{ok:>3}/{legit.attempts:<3} {fmt_pair(legit.times.get('login', [])):>11} "
+          f"{fmt_pair(legit.times.get('submit', [])):>11} {j_p99:>7.0f} {len(legit.j_failures):>3}/{j_total:<4} "
+          f"{row.sampler.rss_kb / 1024:>6.0f} {row.sampler.fds:>5} {row.load_avg:>5.1f}", file=out, flush=True)
+
+
+HEADER = (f"{'attack':<18} {'att req/s':>8} {'att MB':>8}  {'src ok':>7} {'login p50/99':>11} "
+          f"{'submit p50/99':>11} {'j p99ms':>7} {'j err':>8} {'RSS MB':>6} {'fds':>5} {'load':>5}")
+
+
+def verdict(row: Row) -> list[str]:
+    legit = row.legit
+    misses = []
+    if legit.failures or legit.attempts == 0:
+        misses.append(f"legit success {legit.attempts - len(legit.failures)}/{legit.attempts}")
+    if legit.j_failures:
+        misses.append(f"journalist errors {len(legit.j_failures)}")
+    if legit.times.get("login") and percentile(legit.times["login"], 99) >= 5:
+        misses.append("login p99 >= 5 s")
+    if legit.times.get("submit") and percentile(legit.times["submit"], 99) >= 10:
+        misses.append("submit p99 >= 10 s")
+    if legit.j_times and percentile(legit.j_times, 99) >= 0.5:
+        misses.append("journalist p99 >= 500 ms")
+    if row.sampler.rss_kb >= 512 * 1024:
+        misses.append("RSS >= 512 MB")
+    if getattr(row.attack, "pending_left", 0) > 0:
+        misses.append("pending sources left")
+    return misses
+
+
+def code_revision(code: str) -> str:
+    marker = os.path.join(code, "COMMIT")  # written beside a `git archive` export
+    if os.path.exists(marker):
+        with open(marker) as f:
+            return f.read().strip()[:10]
+    commit = subprocess.run(["git", "-C", code, "rev-parse", "--short=10", "HEAD"], capture_output=True, text=True)
+    return commit.stdout.strip() or "unknown"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    names = [cls.name for cls in ATTACKS]
+    parser.add_argument("--attacks", default="all", help=f"comma-separated, from: {', '.join(names)} (default all)")
+    parser.add_argument("--seconds", type=float, default=45.0, help="measured window per attack (default 45)")
+    parser.add_argument("--quick", action="store_true", help="a short smoke run: 15 s windows, insecure-fast KDF")
+    parser.add_argument("--kdf-cost", default="default", help="server Argon2id cost (default: the real one)")
+    parser.add_argument("--codename-words", type=int, default=7, help="words in the server's codenames (default 7)")
+    parser.add_argument("--pending-purge", default="1",
+                        help="value for the server's pending-source purge option, if it has one (default 1)")
+    parser.add_argument("--code", help="run the server and admin commands from this checkout instead")
+    parser.add_argument("--keep", action="store_true", help="keep each run's work dir (server.log, data)")
+    args = parser.parse_args()
+    if args.quick:
+        args.seconds, args.kdf_cost = 15.0, "insecure-fast"
+    chosen = names if args.attacks == "all" else [n.strip() for n in args.attacks.split(",")]
+    unknown = set(chosen) - set(names)
+    if unknown:
+        parser.error(f"unknown attack(s): {', '.join(sorted(unknown))}")
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the idle-connections attacker needs >1,010 sockets
+    workdir = tempfile.mkdtemp(prefix="dd-abuse-", dir="/tmp")  # short: gpg-agent socket paths
+    code = os.path.abspath(args.code) if args.code else os.path.dirname(HERE)
+    revision = code_revision(code)
+    print(f"DeadDrop abuse bench: code {code} ({revision}), kdf-cost {args.kdf_cost}, {args.seconds:g} s per attack, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    print("mode: --tor none, one TCP listener per interface: every attacker and the legitimate source share the "
+          "server's single LOCAL budget (no per-circuit identity)")
+    template = Template(workdir, args)
+    print(f"pending-source purge: {template.purge_note}")
+    rows: list[Row] = []
+    try:
+        print(HEADER, flush=True)
+        for cls in ATTACKS:
+            if cls.name in chosen:
+                rows.append(run_one(cls, template, args, workdir))
+                print_row(rows[-1], sys.stdout)
+    finally:
+        for home in (os.path.join(template.dir, "svs"),):
+            subprocess.run(["gpgconf", "--homedir", home, "--kill", "gpg-agent"], capture_output=True)
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print()
+    print("columns: attacker requests/s over the window (connections opened, for idle-connections) and MB sent; "
+          "legitimate source steps ok/attempted (create, login, submit, read reply); login and submit p50/p99 in s; "
+          "journalist p99 over all its API requests, and its errors; server peak RSS and open fds; the machine's "
+          "1-minute load average when the attack started (other work shares these CPUs)")
+    print("targets: 100% legit success, login p99 < 5 s, submit p99 < 10 s, journalist p99 < 500 ms, RSS < 512 MB, "
+          "no pending sources left after purge")
+    all_ok = True
+    for row in rows:
+        misses = verdict(row)
+        all_ok &= not misses
+        statuses = ", ".join(f"{k}: {v}" for k, v in sorted(row.attack.statuses.items()))
+        print(f"- {row.attack.name}: {row.attack.what}. {'MET' if not misses else 'MISSED: ' + '; '.join(misses)}.")
+        if statuses:
+            print(f"    attacker answers: {statuses}")
+        for note in row.attack.notes:
+            print(f"    {note}")
+        for failure in sorted(set(row.legit.failures))[:4]:
+            print(f"    legit source failure: {failure} (x{row.legit.failures.count(failure)})")
+        for failure in sorted(set(row.legit.j_failures))[:3]:
+            print(f"    journalist failure: {failure} (x{row.legit.j_failures.count(failure)})")
+    return 0 if all_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
