@@ -118,6 +118,31 @@ class Download:
         self.file.close()
 
 
+def source_cursor(source: SourceView) -> str:
+    """Where a page ended: the listing order's keys of its last source (all already public)."""
+    return f"{int(source.is_starred)}_{source.last_updated!r}_{source.uuid}"
+
+
+def parse_source_cursor(text: str) -> tuple[int, float, str]:
+    starred, _, rest = text.partition("_")
+    when, _, uuid = rest.rpartition("_")
+    try:
+        key = (int(starred), float(when), uuid)
+    except ValueError:
+        raise ValueError("not a page cursor") from None
+    if starred not in ("0", "1") or not valid_uuid(uuid) or key[1] != key[1] or abs(key[1]) == float("inf"):
+        raise ValueError("not a page cursor")
+    return key
+
+
+def _page_and_total(conn: sqlite3.Connection, limit: int, offset: int) -> tuple[list, int]:
+    return jq.visible_sources(conn, limit, offset), jq.count_visible_sources(conn)
+
+
+def _after_and_total(conn: sqlite3.Connection, after: tuple[int, float, str] | None, limit: int) -> tuple[list, int]:
+    return jq.visible_sources_after(conn, after, limit), jq.count_visible_sources(conn)
+
+
 def valid_uuid(text: Any) -> bool:
     return isinstance(text, str) and _UUID_RE.fullmatch(text) is not None
 
@@ -131,9 +156,20 @@ class Desk:
     # -- sources ---------------------------------------------------------------------------
 
     @inlineCallbacks
-    def sources(self):
-        rows = yield self.db.run(jq.visible_sources)
-        return [SourceView.from_row(r) for r in rows]
+    def sources(self, page: int = 1, per_page: int = -1):
+        """-> (one page of sources in listing order, how many there are); ``page`` from 1."""
+        rows, total = yield self.db.run(_page_and_total, per_page, max(0, (page - 1) * per_page))
+        return [SourceView.from_row(r) for r in rows], total
+
+    @inlineCallbacks
+    def sources_after(self, cursor: str | None, limit: int):
+        """-> (sources after ``cursor`` in listing order, the total, the next page's cursor or None).
+
+        Raises ``ValueError`` for a cursor this desk did not hand out."""
+        after = parse_source_cursor(cursor) if cursor is not None else None
+        rows, total = yield self.db.run(_after_and_total, after, limit + 1)
+        sources = [SourceView.from_row(r) for r in rows[:limit]]
+        return sources, total, source_cursor(sources[-1]) if len(rows) > limit else None
 
     @inlineCallbacks
     def source(self, uuid: str):

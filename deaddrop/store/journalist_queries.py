@@ -130,12 +130,37 @@ _SOURCE_COLUMNS = (
 )
 
 
-def visible_sources(conn: sqlite3.Connection) -> list[Row]:
-    """Sources that submitted something (``pending = 0``): starred first, then most recent."""
+# Starred first, then most recently active; the uuid breaks ties (times may be coarse), so the
+# order is total and a cursor can say exactly where a page ended. Index: sources_listing.
+_LISTING_ORDER = "s.is_starred DESC, s.last_updated DESC, s.uuid DESC"
+
+
+def visible_sources(conn: sqlite3.Connection, limit: int = -1, offset: int = 0) -> list[Row]:
+    """Sources that submitted something (``pending = 0``), in listing order; one page of them."""
+    return conn.execute(
+        f"SELECT {_SOURCE_COLUMNS} FROM sources s WHERE s.pending = 0 ORDER BY {_LISTING_ORDER} LIMIT ? OFFSET ?",
+        (limit, offset),
+    ).fetchall()
+
+
+def visible_sources_after(conn: sqlite3.Connection, after: tuple[int, float, str] | None, limit: int) -> list[Row]:
+    """Up to ``limit`` sources in listing order that come after ``after`` (starred, last_updated, uuid).
+
+    A keyset page: unlike an offset it neither skips nor repeats a source when others are
+    added or deleted between two pages, and it costs the same on the last page as on the first.
+    """
+    if after is None:
+        return visible_sources(conn, limit)
     return conn.execute(
         f"SELECT {_SOURCE_COLUMNS} FROM sources s WHERE s.pending = 0"
-        " ORDER BY s.is_starred DESC, s.last_updated DESC, s.id DESC"
+        " AND (s.is_starred, s.last_updated, s.uuid) < (?, ?, ?)"
+        f" ORDER BY {_LISTING_ORDER} LIMIT ?",
+        (*after, limit),
     ).fetchall()
+
+
+def count_visible_sources(conn: sqlite3.Connection) -> int:
+    return conn.execute("SELECT COUNT(*) FROM sources WHERE pending = 0").fetchone()[0]
 
 
 def visible_source(conn: sqlite3.Connection, uuid: str) -> Row | None:

@@ -130,6 +130,12 @@ def _v5_reply_read_by_source(conn: sqlite3.Connection) -> None:
                  " reply_id INTEGER PRIMARY KEY REFERENCES replies(id) ON DELETE CASCADE)")
 
 
+def _v6_listing_index(conn: sqlite3.Connection) -> None:
+    # The journalist's source list pages through visible sources in listing order (starred,
+    # last activity, uuid): with this index a page costs the same at 100,000 sources as at 10.
+    conn.execute("CREATE INDEX IF NOT EXISTS sources_listing ON sources(pending, is_starred, last_updated, uuid)")
+
+
 Step = Callable[[sqlite3.Connection], None]
 
 # (the version a step produces, the step); versions are consecutive from BASELINE + 1.
@@ -138,6 +144,7 @@ STEPS: list[tuple[int, Step]] = [
     (3, _v3_day_precision),
     (4, _v4_one_argon2id_run),
     (5, _v5_reply_read_by_source),
+    (6, _v6_listing_index),
 ]
 
 CURRENT = BASELINE + len(STEPS)

@@ -122,6 +122,21 @@ class JournalistApi:
     def get_json(self, path: str):
         return self.request_json("GET", path)
 
+    @inlineCallbacks
+    def all_sources(self):
+        """Every source, following the server's pages (``next``) to the last one."""
+        sources: list[dict] = []
+        path: str | None = "/sources"
+        followed: set[str] = set()
+        while path:
+            if not (path == "/sources" or path.startswith("/api/v1/sources?")) or path in followed:
+                raise ApiError(502, "the server's source list pointed to an unexpected next page")
+            followed.add(path)
+            listing = yield self.get_json(path)
+            sources.extend(listing.get("sources", []))
+            path = listing.get("next")
+        return sources
+
     def get_stream(self, path: str, headers: dict[str, str] | None = None):
         """The raw response: the caller reads the body with ``treq.collect`` (streamed)."""
         return self._http.get(self.url(path), headers=self._headers(headers), unbuffered=True)

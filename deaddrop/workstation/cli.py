@@ -130,9 +130,9 @@ def run(reactor: Any, args: Any, out=sys.stdout):
             result = yield send_reply(api, args.designation, message)
             out.write(f"reply sent ({result.get('filename', result.get('uuid', 'ok'))})\n")
         elif args.command == "sources":
-            listing = yield api.get_json("/sources")
+            sources = yield api.all_sources()
             rows = []
-            for s in listing.get("sources", []):
+            for s in sources:
                 subs = yield api.get_json(f"/sources/{s['uuid']}/submissions")
                 unread = sum(1 for x in subs.get("submissions", []) if not x.get("is_read"))
                 rows.append((("* " if s.get("is_starred") else "  ") + s["journalist_designation"], str(unread), s.get("last_updated") or ""))

@@ -81,8 +81,8 @@ class Syncer:
     def run(self):
         report = SyncReport()
         os.makedirs(self.out_dir, mode=0o700, exist_ok=True)
-        listing = yield self.api.get_json("/sources")
-        for source in listing.get("sources", []):
+        sources = yield self.api.all_sources()
+        for source in sources:
             designation = source["journalist_designation"].replace(" ", "_")
             if not _SAFE_DIR.fullmatch(designation):
                 raise SyncError(f"refusing an unexpected designation from the server: {designation!r}")

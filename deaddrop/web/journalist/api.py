@@ -45,6 +45,29 @@ def iso(ts: float | None) -> str | None:
     return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+SOURCES_PER_PAGE = 100
+MAX_SOURCES_PER_PAGE = 1000
+
+
+def _query_text(request: Any, name: bytes) -> str | None:
+    values = request.args.get(name)
+    if not values:
+        return None
+    try:
+        return values[0].decode("ascii")
+    except UnicodeDecodeError:
+        raise ApiError(400, "Bad Request", f"'{name.decode()}' must be ASCII.") from None
+
+
+def _query_int(request: Any, name: bytes, default: int, low: int, high: int) -> int:
+    text = _query_text(request, name)
+    if text is None:
+        return default
+    if not (text.isdigit() and len(text) <= 7) or not low <= int(text) <= high:
+        raise ApiError(400, "Bad Request", f"'{name.decode()}' must be a whole number from {low} to {high}.")
+    return int(text)
+
+
 @dataclass
 class JournalistAPI:
     accounts: Accounts
@@ -234,8 +257,24 @@ class JournalistAPI:
     @token_required
     @inlineCallbacks
     def sources(self, request: Any, journalist: Journalist):
-        sources = yield self.desk.sources()
-        return self._json(request, {"sources": [self.source_json(s) for s in sources]})
+        """One page of sources, in SecureDrop's shape plus where the next page is.
+
+        ``?per_page=N`` (1..1000, default 100) and ``?after=CURSOR`` (the ``next_cursor`` of the
+        previous page). ``next`` is the next page's URL, or null on the last page; the same URL
+        is in the ``Link`` header (rel="next"). Clients that know nothing of pages get the first
+        page: the most recently active sources, starred first.
+        """
+        per_page = _query_int(request, b"per_page", SOURCES_PER_PAGE, 1, MAX_SOURCES_PER_PAGE)
+        after = _query_text(request, b"after")
+        try:
+            sources, total, cursor = yield self.desk.sources_after(after, per_page)
+        except ValueError:
+            raise ApiError(400, "Bad Request", "'after' must be the next_cursor of a previous page.") from None
+        next_url = f"{PREFIX}/sources?per_page={per_page}&after={cursor}" if cursor else None
+        if next_url:
+            request.setHeader(b"link", f'<{next_url}>; rel="next"'.encode("ascii"))
+        return self._json(request, {"sources": [self.source_json(s) for s in sources], "total": total,
+                                    "per_page": per_page, "next_cursor": cursor, "next": next_url})
 
     @app.route("/sources/<uuid>", methods=["GET"])
     @token_required

@@ -170,8 +170,15 @@ class JournalistInterface(HtmlResponses):
     @login_required
     @inlineCallbacks
     def sources(self, request: Any, login: JournalistLogin):
-        sources = yield self.desk.sources()
-        return (yield self._html(request, pages.source_list(self._name, login.session, login.journalist, sources)))
+        page = _page_number(form_arg(request, "page", 16))
+        sources, total = yield self.desk.sources(page, pages.SOURCES_PER_PAGE)
+        last = max(1, -(-total // pages.SOURCES_PER_PAGE))
+        if page > last:  # a stale link after deletions: show the last page there is
+            page = last
+            sources, total = yield self.desk.sources(page, pages.SOURCES_PER_PAGE)
+        paging = pages.Paging(page, last, total)
+        return (yield self._html(request, pages.source_list(self._name, login.session, login.journalist, sources,
+                                                            paging)))
 
     @app.route("/sources/<uuid>", methods=["GET"])
     @login_required
@@ -483,3 +490,11 @@ class JournalistInterface(HtmlResponses):
 
 
 source_texts.register(JournalistInterface)
+
+
+def _page_number(text: str | None) -> int:
+    """``?page=N`` from 1; anything else is the first page."""
+    if text is None or not (text.isascii() and text.isdigit()) or len(text) > 7:
+        return 1
+    return max(1, int(text))
+

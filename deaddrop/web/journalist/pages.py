@@ -6,6 +6,7 @@ derived from a codename.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 import qrcode
@@ -92,7 +93,30 @@ def login(site_name: str, session: Session, error: str | None, username: str = "
 
 # -- sources ------------------------------------------------------------------------------
 
-def source_list(site_name: str, session: Session, journalist: Journalist, sources: list[SourceView]) -> Tag:
+SOURCES_PER_PAGE = 50
+
+
+@dataclass(frozen=True)
+class Paging:
+    page: int  # from 1
+    pages: int
+    total: int
+
+
+def _pager(paging: Paging) -> Tag:
+    first = (paging.page - 1) * SOURCES_PER_PAGE + 1
+    last = min(paging.total, paging.page * SOURCES_PER_PAGE)
+    links: list[Any] = []
+    if paging.page > 1:
+        links.append(tags.a("← Newer", href=f"/sources?page={paging.page - 1}", rel="prev"))
+    links.append(tags.span(f"Sources {first}–{last} of {paging.total} · page {paging.page} of {paging.pages}"))
+    if paging.page < paging.pages:
+        links.append(tags.a("Older →", href=f"/sources?page={paging.page + 1}", rel="next"))
+    return tags.nav(class_="pager", **{"aria-label": "Source list pages"})(*links)
+
+
+def source_list(site_name: str, session: Session, journalist: Journalist, sources: list[SourceView],
+                paging: Paging | None = None) -> Tag:
     body: list[Any] = [tags.h1("Sources")]
     if not sources:
         body.append(tags.p("No source has submitted anything yet.", class_="hint"))
@@ -112,6 +136,8 @@ def source_list(site_name: str, session: Session, journalist: Journalist, source
                                tags.th("Last activity"))),
             tags.tbody(*rows),
         ))
+        if paging is not None and paging.pages > 1:
+            body.append(_pager(paging))
     return _page(site_name, "Sources", body, session, journalist)
 
 
