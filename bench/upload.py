@@ -175,7 +175,7 @@ def start_server(workdir: str, key: str, port: int, kdf_cost: str) -> subprocess
          "--max-upload-size", str(4 << 30)],
         stdout=log, stderr=subprocess.STDOUT, cwd=workdir,
     )
-    for _ in range(300):
+    for _ in range(2400):  # up to 120 s: start-up is slow on a busy machine
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
             return proc
