@@ -433,12 +433,17 @@ class JournalistWatcher(threading.Thread):
 
     def round(self) -> None:
         self.rounds += 1
-        try:
-            listing = self.stats.timed("j.list", self.client.json, "GET", "/api/v1/sources")
-        except StepError:
-            return
+        sources: list[dict[str, Any]] = []
+        path: str | None = "/api/v1/sources?per_page=1000"
+        while path:  # the list comes in pages
+            try:
+                listing = self.stats.timed("j.list", self.client.json, "GET", path)
+            except StepError:
+                return
+            sources += listing["sources"]
+            path = listing.get("next")
         now = time.perf_counter()
-        for src in listing["sources"]:
+        for src in sources:
             seen = self.seen.get(src["uuid"])
             if seen is None:
                 seen = self.seen[src["uuid"]] = SeenSource(src["uuid"], now)
