@@ -444,7 +444,7 @@ class WrongCodenames(Attack):
     rate = 1.0
 
     def start(self) -> None:
-        self.pool = concurrent.futures.ThreadPoolExecutor(32)
+        self.pool = concurrent.futures.ThreadPoolExecutor(128)  # never waiting on the server
         self.spawn(self.run)
 
     def one(self) -> None:
@@ -702,7 +702,7 @@ class GenerateCreate(Attack):
     rate = 1.0
 
     def start(self) -> None:
-        self.pool = concurrent.futures.ThreadPoolExecutor(8)
+        self.pool = concurrent.futures.ThreadPoolExecutor(64)  # never waiting on the server
         self.spawn(self.run)
 
     def one(self) -> None:
