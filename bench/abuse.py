@@ -563,19 +563,23 @@ class SlowUploads(Attack):
         codename = browser.create()
         self.count(0, requests=3)
 
-        def one_login(_: int) -> tuple[str, str]:
+        deadline = time.monotonic() + 180
+
+        def one_login(_: int) -> tuple[str, str] | None:
             b = SourceBrowser(self.ctx.port)
-            for _attempt in range(20):
+            while time.monotonic() < deadline:  # a defended server may refuse or delay logins
                 try:
                     b.log_in(codename)
                     self.count(0, requests=4)
                     return b.cookie, b.csrf
                 except StepError:
+                    self.count(0, "login-refused", requests=0)
                     time.sleep(2.0)
-            raise SystemExit("slow-uploads: the attacker could not log in")
+            return None
 
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
-            self.logins = list(pool.map(one_login, range(self.sessions)))
+            self.logins = [login for login in pool.map(one_login, range(self.sessions)) if login]
+        self.notes.append(f"the attacker got {len(self.logins)} of {self.sessions} sessions in its preparation")
 
     def start(self) -> None:
         self.spawn(self.run)
