@@ -30,6 +30,7 @@ from deaddrop.store import queries
 from deaddrop.store._atomic import write_atomically
 from deaddrop.store.db import SCHEMA_VERSION, Database
 from deaddrop.store.files import Store
+from deaddrop.web._common.connections import ConnectionLimits, budget_for, raise_fd_limit
 from deaddrop.web._common.sessions import SessionStore
 from deaddrop.web._common.throttle import FailureThrottle
 from deaddrop.web.journalist.wiring import add_journalist_interface
@@ -88,6 +89,7 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
         reactor = default_reactor
     config = config.validated()
     top = DeadDropService(config, reactor)
+    _budget_connections(top)
     os.makedirs(config.data_dir, mode=0o700, exist_ok=True)
     os.chmod(config.data_dir, 0o700)
     # One server per data dir: a second one would run crash recovery on live uploads.
@@ -170,7 +172,7 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
         texts=top.source_texts,
     )
     top.source = source
-    top.source_listener = ListenerService(reactor, config.source_listen, source.site(reactor), top.fatal)
+    top.source_listener = ListenerService(reactor, config.source_listen, source.site(reactor, top.source_connections), top.fatal)
     top.source_listener.setServiceParent(top)
     sweeper = TimerService(60.0, source_sessions.sweep)
     sweeper.clock = reactor
@@ -231,6 +233,19 @@ def _purge_quietly(newsroom: Newsroom, max_age: float) -> Deferred:
     # Only the error's type: a message could carry a store path, which names a source.
     d.addErrback(lambda f: _log.error("pending-source purge failed: {error}", error=f.type.__name__))
     return d
+
+
+def _budget_connections(top: DeadDropService) -> None:
+    """Raise RLIMIT_NOFILE to its hard limit and split the sockets it allows: the source
+    listeners (plain and Tor-only, one budget) may never take the journalist's reserve."""
+    fd_limit = raise_fd_limit()
+    budget = budget_for(fd_limit)
+    reserve = max(32, budget.total // 10)
+    top.connection_budget = budget
+    top.source_connections = ConnectionLimits(budget, max_connections=budget.total - reserve,
+                                              reserve_for_others=reserve)
+    _log.info("connections: at most {total} ({source} for sources) of {fds} file descriptors",
+              total=budget.total, source=budget.total - reserve, fds=fd_limit)
 
 
 def _lock_data_dir(data_dir: str) -> Callable[[], None]:
@@ -334,7 +349,7 @@ def _add_tor_only_listener(top: DeadDropService, config: Config, reactor: Any) -
         target = lambda: target_of(top.source_tor_listener.port)  # noqa: E731
     endpoint = proxyEndpoint(serverFromString(reactor, inner))
     top.source_tor_listener = ListenerService(
-        reactor, f"haproxy:{inner}", from_tor(top.source.site(reactor)), top.fatal, endpoint=endpoint
+        reactor, f"haproxy:{inner}", from_tor(top.source.site(reactor, top.source_connections)), top.fatal, endpoint=endpoint
     )
     top.source_tor_listener.setServiceParent(top)
     return target

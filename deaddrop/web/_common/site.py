@@ -16,6 +16,8 @@ from twisted.internet import reactor as _global_reactor
 from twisted.logger import Logger
 from twisted.web import http, server
 
+from deaddrop.web._common.circuits import Circuit, circuit_of
+from deaddrop.web._common.connections import ConnectionLimits, unlimited
 from deaddrop.web._common.headers import apply_security_headers, raw_header_block
 from deaddrop.web._common.upload import MultipartUpload
 
@@ -25,9 +27,15 @@ _log = Logger(namespace="deaddrop.web")
 @dataclass(frozen=True)
 class BodyPolicy:
     max_form_bytes: int = 1 << 20  # urlencoded / JSON bodies
-    # Slow-loris defence: a request in progress must send at least this many bytes per window.
-    min_bytes_per_window: int = 1024
+    # Slow-loris defence: a request in progress must send at least this many bytes per window
+    # (2 KiB/s: any working Tor circuit does far better; 1,100 bytes per 20 s does not).
+    min_bytes_per_window: int = 60 * 1024
     window_seconds: float = 30.0
+    # A request's line and headers must all arrive within this time of the connection opening
+    # (or of the previous response): a client waiting longer is only holding a socket.
+    header_timeout: float = 20.0
+    # No request body may take longer than this, however steadily it arrives.
+    body_deadline: float = 2 * 3600.0
 
 
 StartUpload = Callable[["DeadDropRequest", bytes, "int | None"], MultipartUpload]
@@ -158,6 +166,7 @@ class DeadDropRequest(server.Request):
     def resume_body(self) -> None:
         if self.channel.body_paused:
             self.channel.body_paused = False
+            self.channel.body_grace = True
             self.channel.transport.resumeProducing()
 
     # -- responses ---------------------------------------------------------------------------
@@ -211,19 +220,93 @@ def log_failure_safely(reason: Any) -> None:
     _log.error("request failed: {type} at {frames}", type=reason.type.__name__, frames=" < ".join(reversed(frames)))
 
 
+class _FirstBytes:
+    """A connection seen as ``circuit_of`` sees a request (its channel and peer), so the
+    circuit is trusted exactly where it is for requests: on the Tor-only listener."""
+
+    def __init__(self, channel: "DeadDropChannel") -> None:
+        self.channel = channel
+
+    def getClientAddress(self) -> Any:
+        return self.channel.transport.getPeer()
+
+
 class DeadDropChannel(http.HTTPChannel):
-    """Drops clients that dribble bytes, without logging who they were."""
+    """Drops clients that dribble bytes or hold sockets idle, without logging who they were.
+
+    Deadlines: the request line and headers within ``header_timeout`` of the connection opening
+    (or of the previous response), a body at ``min_bytes_per_window`` at least and done within
+    ``body_deadline``, and no silence longer than the site's idle timeout. The site's
+    ``ConnectionLimits`` count the connection in per listener and per Tor circuit.
+    """
 
     body_paused = False
+    body_grace = False
+    circuit: Circuit | None = None
+    _header_deadline: Any = None
+    _body_deadline: Any = None
+    _watchdog: Any = None
+    _counted = False
 
     def connectionMade(self) -> None:
         super().connectionMade()
         self._window_bytes = 0
+        limits: ConnectionLimits = self.site.connection_limits
+        if not limits.admit(self):
+            # Full of busy connections: close at once (the socket is freed, nothing is read).
+            self.transport.abortConnection()
+            return
+        self._counted = True
         self._watchdog = self.callLater(self.site.body_policy.window_seconds, self._check_progress)
+        self._await_request()
+
+    def _await_request(self) -> None:
+        self._cancel("_header_deadline")
+        self._header_deadline = self.callLater(self.site.body_policy.header_timeout, self._too_slow)
+
+    def _cancel(self, name: str) -> None:
+        call = getattr(self, name)
+        if call is not None and call.active():
+            call.cancel()
+        setattr(self, name, None)
+
+    def _too_slow(self) -> None:
+        self.transport.abortConnection()
+
+    def evict(self) -> None:
+        """Make room for a newer connection (called by ConnectionLimits, only while we wait)."""
+        self.transport.abortConnection()
 
     def dataReceived(self, data: bytes) -> None:
+        if self.circuit is None and self._counted:
+            # Behind a PROXY-header endpoint the peer is the Tor circuit, known from the first
+            # bytes on (not yet in connectionMade).
+            self.circuit = circuit_of(_FirstBytes(self))
+            if not self.site.connection_limits.on_circuit(self, self.circuit):
+                self.transport.abortConnection()
+                return
         self._window_bytes += len(data)
         super().dataReceived(data)
+
+    def allHeadersReceived(self) -> None:
+        self._cancel("_header_deadline")
+        self.site.connection_limits.busy(self)
+        self.body_grace = True
+        if self.length != 0:
+            self._body_deadline = self.callLater(self.site.body_policy.body_deadline, self._too_slow)
+        super().allHeadersReceived()
+
+    def allContentReceived(self) -> None:
+        self._cancel("_body_deadline")
+        super().allContentReceived()
+
+    def requestDone(self, request: Any) -> None:
+        # Before the stock method: it may parse a pipelined request at once (whose headers
+        # then cancel this deadline again).
+        if self._counted:
+            self._await_request()
+            self.site.connection_limits.waiting(self)
+        super().requestDone(request)
 
     def refuse(self, status: int, title: str, message: str) -> None:
         """Answer with an error page straight on the transport and hang up (nothing is read)."""
@@ -250,15 +333,22 @@ class DeadDropChannel(http.HTTPChannel):
         # by byte (no Request object exists yet) is as much a slow-loris as slow headers.
         started = bool(self.requests) or (self.line_mode and bool(self._buffer))
         mid_request = started and not self._handlingRequest
-        if mid_request and not self.body_paused and self._window_bytes < policy.min_bytes_per_window:
+        if self.body_grace:
+            # A body that began (or resumed after back-pressure) within this window is judged
+            # on the next full one: a short form body straddling the tick is not a slow-loris.
+            self.body_grace = False
+        elif mid_request and not self.body_paused and self._window_bytes < policy.min_bytes_per_window:
             self.transport.abortConnection()
             return
         self._window_bytes = 0
         self._watchdog = self.callLater(policy.window_seconds, self._check_progress)
 
     def connectionLost(self, reason: Any) -> None:
-        if self._watchdog is not None and self._watchdog.active():
-            self._watchdog.cancel()
+        for name in ("_watchdog", "_header_deadline", "_body_deadline"):
+            self._cancel(name)
+        if self._counted:
+            self._counted = False
+            self.site.connection_limits.closed(self)
         super().connectionLost(reason)
 
     def timeoutConnection(self) -> None:
@@ -284,6 +374,7 @@ class DeadDropSite(server.Site):
         upload_targets: frozenset[bytes] | None = None,
         refuse_request: Callable[[Any], tuple[int, str, str] | None] | None = None,
         idle_timeout: float = 60.0,
+        connection_limits: ConnectionLimits | None = None,
         reactor: Any = None,
         refuse_large_uploads_early: bool = True,
     ) -> None:
@@ -300,6 +391,7 @@ class DeadDropSite(server.Site):
         # Headers -> (status, title, message) to refuse the request with, before its body.
         self.refuse_request = refuse_request
         self.refuse_large_uploads_early = refuse_large_uploads_early
+        self.connection_limits = connection_limits or unlimited()
 
     def takes_upload(self, method: bytes, target: bytes) -> bool:
         """Multipart bodies only for POST to ``upload_targets`` (any request if it is None)."""

@@ -19,6 +19,7 @@ from deaddrop.journalists import Accounts, AccountError, Journalist, LoginFailed
 from deaddrop.retention import MAX_DAYS as MAX_RETENTION_DAYS
 from deaddrop.settings import InstanceSettings
 from deaddrop.source_texts import SourceTexts
+from deaddrop.web._common.connections import ConnectionLimits
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg, form_args
 from deaddrop.web._common.guards import Refused, admin_required, login_required
@@ -476,7 +477,7 @@ class JournalistInterface(HtmlResponses):
         log_failure_safely(failure)
         return self._error(request, 500, "Something went wrong", "The server could not handle that request.")
 
-    def site(self, reactor: Any = None) -> DeadDropSite:
+    def site(self, reactor: Any = None, connection_limits: ConnectionLimits | None = None) -> DeadDropSite:
         return DeadDropSite(
             self.app.resource(),
             body_policy=BodyPolicy(max_form_bytes=2 * MiB),
@@ -485,6 +486,7 @@ class JournalistInterface(HtmlResponses):
             start_upload=self.start_logo_upload,
             upload_targets=frozenset({source_texts.LOGO_PATH}),
             multipart_limit=lambda: 256 * 1024,
+            connection_limits=connection_limits,
             reactor=reactor,
         )
 

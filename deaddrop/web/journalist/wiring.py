@@ -20,6 +20,7 @@ from deaddrop.config import Config
 from deaddrop.journalist_desk import Desk
 from deaddrop.journalists import Accounts
 from deaddrop.listeners import ListenerService
+from deaddrop.web._common.connections import ConnectionLimits
 from deaddrop.web._common.sessions import SessionStore
 from deaddrop.web.journalist.api import JournalistAPI
 from deaddrop.web.journalist.app import COOKIE, JournalistInterface
@@ -148,7 +149,10 @@ def add_journalist_interface(top: Any, config: Config, reactor: Any) -> None:
                                     cert_issue_command=_cert_issue_command(config, ca_path))
     top.journalist = interface
     top.journalist_sessions = sessions
-    site = interface.site(reactor)
+    # Its own share of the process's connections: the source listener leaves it a reserve
+    # and can never evict one of its connections.
+    site = interface.site(reactor, connection_limits=ConnectionLimits(
+        top.connection_budget, max_connections=top.connection_budget.total))
     site.resource = CertificateGate(site.resource)
     listener = ListenerService(reactor, config.journalist_listen, tls.wrap_factory(site), top.fatal)
     listener.setServiceParent(top)

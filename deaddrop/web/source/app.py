@@ -26,6 +26,7 @@ from deaddrop.settings import InstanceSettings
 from deaddrop.source_texts import SourceTexts
 from deaddrop.sources import EncryptedPart, LoginThrottled, Newsroom, SourceIdentity, StorageFailed, is_disk_full
 from deaddrop.web._common.circuits import CircuitCloser, NoCloser, circuit_of
+from deaddrop.web._common.connections import ConnectionLimits
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg
 from deaddrop.web._common.guards import login_required
@@ -600,7 +601,7 @@ class SourceInterface(HtmlResponses):
         # Read per request: admins can change the limit while the server runs.
         return self.settings.max_upload_size + MAX_MESSAGE_CHARS * 4 + (1 << 20)
 
-    def site(self, reactor: Any = None) -> DeadDropSite:
+    def site(self, reactor: Any = None, connection_limits: ConnectionLimits | None = None) -> DeadDropSite:
         return DeadDropSite(
             self.app.resource(),
             # A message carried through the login form: 100,000 characters of up to 4 bytes,
@@ -612,6 +613,7 @@ class SourceInterface(HtmlResponses):
             too_large_message="That upload is larger than this instance accepts. Nothing was stored.",
             upload_targets=frozenset({b"/submit"}),
             refuse_request=refuse_proxied,
+            connection_limits=connection_limits,
             reactor=reactor,
             refuse_large_uploads_early=False,
         )

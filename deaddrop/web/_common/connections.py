@@ -1,0 +1,136 @@
+"""Connection budgets: how many sockets each listener, each Tor circuit and the process may hold.
+
+File descriptors are the one resource a slow, idle attacker can exhaust without sending much.
+Each listener has a ``ConnectionLimits``: a cap of its own, a share of a process-wide
+``ConnectionBudget`` that keeps a reserve for the other listener (the journalist one), and a
+cap per Tor circuit. When a listener is full, a new connection takes the place of the oldest
+one that is only waiting for a request (between requests, or still sending headers); if every
+connection is busy with a request, the new one is closed at once. So an idle flood recycles
+its own sockets and cannot lock out a client that sends its request promptly.
+
+Circuit ids are dictionary keys in memory only; they are never logged or stored.
+"""
+from __future__ import annotations
+
+import collections
+import resource
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from twisted.logger import Logger
+
+from deaddrop.web._common.circuits import LOCAL, Circuit
+
+_log = Logger()
+
+
+class Evictable(Protocol):
+    def evict(self) -> None: ...
+
+
+@dataclass
+class ConnectionBudget:
+    """The connections the whole process may hold, across listeners."""
+
+    total: int
+    open: int = 0
+
+
+def raise_fd_limit() -> int:
+    """Raise RLIMIT_NOFILE's soft limit to its hard limit; returns the limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
+def budget_for(fd_limit: int) -> ConnectionBudget:
+    """Sockets we may hold out of ``fd_limit`` descriptors: the rest stays free for SQLite,
+    logs, gpg pipes, temp files and the journalist's downloads."""
+    other = max(96, fd_limit // 8)
+    return ConnectionBudget(total=max(16, fd_limit - other))
+
+
+@dataclass
+class ConnectionLimits:
+    """The budget of one listener."""
+
+    budget: ConnectionBudget
+    max_connections: int
+    # Left free in the process-wide budget for the other listeners: the source listener keeps
+    # this many sockets available to journalists.
+    reserve_for_others: int = 0
+    # Per Tor circuit (connections without a circuit id share the listener's cap only).
+    max_per_circuit: int = 16
+    open: int = 0
+    _waiting: collections.OrderedDict = field(default_factory=collections.OrderedDict)  # oldest first
+    _per_circuit: dict[Circuit, int] = field(default_factory=dict)
+    _members: dict = field(default_factory=dict)  # connection -> the circuit it is counted for, or None
+
+    def _full(self) -> bool:
+        return (self.open >= self.max_connections
+                or self.budget.open >= self.budget.total - self.reserve_for_others)
+
+    def admit(self, connection: Evictable) -> bool:
+        """Count a new connection in; False if it must be closed at once."""
+        while self._full() and self._waiting:
+            oldest, _ = self._waiting.popitem(last=False)
+            # Its place is free now: the socket closes on the reactor's next turn.
+            self._release(oldest)
+            oldest.evict()
+        if self._full():
+            return False
+        self.open += 1
+        self.budget.open += 1
+        self._members[connection] = None
+        self._waiting[connection] = None
+        return True
+
+    def waiting(self, connection: Evictable) -> None:
+        """The connection waits for a request: it may make room for a newer one."""
+        if connection not in self._members:
+            return
+        self._waiting[connection] = None
+        self._waiting.move_to_end(connection)
+
+    def busy(self, connection: Evictable) -> None:
+        """A request is being received or answered: leave it alone."""
+        self._waiting.pop(connection, None)
+
+    def on_circuit(self, connection: Evictable, circuit: Circuit) -> bool:
+        """Count a connection in for its circuit; False if the circuit already holds its cap."""
+        if circuit == LOCAL or connection not in self._members:
+            return True
+        held = self._per_circuit.get(circuit, 0)
+        if held >= self.max_per_circuit:
+            return False
+        self._per_circuit[circuit] = held + 1
+        self._members[connection] = circuit
+        return True
+
+    def closed(self, connection: Evictable) -> None:
+        self._release(connection)
+
+    def _release(self, connection: Evictable) -> None:
+        if connection not in self._members:
+            return  # evicted earlier: already released
+        circuit = self._members.pop(connection)
+        self._waiting.pop(connection, None)
+        self.open -= 1
+        self.budget.open -= 1
+        if circuit is not None:
+            held = self._per_circuit.get(circuit, 0) - 1
+            if held > 0:
+                self._per_circuit[circuit] = held
+            else:
+                self._per_circuit.pop(circuit, None)
+
+
+def unlimited() -> ConnectionLimits:
+    """For sites built without a budget (tests of other things)."""
+    return ConnectionLimits(ConnectionBudget(total=1 << 30), max_connections=1 << 30, max_per_circuit=1 << 30)

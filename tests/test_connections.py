@@ -1,0 +1,244 @@
+"""Connection budgets and deadlines of web/_common/site.py and connections.py (Clock, fake transports)."""
+from __future__ import annotations
+
+from twisted.internet.address import IPv4Address, IPv6Address
+from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
+from twisted.trial import unittest
+from twisted.web.resource import Resource
+
+from deaddrop.web._common.circuits import from_tor
+from deaddrop.web._common.connections import ConnectionBudget, ConnectionLimits, budget_for, raise_fd_limit
+from deaddrop.web._common.site import BodyPolicy, DeadDropSite
+
+_LOCAL_PEER = IPv4Address("TCP", "127.0.0.1", 40000)
+
+
+def _tor_peer(circuit_id: int) -> IPv6Address:
+    return IPv6Address("TCP", f"fc00:dead:beef:4dad::{circuit_id >> 16:x}:{circuit_id & 0xffff:x}", circuit_id & 0xffff)
+
+
+class _Ok(Resource):
+    isLeaf = True
+
+    def render(self, request):
+        return b"ok"
+
+
+class _Transport(StringTransport):
+    def __init__(self, peer=_LOCAL_PEER):
+        super().__init__(peerAddress=peer)
+        self.aborted = False
+        self.connected = True
+
+    def abortConnection(self):
+        self.aborted = True
+        super().abortConnection()
+
+
+class _Harness:
+    def __init__(self, testcase, limits: ConnectionLimits | None = None, policy: BodyPolicy | None = None):
+        self.clock = Clock()
+        self.site = DeadDropSite(_Ok(), body_policy=policy or BodyPolicy(),
+                                 render_error_page=lambda status, title, message: b"error",
+                                 connection_limits=limits, reactor=self.clock)
+        self.open: list = []
+        testcase.addCleanup(self.close_all)
+
+    def connect(self, peer=_LOCAL_PEER):
+        # Circuit ids are trusted only on the Tor-only listener, whose factory from_tor wraps.
+        factory = from_tor(self.site) if isinstance(peer, IPv6Address) else self.site
+        protocol = factory.buildProtocol(peer)
+        transport = _Transport(peer)
+        protocol.makeConnection(transport)
+        self.open.append((protocol, transport))
+        return protocol, transport
+
+    def drop_aborted(self) -> None:
+        """Deliver connectionLost to what was aborted, as the reactor would."""
+        for protocol, transport in list(self.open):
+            if transport.aborted:
+                self.open.remove((protocol, transport))
+                transport.connected = False
+                protocol.connectionLost(Exception("aborted"))
+
+    def close_all(self) -> None:
+        for protocol, transport in self.open:
+            transport.connected = False
+            protocol.connectionLost(Exception("closed"))
+        self.open = []
+        for call in self.clock.getDelayedCalls():
+            call.cancel()
+
+
+_GET = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+_POST_HEAD = b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: %d\r\n\r\n"
+
+
+class ListenerCapTests(unittest.TestCase):
+    def test_a_new_connection_takes_the_place_of_the_oldest_waiting_one(self):
+        limits = ConnectionLimits(ConnectionBudget(100), max_connections=3)
+        h = _Harness(self, limits)
+        first, first_transport = h.connect()
+        h.connect()
+        h.connect()
+        newest, newest_transport = h.connect()
+        self.assertTrue(first_transport.aborted)
+        self.assertFalse(newest_transport.aborted)
+        h.drop_aborted()
+        self.assertEqual(limits.open, 3)
+        newest.dataReceived(_GET)
+        self.assertIn(b"200 OK", newest_transport.value())
+
+    def test_busy_connections_are_never_evicted_and_a_full_listener_closes_new_ones_at_once(self):
+        limits = ConnectionLimits(ConnectionBudget(100), max_connections=2)
+        h = _Harness(self, limits)
+        busy = [h.connect() for _ in range(2)]
+        for protocol, _ in busy:
+            protocol.dataReceived(_POST_HEAD % 100 + b"a=b")  # a body under way
+        _, refused = h.connect()
+        self.assertTrue(refused.aborted)
+        self.assertFalse(any(t.aborted for _, t in busy))
+        h.drop_aborted()
+        self.assertEqual(limits.open, 2)
+
+    def test_without_limits_nothing_is_evicted(self):
+        h = _Harness(self, None)
+        transports = [h.connect()[1] for _ in range(50)]
+        self.assertFalse(any(t.aborted for t in transports))
+
+    def test_the_source_listener_leaves_the_journalist_reserve_alone(self):
+        budget = ConnectionBudget(total=10)
+        source_limits = ConnectionLimits(budget, max_connections=100, reserve_for_others=3)
+        journalist_limits = ConnectionLimits(budget, max_connections=10)
+        source = _Harness(self, source_limits)
+        journalist = _Harness(self, journalist_limits)
+        journalists = [journalist.connect() for _ in range(2)]  # idle journalist connections
+        flood = [source.connect() for _ in range(30)]
+        self.assertFalse(any(t.aborted for _, t in journalists), "a source connection evicted a journalist's")
+        source.drop_aborted()
+        self.assertEqual(source_limits.open, 5)  # 10 - 3 reserved - 2 journalists
+        self.assertEqual(sum(1 for _, t in flood if not t.aborted), 5)
+        late, late_transport = journalist.connect()
+        self.assertFalse(late_transport.aborted)
+        late.dataReceived(_GET)
+        self.assertIn(b"200 OK", late_transport.value())
+
+    def test_budget_from_the_fd_limit(self):
+        self.assertEqual(budget_for(1024).total, 1024 - 128)
+        self.assertEqual(budget_for(100_000).total, 100_000 - 12_500)
+        limit = raise_fd_limit()
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        self.assertEqual(limit, soft)
+        self.assertEqual(soft, hard if hard != resource.RLIM_INFINITY else soft)
+
+
+class CircuitCapTests(unittest.TestCase):
+    def test_one_circuit_holds_at_most_its_share(self):
+        limits = ConnectionLimits(ConnectionBudget(100), max_connections=100, max_per_circuit=2)
+        h = _Harness(self, limits)
+        mine = [h.connect(_tor_peer(0x10005)) for _ in range(3)]
+        for protocol, _ in mine:
+            protocol.dataReceived(b"GET / HTTP/1.1\r\n")
+        self.assertEqual([t.aborted for _, t in mine], [False, False, True])
+        other, other_transport = h.connect(_tor_peer(7))
+        other.dataReceived(_GET)
+        self.assertIn(b"200 OK", other_transport.value())
+        h.drop_aborted()
+        mine[0][0].connectionLost(Exception("gone"))
+        h.open.remove(mine[0])
+        again, again_transport = h.connect(_tor_peer(0x10005))
+        again.dataReceived(_GET)
+        self.assertFalse(again_transport.aborted, "a closed connection still counted for its circuit")
+
+    def test_a_circuit_id_is_trusted_only_from_the_tor_listener(self):
+        limits = ConnectionLimits(ConnectionBudget(100), max_connections=100, max_per_circuit=1)
+        h = _Harness(self, limits)
+        for _ in range(3):  # an address under Tor's prefix, but on the plain listener
+            protocol = h.site.buildProtocol(_tor_peer(9))
+            transport = _Transport(_tor_peer(9))
+            protocol.makeConnection(transport)
+            h.open.append((protocol, transport))
+            protocol.dataReceived(b"GET / HTTP/1.1\r\n")
+            self.assertFalse(transport.aborted)
+
+    def test_connections_without_a_circuit_share_the_listener_cap_only(self):
+        limits = ConnectionLimits(ConnectionBudget(100), max_connections=100, max_per_circuit=2)
+        h = _Harness(self, limits)
+        local = [h.connect() for _ in range(5)]
+        for protocol, _ in local:
+            protocol.dataReceived(b"GET / HTTP/1.1\r\n")
+        self.assertFalse(any(t.aborted for _, t in local))
+
+
+class DeadlineTests(unittest.TestCase):
+    def test_headers_must_arrive_within_the_header_deadline(self):
+        h = _Harness(self, policy=BodyPolicy(header_timeout=20.0, min_bytes_per_window=1, window_seconds=30.0))
+        protocol, transport = h.connect()
+        protocol.dataReceived(b"GET / HTTP/1.1\r\n")
+        for _ in range(19):
+            h.clock.advance(1)
+            protocol.dataReceived(b"X-Drip: d\r\n")  # steady, but never done
+        self.assertFalse(transport.aborted)
+        h.clock.advance(1.01)
+        self.assertTrue(transport.aborted)
+
+    def test_an_idle_kept_alive_connection_is_closed(self):
+        h = _Harness(self, policy=BodyPolicy(header_timeout=20.0))
+        protocol, transport = h.connect()
+        protocol.dataReceived(_GET)
+        self.assertIn(b"200 OK", transport.value())
+        h.clock.advance(19)
+        protocol.dataReceived(_GET)  # a second request in time restarts the deadline
+        h.clock.advance(19)
+        self.assertFalse(transport.aborted)
+        h.clock.advance(1.01)
+        self.assertTrue(transport.aborted)
+
+    def test_a_connection_that_never_sends_anything_is_closed(self):
+        h = _Harness(self)
+        _, transport = h.connect()
+        h.clock.advance(BodyPolicy().header_timeout + 0.01)
+        self.assertTrue(transport.aborted)
+
+    def _drip_body(self, policy: BodyPolicy, chunk: int, every: float, seconds: float) -> tuple[bool, float]:
+        h = _Harness(self, policy=policy)
+        protocol, transport = h.connect()
+        protocol.dataReceived(_POST_HEAD % 10**9)
+        elapsed = 0.0
+        while elapsed < seconds and not transport.aborted:
+            h.clock.advance(every)
+            elapsed += every
+            if not transport.aborted:
+                protocol.dataReceived(b"a" * chunk)
+        return transport.aborted, elapsed
+
+    def test_the_measured_slow_upload_is_dropped_within_a_minute(self):
+        # The attack measured on main: 1,100 bytes per 20 s, which passed the 1 KiB / 30 s floor.
+        policy = BodyPolicy(max_form_bytes=1 << 40)
+        aborted, after = self._drip_body(policy, 1100, 20.0, 600)
+        self.assertTrue(aborted)
+        self.assertLessEqual(after, 2 * policy.window_seconds + 20)
+
+    def test_a_slow_but_honest_upload_is_kept(self):
+        # 8 KB/s: a poor Tor circuit.
+        aborted, _ = self._drip_body(BodyPolicy(max_form_bytes=1 << 40), 8000, 1.0, 600)
+        self.assertFalse(aborted)
+
+    def test_a_short_body_straddling_the_rate_check_is_not_dropped(self):
+        h = _Harness(self, policy=BodyPolicy(header_timeout=60.0))
+        protocol, transport = h.connect()
+        h.clock.advance(BodyPolicy().window_seconds - 0.5)
+        protocol.dataReceived(_POST_HEAD % 20 + b"a=1")
+        h.clock.advance(1)  # the rate check runs with only a few bytes of this body seen
+        protocol.dataReceived(b"&b=" + b"2" * 14)
+        self.assertFalse(transport.aborted)
+        self.assertIn(b"200 OK", transport.value())
+
+    def test_no_body_may_outlast_the_body_deadline(self):
+        policy = BodyPolicy(max_form_bytes=1 << 40, body_deadline=600.0)
+        aborted, after = self._drip_body(policy, 1 << 20, 1.0, 1200)  # 1 MiB/s, steady
+        self.assertTrue(aborted)
+        self.assertAlmostEqual(after, 600, delta=1)
