@@ -250,3 +250,36 @@ def _tick():
     from twisted.internet import reactor
     from twisted.internet.task import deferLater
     return deferLater(reactor, 0.01, lambda: None)
+
+
+class CarriedMessageOriginTests(unittest.TestCase):
+    """A message carried through the login form is shown back only to our own pages' posts."""
+
+    timeout = 120
+
+    @inlineCallbacks
+    def setUp(self):
+        self.server = yield start_server(self)
+        self.browser = Browser(self.server.source_url)
+        self.addCleanup(self.browser.close)
+
+    @inlineCallbacks
+    def _post_login(self, fetch_site: str):
+        yield self.browser.get("/login")
+        headers = {"User-Agent": Browser.USER_AGENT, "Sec-Fetch-Site": fetch_site}
+        response, html = yield self.browser.post(
+            "/login", data={"codename": "x", "csrf_token": "stale", "msg": "PLANTED-BY-ANOTHER-SITE"},
+            headers=headers)
+        return response, html
+
+    @inlineCallbacks
+    def test_another_site_cannot_plant_a_message(self):
+        response, html = yield self._post_login("cross-site")
+        self.assertEqual(response.code, 403)
+        self.assertNotIn("PLANTED-BY-ANOTHER-SITE", html)
+
+    @inlineCallbacks
+    def test_our_own_page_gets_its_message_back(self):
+        response, html = yield self._post_login("same-origin")
+        self.assertEqual(response.code, 403)
+        self.assertIn("PLANTED-BY-ANOTHER-SITE", html)

@@ -36,6 +36,9 @@ class BodyPolicy:
     header_timeout: float = 20.0
     # No request body may take longer than this, however steadily it arrives.
     body_deadline: float = 2 * 3600.0
+    # Form and JSON bodies are at most ``max_form_bytes``: a minute is plenty even over Tor,
+    # and a connection dribbling one must not hold a socket for the uploads' deadline.
+    form_body_deadline: float = 60.0
 
 
 StartUpload = Callable[["DeadDropRequest", bytes, "int | None"], MultipartUpload]
@@ -293,8 +296,19 @@ class DeadDropChannel(http.HTTPChannel):
         self.site.connection_limits.busy(self)
         self.body_grace = True
         if self.length != 0:
-            self._body_deadline = self.callLater(self.site.body_policy.body_deadline, self._too_slow)
+            policy = self.site.body_policy
+            deadline = policy.body_deadline
+            if not self._is_multipart():
+                deadline = min(deadline, policy.form_body_deadline)
+            self._body_deadline = self.callLater(deadline, self._too_slow)
         super().allHeadersReceived()
+
+    def _is_multipart(self) -> bool:
+        request = self.requests[-1] if self.requests else None
+        if request is None:
+            return False
+        content_type = (request.requestHeaders.getRawHeaders(b"content-type") or [b""])[0]
+        return _boundary_of(content_type) is not None
 
     def allContentReceived(self) -> None:
         self._cancel("_body_deadline")

@@ -276,6 +276,10 @@ class SourceInterface(HtmlResponses):
     def login(self, request: Any):
         # A message typed before the session expired rides along in the form (see /submit).
         carried = (form_arg(request, "msg", MAX_MESSAGE_CHARS) or "")[:MAX_MESSAGE_CHARS]
+        if not _same_origin(request):
+            # Only our own page may carry a message through: another site must not plant text
+            # that a source would then send under their codename.
+            carried = ""
         session = self._session(request)
         if not self._csrf_ok(session, request):
             session = self._session_or_new(request)
@@ -302,6 +306,9 @@ class SourceInterface(HtmlResponses):
             return self._html(request, pages.login(ctx, ctx._(THROTTLED), carried=carried), 429)
         except Busy:
             reservation.cancel()
+            # A circuit that keeps the queue full while refused is flooding: it counts toward
+            # being closed like one that keeps being throttled (a refusal costs it nothing else).
+            self._refused(circuit, event=False)
             request.setHeader(b"retry-after", b"60")
             return self._html(request, pages.login(ctx, ctx._(BUSY_MESSAGE), carried=carried), 503)
         except BaseException:
@@ -320,8 +327,9 @@ class SourceInterface(HtmlResponses):
             return page
         return self._redirect(request, "/lookup")
 
-    def _refused(self, circuit: Any) -> None:
-        self.events.emit("source.login.throttled")
+    def _refused(self, circuit: Any, event: bool = True) -> None:
+        if event:
+            self.events.emit("source.login.throttled")
         self._refusals.failed(circuit)
         if circuit.is_tor and self._refusals.blocked(circuit):
             # It keeps trying while refused: a flood, not a source. Tor closes the circuit (the
