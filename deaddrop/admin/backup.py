@@ -107,7 +107,8 @@ def recipient_fingerprint(key_file: str, gpg_binary: str = "gpg") -> str:
         raise BackupError(f"{key_file} must hold exactly one OpenPGP public key")
     if any(r[0] == "sec" for r in rows):
         raise BackupError(f"{key_file} holds a secret key: give the public key (gpg --armor --export)")
-    can_encrypt = any("e" in r[11] for r in rows if r[0] in ("pub", "sub") and len(r) > 11 and r[1] not in "rei")
+    usable = [r for r in rows if r[0] in ("pub", "sub") and len(r) > 11 and r[1] not in ("r", "e", "i")]
+    can_encrypt = any("e" in r[11] for r in usable)  # not revoked, expired or invalid
     if not can_encrypt:
         raise BackupError(f"{key_file} has no usable encryption key (expired or revoked?)")
     fingerprint = next((r[9] for r in rows[primaries[0]:] if r[0] == "fpr"), "")

@@ -227,3 +227,45 @@ class BackupArchiveTests(unittest.TestCase):
         self.assertEqual(code, 1)
         self.assertIn("already exists", err)
         self.assertFalse(os.path.exists(os.path.join(self.work, "x")))
+
+
+class BackupMemoryTests(unittest.TestCase):
+    """The archive streams: backing up 160 MB does not take 160 MB of memory (nor does restoring)."""
+
+    timeout = 240
+
+    @inlineCallbacks
+    def test_memory_stays_far_below_the_store_size(self):
+        import sys
+
+        from tests._support import initialised_data_dir
+
+        data_dir = yield initialised_data_dir(self)
+        folder = os.path.join(data_dir, "store", "A" * 32)
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        for n in range(1, 3):  # 2 x 80 MB of incompressible bytes
+            with open(os.path.join(folder, f"{n}-brave_otter-doc.gz.gpg"), "wb") as f:
+                for _ in range(80):
+                    f.write(os.urandom(1024 * 1024))
+        admin = AdminKey(self)
+        work = short_tempdir("dd-bkm-")
+        self.addCleanup(shutil.rmtree, work, True)
+        script = os.path.join(os.path.dirname(sys.executable), "deaddrop-admin")
+        # Peak RSS of the command and of gpg (the children this wrapper waits for), in KiB.
+        measure = ("import resource, subprocess, sys; code = subprocess.run(sys.argv[1:]).returncode; "
+                   "print(code, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+
+        def run(*argv: str) -> int:
+            proc = subprocess.run([sys.executable, "-c", measure, script, *argv], capture_output=True, text=True)
+            code, peak = proc.stdout.split()[-2:]
+            self.assertEqual(code, "0", proc.stderr)
+            return int(peak)
+
+        archive = os.path.join(work, "big.gpg")
+        backup_peak = yield deferToThread(run, "backup", "--data-dir", data_dir, "--out", archive,
+                                          "--to-key", admin.public)
+        restore_peak = yield deferToThread(run, "restore", archive, "--data-dir", os.path.join(work, "restored"),
+                                           "--gnupg-home", admin.home)
+        self.assertGreater(os.path.getsize(archive), 160 * 1024 * 1024)
+        self.assertLess(backup_peak, 120 * 1024, f"backup peak RSS {backup_peak} KiB")
+        self.assertLess(restore_peak, 120 * 1024, f"restore peak RSS {restore_peak} KiB")
