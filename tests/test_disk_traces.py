@@ -106,6 +106,20 @@ class KeyringTraceTests(unittest.TestCase):
         self.assertFalse(os.path.isdir(os.path.join(self.home, "openpgp-revocs.d")))
         self.assertFalse([n for n in self.files() if n.endswith(".rev")])
 
+    @inlineCallbacks
+    def test_key_files_keep_no_time_finer_than_the_day(self):
+        # The key pair is made at a source's first submission: an exact mtime on its secret
+        # key file would date that submission to the nanosecond on a seized disk.
+        keyring = Keyring(self.home)
+        yield deferToThread(keyring.generate_source_key, "p" * 40)
+        yield deferToThread(keyring.generate_source_key, "q" * 40)
+        secrets_dir = os.path.join(self.home, "private-keys-v1.d")
+        paths = [secrets_dir] + [os.path.join(secrets_dir, n) for n in os.listdir(secrets_dir)]
+        paths += [os.path.join(self.home, "pubring.kbx")]
+        self.assertGreaterEqual(len(paths), 5)
+        for path in paths:
+            self.assertEqual(os.stat(path).st_mtime % 86400, 0, path)
+
     def test_revocation_certificates_of_older_versions_are_removed(self):
         revocs = os.path.join(self.home, "openpgp-revocs.d")
         os.makedirs(revocs)

@@ -65,6 +65,21 @@ class StreamEncryptionTests(unittest.TestCase):
         self.assertFalse(os.path.exists(stream.out_path))
 
     @inlineCallbacks
+    def test_aborts_leave_no_gpg_lock_files_in_the_home(self):
+        # A killed gpg leaves its dot-lock files (".#lk0x...", with host name and pid, and an
+        # exact mtime) in the home: one per aborted upload, an anonymous way to grow the
+        # directory and to date each abort on a seized disk.
+        for _ in range(5):
+            stream = self.stream()
+            stream.write(os.urandom(100_000))
+            yield self.pool.run(lambda: __import__("time").sleep(0.2))  # gpg is up and reading
+            stream.abort()
+            with self.assertRaises(EncryptionFailed):
+                yield stream.finish()
+        leftovers = [n for n in os.listdir(self.target.homedir) if n.startswith(".#lk") or n.endswith(".lock")]
+        self.assertEqual(leftovers, [])
+
+    @inlineCallbacks
     def test_gpg_failure_is_reported_and_leaves_no_file(self):
         self.target = EncryptionTarget("gpg", self.target.homedir, os.path.join(self.dir, "missing.asc"))
         stream = self.stream()

@@ -6,6 +6,7 @@ The keyring never holds the submission *secret* key: that lives on the offline S
 from __future__ import annotations
 
 import os
+import time
 import secrets
 import subprocess
 import threading
@@ -237,7 +238,24 @@ class Keyring:
         # _REVOCS): success is the key being there, with its secret half.
         if not fingerprint or (proc.returncode != 0 and not self.has_secret_key(fingerprint)):
             raise GpgError(f"source key generation failed (gpg exit {proc.returncode})")
+        self._coarsen_key_file_times()
         return KeyInfo(fingerprint, self.export_public_key(fingerprint))
+
+    def _coarsen_key_file_times(self) -> None:
+        """Every key file gets today's midnight (UTC) as its time: a key pair is made at a
+        source's first submission, and an exact mtime would date it on a seized disk."""
+        day = float(int(time.time() // 86400) * 86400)
+        secrets_dir = os.path.join(self.homedir, "private-keys-v1.d")
+        with self._lock.writing():
+            try:
+                names = [os.path.join(secrets_dir, n) for n in os.listdir(secrets_dir)]
+            except FileNotFoundError:
+                names = []
+            for path in names + [secrets_dir, os.path.join(self.homedir, "pubring.kbx")]:
+                try:
+                    os.utime(path, (day, day), follow_symlinks=False)
+                except FileNotFoundError:
+                    pass
 
     def export_public_key(self, fingerprint: str) -> str:
         forbid_reactor_thread("gpg")

@@ -73,6 +73,7 @@ class StreamEncryption:
         self._reactor = reactor
         self.out_path = out_path
         self._argv = target.argv(out_path, compress)
+        self._homedir = target.homedir
         self._framer = GzipFramer(gzip_name) if gzip_name is not None else None
         self._on_pause = on_pause
         self._on_resume = on_resume
@@ -183,14 +184,20 @@ class StreamEncryption:
                 pass  # gpg died; its exit status and stderr say why
             finally:
                 if aborted:
-                    proc.kill()
+                    # SIGTERM, not SIGKILL: gpg's handler then removes its dot-lock files.
+                    proc.terminate()
                 try:
                     proc.stdin.close()
                 except BrokenPipeError:
                     pass
-                returncode = proc.wait()
+                try:
+                    returncode = proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    returncode = proc.wait()
             if aborted:
                 _remove_quietly(self.out_path)
+                _remove_lock_files_of(self._homedir, proc.pid)
                 raise EncryptionFailed("upload aborted")
             if returncode != 0:
                 stderr.seek(0)
@@ -235,6 +242,19 @@ def _write_all(fd: int, buffers: list) -> None:
                 written = 0
         while start < len(buffers) and not len(buffers[start]):
             start += 1
+
+
+def _remove_lock_files_of(homedir: str, pid: int) -> None:
+    """Dot-lock files a dead gpg left behind (``.#lk0x<addr>.<host>.<pid>``): they carry the host
+    name and pid and an exact mtime, and one per aborted upload would pile up unbounded."""
+    suffix = f".{pid}"
+    try:
+        names = os.listdir(homedir)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(".#lk") and name.endswith(suffix):
+            _remove_quietly(os.path.join(homedir, name))
 
 
 def _remove_quietly(path: str) -> None:
