@@ -141,9 +141,17 @@ def _add_impl(instance: _Instance, args: argparse.Namespace, out: Output) -> int
         f"  passphrase:        {creds.passphrase}\n"
         f"  two-factor secret: {creds.totp_secret}\n"
         f"  otpauth URI:       {creds.totp_uri}\n"
-        f"  or scan this with an authenticator app:\n{_qr(creds.totp_uri or '')}"
+        f"  or scan this with an authenticator app:\n{_qr(creds.totp_uri or '')}\n"
+        f"  {j.username} also needs a client certificate from the newsroom's CA, issued for this name:\n"
+        f"    {_cert_issue_line(instance.data_dir, j.username)}"
     ))
     return 0
+
+
+def _cert_issue_line(data_dir: str, name: str) -> str:
+    if os.path.exists(os.path.join(data_dir, "ca", "ca.key")) or os.path.exists(os.path.join(data_dir, "ca", "ca.pem")):
+        return f"deaddrop-admin cert issue {name} --data-dir {data_dir} --out {name}.p12"
+    return f"deaddrop-admin cert issue {name} --ca-dir CA_DIR --out {name}.p12   (on the offline CA machine)"
 
 
 def _list_impl(instance: _Instance, args: argparse.Namespace, out: Output) -> int:

@@ -132,6 +132,8 @@ class AdminCliTests(unittest.TestCase):
         self.assertRegex(out, r"passphrase: +(\w+ ){6}\w+\n")
         self.assertIn("otpauth://totp/DeadDrop:bob?secret=", out)
         self.assertIn("█", out)  # the QR code
+        # The account alone does not get bob in: the exact certificate line is named.
+        self.assertIn("deaddrop-admin cert issue bob --ca-dir CA_DIR --out bob.p12", out)
 
     def test_duplicate_and_unknown_names_are_one_line_errors(self):
         self.assertEqual(self.cli("journalist", "add", "alice", *FAST)[0], 0)

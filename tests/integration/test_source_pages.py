@@ -209,6 +209,7 @@ class SourcePagesTests(unittest.TestCase):
         response, html = yield self.browser.post("/submit", data=body, headers={"Content-Type": content_type})
         self.assertEqual(response.code, 403)
         self.assertIn("closed the conversation", html)
+        self.assertIn("KEPT-AFTER-DELETE", html)  # what they typed is not lost: they can copy it
 
     @inlineCallbacks
     def test_a_returning_source_is_told_about_inactivity(self):

@@ -175,12 +175,12 @@ class SourceInterface(HtmlResponses):
                                self.texts.logo_url(lang.code)),
         )
 
-    def _error(self, request: Any, status: int, title: str, message: str, **values: Any) -> bytes:
+    def _error(self, request: Any, status: int, title: str, message: str, kept: str = "", **values: Any) -> bytes:
         """A translated error page in the source frame (language menu, Log out, safety link)."""
         login = self._current_login(request)
         ctx = self._ctx(request, login.session if login else None, logged_in=login is not None)
         set_html(request, status)
-        return render_sync(pages.error(ctx, ctx._(title), ctx._(message, **values)))
+        return render_sync(pages.error(ctx, ctx._(title), ctx._(message, **values), kept=kept[:MAX_MESSAGE_CHARS]))
 
     # -- public pages ----------------------------------------------------------------------
 
@@ -457,7 +457,7 @@ class SourceInterface(HtmlResponses):
         session = self._session(request)
         if error.reason == _EXPIRED or self._current_login(request) is None:
             if session is not None and session.data.get("closed"):
-                return self._error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED)
+                return self._error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED, kept=message)
             session = self._session_or_new(request)
             ctx = self._ctx(request, session)
             set_html(request, 403)

@@ -148,7 +148,7 @@ def _limits(ctx: PageContext) -> str:
 
 def _paragraphs(text: str, class_: str = "custom") -> Tag:
     """Admin-written text: plain text, blank lines make paragraphs (no HTML is interpreted)."""
-    return tags.div(class_=class_)(*[tags.p(p.strip()) for p in text.split("\n\n") if p.strip()])
+    return tags.div(class_=class_)(*[tags.p(p.strip(), dir="auto") for p in text.split("\n\n") if p.strip()])
 
 
 # -- pages -----------------------------------------------------------------------------------
@@ -328,7 +328,7 @@ def lookup(ctx: PageContext, replies: list[ShownReply] | None, *, message: str =
                 heading.append(tags.span(_("New"), class_="badge"))
             body.append(tags.article(class_="card")(
                 tags.p(*heading, class_="reply-date"),
-                tags.p(text, class_="reply"),
+                tags.p(text, class_="reply", dir="auto"),
                 tags.form(method="post", action="/delete")(
                     _csrf(ctx),
                     tags.input(type="hidden", name="reply_filename", value=reply.filename),
@@ -398,8 +398,15 @@ def logged_out(ctx: PageContext) -> Tag:
     ])
 
 
-def error(ctx: PageContext, title: str, message: str, back: str | None = None) -> Tag:
-    """A page for a problem that has no form to show again; the frame keeps menu and Log out."""
+def error(ctx: PageContext, title: str, message: str, back: str | None = None, kept: str = "") -> Tag:
+    """A page for a problem that has no form to show again; the frame keeps menu and Log out.
+    ``kept``: what the source had typed, shown read-only so that it can be copied, not lost."""
     link = tags.a(ctx._("Back to your page"), href="/lookup") if ctx.logged_in else tags.a(ctx._("Back to the start"), href="/")
-    return _frame(ctx, title, [tags.h1(title), tags.p(message), tags.p(back) if back else "", tags.p(link)],
+    kept_part: Any = ""
+    if kept:
+        kept_part = tags.p(
+            tags.label(ctx._("Your message, kept for you"), for_="msg"),
+            tags.textarea(kept, id="msg", readonly="readonly", dir="auto"),
+        )
+    return _frame(ctx, title, [tags.h1(title), tags.p(message), kept_part, tags.p(back) if back else "", tags.p(link)],
                   body_class="error")
