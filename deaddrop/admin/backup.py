@@ -297,31 +297,52 @@ def restore_backup(archive: str, data_dir: str, gnupg_home: str | None = None,
     created = _prepare_target(data_dir)
     home = ["--homedir", gnupg_home] if gnupg_home else []
     try:
-        with tempfile.TemporaryFile() as errors:
+        with tempfile.TemporaryFile() as errors, tempfile.NamedTemporaryFile(prefix="dd-restore-status-") as status:
             # Not --batch: the backup key's secret half should have a passphrase, and gpg-agent
             # asks for it on the admin's terminal (GPG_TTY).
             env = dict(os.environ)
             with contextlib.suppress(OSError):
                 env.setdefault("GPG_TTY", os.ttyname(0))
             proc = subprocess.Popen(
-                [gpg_binary, *home, "--quiet", "--decrypt", archive],
+                [gpg_binary, *home, "--quiet", "--status-file", status.name, "--decrypt", archive],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors, env=env,
             )
+
+            def gpg_failed(code: int) -> BackupError:
+                errors.seek(0)
+                lines = errors.read().decode("utf-8", "replace").strip().splitlines()
+                return BackupError(f"gpg could not decrypt or verify {archive}: "
+                                   f"{lines[-1] if lines else f'exit {code}'}")
+
             try:
                 assert proc.stdout is not None
                 report = _extract(proc.stdout, data_dir)
                 while proc.stdout.read(CHUNK):  # gpg checks integrity only at the end
                     pass
+            except (tarfile.TarError, EOFError):
+                # Say why gpg gave no archive (no secret key, a wrong passphrase...) rather
+                # than blame the archive's format.
+                while proc.stdout.read(CHUNK):
+                    pass
+                code = proc.wait()
+                if code != 0:
+                    raise gpg_failed(code) from None
+                raise
             except BaseException:
                 proc.kill()
                 proc.wait()
                 raise
             code = proc.wait()
             if code != 0:
-                errors.seek(0)
-                lines = errors.read().decode("utf-8", "replace").strip().splitlines()
-                raise BackupError(f"gpg could not decrypt or verify {archive}: "
-                                  f"{lines[-1] if lines else f'exit {code}'}")
+                raise gpg_failed(code)
+            # gpg --decrypt also passes on data that was never encrypted (gpg --store), which
+            # anyone can make: only an archive decrypted with the backup key is ours.
+            status.seek(0)
+            words = {line.split()[1] for line in status.read().decode("ascii", "replace").splitlines()
+                     if line.startswith("[GNUPG:] ") and len(line.split()) > 1}
+            if not {"BEGIN_DECRYPTION", "DECRYPTION_OKAY"} <= words:
+                raise BackupError(f"{archive} is not encrypted: a DeadDrop backup is always encrypted to "
+                                  "the backup key, so this file is refused")
         _check_database(data_dir)
         fsync_directory(data_dir)
         return report

@@ -213,6 +213,34 @@ class BackupArchiveTests(unittest.TestCase):
             self.assertFalse(os.path.exists(target), label)
 
     @inlineCallbacks
+    def test_an_unencrypted_archive_is_refused(self):
+        # gpg --decrypt passes on literal data that was never encrypted: anyone could then
+        # swap in an archive with their own peppers or CA (found by an adversarial review).
+        plain = os.path.join(self.work, "plain.tar")
+        with open(plain, "wb") as f:
+            f.write(self.admin.decrypt(self.archive))
+        stored = os.path.join(self.work, "stored.gpg")
+        subprocess.run(["gpg", "--homedir", self.admin.home, "--batch", "--quiet", "--store", "-o", stored, plain],
+                       check=True)
+        target = os.path.join(self.work, "restore-stored")
+        code, out, err = yield self.restore(stored, target)
+        self.assertEqual(code, 1)
+        self.assertIn("is not encrypted", err)
+        self.assertFalse(os.path.exists(target))
+
+    @inlineCallbacks
+    def test_without_the_backup_key_gpg_says_why(self):
+        other_home = os.path.join(self.work, "empty-home")
+        os.makedirs(other_home, mode=0o700)
+        target = os.path.join(self.work, "restore-nokey")
+        code, out, err = yield deferToThread(run_cli, "restore", self.archive, "--data-dir", target,
+                                             "--gnupg-home", other_home)
+        self.assertEqual(code, 1)
+        self.assertIn("gpg could not decrypt", err)
+        self.assertNotIn("empty file", err)
+        self.assertFalse(os.path.exists(target))
+
+    @inlineCallbacks
     def test_a_backup_key_must_be_a_public_encryption_key_and_the_out_file_new(self):
         secret = os.path.join(self.work, "secret.asc")
         with open(secret, "wb") as f:
