@@ -10,6 +10,7 @@ import hashlib
 import hmac
 import secrets
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -69,25 +70,53 @@ class SessionStore:
         self.absolute_timeout = absolute_timeout
         self._clock = clock
         self._max = max_sessions
-        self._sessions: dict[bytes, Session] = {}
+        # Least recently seen first: idle expiry and eviction work from the front, in O(1)
+        # per session dropped, never by scanning the table on the reactor thread.
+        self._sessions: OrderedDict[bytes, Session] = OrderedDict()
+        # Sessions that were anonymous when made, least recently seen first: under a flood of
+        # anonymous visitors these go first, never a logged-in source's or journalist's.
+        self._anonymous: OrderedDict[bytes, None] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._sessions)
 
     def create(self) -> tuple[str, Session]:
         if len(self._sessions) >= self._max:
-            self.sweep()
-            if len(self._sessions) >= self._max:
-                # Under a flood of anonymous sessions, drop the oldest anonymous one (a
-                # logged-in source or journalist only if there is no other kind left).
-                anonymous = [s for s in self._sessions.values() if not s.data.keys() & LOGGED_IN_KEYS]
-                oldest = min(anonymous or self._sessions.values(), key=lambda s: s.last_seen)
-                self.destroy(oldest)
+            self._drop_idle()
+        if len(self._sessions) >= self._max:
+            self._evict_one()
         token = secrets.token_urlsafe(_TOKEN_BYTES)
         now = self._clock()
         session = Session(_token_hash(token), secrets.token_urlsafe(32), now, now)
         self._sessions[session.token_hash] = session
+        self._anonymous[session.token_hash] = None
         return token, session
+
+    def _evict_one(self) -> None:
+        # Each entry leaves the anonymous order once (dropped here or destroyed), so this loop
+        # is O(1) amortised.
+        while self._anonymous:
+            key, _ = self._anonymous.popitem(last=False)
+            session = self._sessions.get(key)
+            if session is None:
+                continue
+            if session.data.keys() & LOGGED_IN_KEYS:
+                continue  # logged in since: no longer anonymous
+            self.destroy(session)
+            return
+        if self._sessions:  # nothing anonymous left: the least recently seen goes
+            self.destroy(next(iter(self._sessions.values())))
+
+    def _drop_idle(self) -> int:
+        now = self._clock()
+        dropped = 0
+        while self._sessions:
+            oldest = next(iter(self._sessions.values()))
+            if now - oldest.last_seen <= self.idle_timeout:
+                break
+            self.destroy(oldest)
+            dropped += 1
+        return dropped
 
     def lookup(self, token: str | None) -> Session | None:
         if not token or len(token) > 128:
@@ -104,12 +133,16 @@ class SessionStore:
             self.destroy(session)
             return None
         session.last_seen = now
+        self._sessions.move_to_end(key)
+        if key in self._anonymous:
+            self._anonymous.move_to_end(key)
         return session
 
     def destroy(self, session: Session) -> None:
         session.sealed.clear()
         session.data.clear()
         self._sessions.pop(session.token_hash, None)
+        self._anonymous.pop(session.token_hash, None)
 
     def where(self, predicate: Callable[[Session], bool]) -> list[Session]:
         return [s for s in self._sessions.values() if predicate(s)]
@@ -121,10 +154,9 @@ class SessionStore:
         return len(doomed)
 
     def sweep(self) -> int:
-        now = self._clock()
-        return self.destroy_where(
-            lambda s: now - s.last_seen > self.idle_timeout or now - s.created > self.absolute_timeout
-        )
+        """Drop idle sessions (from the front: O(dropped)); a session past its absolute
+        lifetime but recently seen is refused at its next lookup."""
+        return self._drop_idle()
 
     @staticmethod
     def seal(session: Session, token: str, name: str, secret: str) -> None:
