@@ -260,13 +260,30 @@ class BusyTests(unittest.TestCase):
         gate = threading.Event()
         self.addCleanup(gate.set)
         real = newsroom.kdf.derive
-        self.patch(newsroom.kdf, "derive", lambda codename: gate.wait(30) and real(codename))
+        entered = []
+
+        def held_derive(codename):
+            entered.append(1)
+            gate.wait(30)
+            return real(codename)
+
+        self.patch(newsroom.kdf, "derive", held_derive)
         browsers = [Browser(server.source_url) for _ in range(3)]
         for b in browsers:
             self.addCleanup(b.close)
         forms = yield DeferredList([b.get("/login") for b in browsers])
-        posts = [b.post("/login", data={"codename": codenames.generate_codename(7), "csrf_token": b.csrf(html)})
-                 for b, (ok, (_, html)) in zip(browsers, forms)]
+
+        def post(b, html):
+            return b.post("/login", data={"codename": codenames.generate_codename(7), "csrf_token": b.csrf(html)})
+
+        posts = [post(b, html) for b, (ok, (_, html)) in list(zip(browsers, forms))[:2]]
+        # The third is sent only once the first two are held in Argon2id (sent together, any of
+        # the three could have been the one turned away).
+        for _ in range(200):
+            if len(entered) >= 2:
+                break
+            yield deferLater(reactor, 0.05, lambda: None)
+        posts.append(post(browsers[2], forms[2][1][1]))
         # Two attempts of this (local) circuit are held; the third is answered at once.
         response, html = yield posts[2]
         self.assertEqual(response.code, 503)
