@@ -109,7 +109,7 @@ class SourceBrowser:
     def form(self, path: str, fields: dict[str, str], expect: int = 303) -> tuple[http.client.HTTPResponse, str]:
         return self.request("POST", path, urlencode(fields).encode(), "application/x-www-form-urlencoded", expect)
 
-    def lookup(self, must_contain: str = "Submit files or messages") -> str:
+    def lookup(self, must_contain: str = 'action="/submit"') -> str:
         _, text = self.request("GET", "/lookup")
         if must_contain not in text:
             raise StepError(f"GET /lookup: page lacks {must_contain!r}: {_title(text)}")
@@ -155,7 +155,7 @@ class SourceBrowser:
         ])
         response, _ = self.request("POST", "/submit", body, f"multipart/form-data; boundary={boundary}", 303)
         self.follow(response, "/lookup")
-        self.lookup("We received your message and document")
+        self.lookup("We received your message and 1 document")
 
 
 def _csrf(text: str, where: str) -> str:
