@@ -367,7 +367,9 @@ class TorOnionService(service.Service):
         self._stall_reported = True
         minutes = self._tuning.stall_warning / 60
         where = f"stuck at {attempt.progress}% ({attempt.summary})" if attempt.progress is not None else "not started"
-        why = f"; Tor says: {attempt.warning}" if attempt.warning else ""
+        # Tor sometimes puts only a bare reason code here ("DONE"), which tells an admin nothing.
+        readable = attempt.warning and not attempt.warning.isupper()
+        why = f"; Tor says: {attempt.warning}" if readable else ""
         message = (
             f"The source onion is not reachable yet: Tor has made no bootstrap progress for "
             f"{minutes:g} minute{'s' if minutes != 1 else ''} ({where}{why}). Tor needs to reach the "
@@ -375,6 +377,11 @@ class TorOnionService(service.Service):
             "access and firewall. On a machine without Internet access, start with --tor none "
             "(no onion; the source interface is then only on --source-listen, for development)."
         )
+        if not self._ever_ready:
+            message += (
+                f" If Tor has still not connected {self._bootstrap_timeout:g} s after it started, "
+                "DeadDrop stops, so that its supervisor can start it again."
+            )
         self._events.emit(
             "tor.bootstrap.stalled", progress=attempt.progress, summary=attempt.summary, detail=attempt.warning
         )
