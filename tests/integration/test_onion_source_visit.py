@@ -246,7 +246,7 @@ def _test_done(case) -> None:
 
 
 class OnionSourceVisitTests(unittest.TestCase):
-    timeout = 180
+    timeout = 400
 
     def setUp(self):
         reason = tornet.TorNetwork.available()
@@ -324,7 +324,7 @@ class OnionSourceVisitTests(unittest.TestCase):
         return browser
 
     async def reach(self, browser: OnionBrowser, tor: txtorcon.Tor, fresh: bool = False,
-                    timeout: float = 60.0) -> str:
+                    timeout: float = 150.0) -> str:
         """GET / through the onion until it answers 200, retrying while the descriptor spreads.
 
         ``fresh``: make the client tor fetch the descriptor again first (after a restart of the
@@ -339,7 +339,9 @@ class OnionSourceVisitTests(unittest.TestCase):
                 await tor.protocol.queue_command(f"HSFETCH {host}")
                 await sleep(0.5)
             try:
-                response, html = await browser.get("/", timeout=20)
+                # After a restart the client may first try the old introduction points (and
+                # the service's new PoW seed): on a busy 2-core machine that took over 60 s.
+                response, html = await browser.get("/", timeout=30)
                 if response.code == 200:
                     return html
                 last = f"HTTP {response.code}"
