@@ -31,7 +31,9 @@ def headers(language: str | None = None, ua: str = TOR_BROWSER_UA) -> dict:
     return out
 
 
-class SourcePagesTests(unittest.TestCase):
+class _SourceServerTest(unittest.TestCase):
+    """A real server and one browser on its source interface."""
+
     timeout = 120
 
     @inlineCallbacks
@@ -39,6 +41,9 @@ class SourcePagesTests(unittest.TestCase):
         self.server = yield start_server(self)
         self.browser = Browser(self.server.source_url)
         self.addCleanup(self.browser.close)
+
+
+class SourcePagesTests(_SourceServerTest):
 
     @inlineCallbacks
     def _every_page(self, browser: Browser, language: str = "en"):
@@ -253,16 +258,8 @@ def _tick():
     return deferLater(reactor, 0.01, lambda: None)
 
 
-class CarriedMessageOriginTests(unittest.TestCase):
+class CarriedMessageOriginTests(_SourceServerTest):
     """A message carried through the login form is shown back only to our own pages' posts."""
-
-    timeout = 120
-
-    @inlineCallbacks
-    def setUp(self):
-        self.server = yield start_server(self)
-        self.browser = Browser(self.server.source_url)
-        self.addCleanup(self.browser.close)
 
     @inlineCallbacks
     def _post_login(self, fetch_site: str):
