@@ -161,3 +161,67 @@ class WaitBoundTests(unittest.TestCase):
         self.failureResultOf(refused, Busy)
         for d in waiting:
             self.assertNoResult(d)
+
+
+class StandingTests(unittest.TestCase):
+    """Keys (circuits) that have failed lately yield to those that have not."""
+
+    def setUp(self):
+        self.pool = ManualPool()
+        self.admission = Admission(self.pool, slots=1)
+        self.argon = self.admission.queue("argon2id", priority=2, per_key=2, max_waiting=4)
+        self.failures = {}
+        self.argon.standing = lambda key: self.failures.get(key, 0)
+
+    def fill_with_failing_circuits(self):
+        """One running and four waiting requests, from circuits that each failed lately."""
+        self.argon.run("f0", label, "f0-running")
+        queued = {f"f{i}": self.argon.run(f"f{i}", label, f"f{i}") for i in range(1, 5)}
+        for key in ("f0", *queued):
+            self.failures[key] = 3
+        self.assertEqual(self.argon.waiting, 4)
+        return queued
+
+    def test_a_clean_circuit_is_served_before_failing_ones_that_came_earlier(self):
+        self.fill_with_failing_circuits()
+        self.pool.finish()  # f0 done; f1 runs, f2-f4 wait
+        source = self.argon.run("source", label, "source")  # arrives last
+        self.pool.finish()  # f1 done: the slot goes to the source, not to f2
+        self.assertEqual(self.pool.jobs[0][0], "source")
+        self.pool.finish()
+        self.assertEqual(self.successResultOf(source), "done")
+
+    def test_a_full_queue_of_failing_circuits_makes_room_for_a_clean_one(self):
+        queued = self.fill_with_failing_circuits()
+        self.failures["f4"] = 9  # the worst standing gives up its place
+        source = self.argon.run("source", label, "source")
+        self.failureResultOf(queued["f4"], Busy)
+        self.assertNoResult(source)
+        self.assertEqual(self.argon.waiting, 4)
+        # And it runs next, ahead of the three failing circuits that were already waiting.
+        self.pool.finish()
+        self.assertEqual(self.pool.jobs[0][0], "source")
+
+    def test_without_better_standing_a_full_queue_still_refuses(self):
+        self.fill_with_failing_circuits()
+        self.failures["late"] = 3  # as bad as those waiting: no place is taken from them
+        self.failureResultOf(self.argon.run("late", label, "late"), Busy)
+        self.assertEqual(self.argon.waiting, 4)
+
+    def test_clean_circuits_among_themselves_are_served_round_robin(self):
+        self.argon.run("a", label, "a0")
+        self.argon.run("a", label, "a1")
+        self.argon.run("b", label, "b1")
+        self.argon.run("c", label, "c1")
+        order = []
+        while self.pool.jobs:
+            order.append(self.pool.finish())
+        self.assertEqual(order, ["a0", "a1", "b1", "c1"])
+
+    def test_standing_is_read_when_a_slot_frees_not_when_queued(self):
+        self.argon.run("x", label, "x0")  # running
+        self.argon.run("x", label, "x1")  # queued while x was clean
+        self.argon.run("y", label, "y1")
+        self.failures["x"] = 1  # x0 turned out to be a wrong codename
+        self.pool.finish()
+        self.assertEqual(self.pool.jobs[0][0], "y1")

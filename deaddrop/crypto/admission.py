@@ -13,6 +13,12 @@ one at once, waits in a bounded queue, or is refused at once with ``Busy``:
 * when a queue is full, a newcomer takes the place of the newest request of the key with the
   most waiting, if that key holds at least two more than the newcomer's (the evicted request
   gets ``Busy``): a flood from a few keys cannot turn away a key that has nothing queued;
+* a queue may be given each key's *standing* (e.g. the wrong codenames its circuit sent in the
+  last minute; 0 is clean). Keys in better standing are served first, and a newcomer finding the
+  queue full takes the place of the newest request of the key in worst standing below its own:
+  many circuits that keep failing cannot turn away, nor delay past one run, a circuit that has
+  not failed. Standing is read when it matters (a circuit's first guess is clean, its second,
+  already queued, is not once the first has failed);
 * queues sharing an ``Admission`` are served by priority when a slot frees (a logged-in
   source's reply decryption before fresh Argon2id work);
 * a waiting request whose client went away is cancelled and leaves the queue.
@@ -124,6 +130,8 @@ class AdmissionQueue:
         self._turns: collections.OrderedDict[Hashable, None] = collections.OrderedDict()
         self._held: collections.Counter[Hashable] = collections.Counter()  # waiting + running, per key
         self.waiting = 0
+        # The key's standing, 0 = clean and higher = worse; None serves every key alike.
+        self.standing: Optional[Callable[[Hashable], int]] = None
 
     # -- public
 
@@ -216,7 +224,8 @@ class AdmissionQueue:
     def _next_waiter(self) -> Optional[_Waiter]:
         if not self._turns:
             return None
-        key, _ = self._turns.popitem(last=False)
+        key = self._next_key()
+        del self._turns[key]
         fifo = self._waiting[key]
         waiter = fifo.popleft()
         if fifo:
@@ -226,20 +235,49 @@ class AdmissionQueue:
         self.waiting -= 1
         return waiter
 
+    def _next_key(self) -> Hashable:
+        """The first key in round-robin order among those in the best standing."""
+        if self.standing is None:
+            return next(iter(self._turns))
+        best, best_standing = None, None
+        for key in self._turns:  # at most ``max_waiting`` keys
+            standing = self.standing(key)
+            if best_standing is None or standing < best_standing:
+                best, best_standing = key, standing
+                if standing <= 0:
+                    break
+        return best
+
     def _make_room_for(self, key: Hashable) -> bool:
-        """Full: evict the newest request of the key with most waiting, if that is fairer."""
+        """Full: evict the newest request of a key in worse standing than ``key``, else of the
+        key with most waiting, if that is fairer. False if nobody should make room."""
         if not self._waiting:
             return False
-        mine = len(self._waiting.get(key, ()))
-        busiest = max(self._waiting, key=lambda k: len(self._waiting[k]))
-        # Only a key that would still be ahead after losing one: keys swapping places with
-        # each other would not be fairer, just slower.
-        if len(self._waiting[busiest]) <= mine + 1:
-            return False
-        waiter = self._waiting[busiest].pop()
+        victim = self._worse_standing_than(key)
+        if victim is None:
+            mine = len(self._waiting.get(key, ()))
+            busiest = max(self._waiting, key=lambda k: len(self._waiting[k]))
+            # Only a key that would still be ahead after losing one: keys swapping places with
+            # each other would not be fairer, just slower.
+            if len(self._waiting[busiest]) <= mine + 1:
+                return False
+            victim = busiest
+        waiter = self._waiting[victim].pop()
         self._forget_waiter(waiter)
         waiter.deferred.errback(Busy(self.name))
         return True
+
+    def _worse_standing_than(self, key: Hashable) -> Optional[Hashable]:
+        """The waiting key in worst standing, if worse than ``key``'s (ties: most waiting)."""
+        if self.standing is None:
+            return None
+        mine = self.standing(key)
+        worst, worst_rank = None, None
+        for other, fifo in self._waiting.items():
+            rank = (self.standing(other), len(fifo))
+            if rank[0] > mine and (worst_rank is None or rank > worst_rank):
+                worst, worst_rank = other, rank
+        return worst
 
     def _forget_waiter(self, waiter: _Waiter) -> None:
         fifo = self._waiting.get(waiter.key)

@@ -250,6 +250,49 @@ class CircuitThrottleTests(unittest.TestCase):
         self.assertNotIn(200, codes)
 
 
+    @inlineCallbacks
+    def test_many_failing_circuits_filling_the_argon2id_queue_cannot_turn_away_a_correct_login(self):
+        codename = yield self.browser(7).create_source()
+        newsroom = self.server.service.newsroom
+        queue = newsroom.queues.argon2id
+        # 36 circuits each send one wrong codename: each now has a failure on record.
+        attackers = [self.browser(1000 + i) for i in range(36)]
+        first = yield DeferredList([a.login(codenames.generate_codename(7)) for a in attackers])
+        self.assertEqual({r[0].code for ok, r in first}, {403})
+        # Then every slot is held and every place in the queue taken, by those circuits.
+        gate = threading.Event()
+        self.addCleanup(gate.set)
+        real, derived = newsroom.kdf.derive, []
+
+        def held_derive(name):
+            gate.wait(30)
+            derived.append(name)
+            return real(name)
+
+        self.patch(newsroom.kdf, "derive", held_derive)
+        flood = [self.browser(1000 + i).login(codenames.generate_codename(7)) for i in range(36) for _ in range(2)]
+        for _ in range(400):
+            if queue.waiting >= queue.max_waiting:
+                break
+            yield deferLater(reactor, 0.05, lambda: None)
+        self.assertEqual(queue.waiting, queue.max_waiting)
+        # A circuit with no failure still gets in, and is served before the flood.
+        login = self.browser(8).login(codename)
+        for _ in range(100):
+            if queue.holding(Circuit(8)):
+                break
+            yield deferLater(reactor, 0.05, lambda: None)
+        self.assertEqual(queue.holding(Circuit(8)), 1)
+        self.assertEqual(queue.waiting, queue.max_waiting)  # one of the flood gave up its place
+        gate.set()
+        response, html = yield login
+        self.assertIn(LOGGED_IN, html)
+        running = queue.admission.slots
+        self.assertIn(codename, derived[:running + 1])
+        results = yield DeferredList(flood, consumeErrors=True)
+        self.assertTrue(all(ok and r[0].code in (403, 429, 503) for ok, r in results))
+
+
 class BusyTests(unittest.TestCase):
     timeout = 60
 

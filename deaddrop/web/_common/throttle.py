@@ -37,6 +37,10 @@ class FailureThrottle:
     def blocked(self, key: Hashable = None) -> bool:
         return len(self._recent(key)) + self._reserved.get(key, 0) >= self.limit
 
+    def recent_failures(self, key: Hashable = None) -> int:
+        """Failures of ``key`` within the window (attempts in flight not counted)."""
+        return len(self._recent(key))
+
     def failed(self, key: Hashable = None) -> None:
         self._recent(key)
         self._failures.setdefault(key, collections.deque()).append(self._clock())

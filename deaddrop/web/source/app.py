@@ -99,6 +99,9 @@ class SourceInterface(HtmlResponses):
     def __post_init__(self) -> None:
         self.cookie = SessionCookie(self.sessions, COOKIE)
         self.newsroom.on_source_deleted(self._source_deleted)
+        # A circuit that has sent wrong codenames lately waits behind those that have not, and
+        # gives up its place to them when the Argon2id queue is full.
+        self.newsroom.queues.argon2id.standing = self.login_throttle.recent_failures
 
     # -- plumbing --------------------------------------------------------------------------
 
