@@ -25,6 +25,7 @@ from deaddrop.crypto.gpg import GpgError, Keyring
 from deaddrop.crypto.kdf import CodenameKdf, Derived, unwrap_passphrase, wrap_passphrase
 from deaddrop.crypto.pool import WorkerPool, forbid_reactor_thread
 from deaddrop.crypto.streaming import EncryptionTarget, StreamEncryption
+from deaddrop.crypto.upload_slots import UploadSlots
 from deaddrop.events import SecurityEvents
 from deaddrop.store import queries
 from deaddrop.store.db import Database
@@ -103,7 +104,7 @@ class SourceQueues:
     keygen: AdmissionQueue  # key: source id
     decrypt: AdmissionQueue  # key: source id; a logged-in source's replies
     messages: AdmissionQueue  # key: source id; text-only parts, on their own pool
-    uploads: AdmissionQueue  # key: source id; a slot is held for an upload's whole life
+    uploads: UploadSlots  # key: source id (and its circuit); a slot is held for an upload's whole life
 
     @classmethod
     def build(cls, crypto_pool: Any, crypto_slots: int, message_pool: Any, message_slots: int,
@@ -120,8 +121,10 @@ class SourceQueues:
             keygen=crypto.queue("keygen", priority=1, per_key=1, max_waiting=waiting),
             argon2id=crypto.queue("argon2id", priority=2, per_key=2, max_waiting=waiting, max_wait=MAX_WAIT),
             messages=messages.queue("messages", priority=0, per_key=2, max_waiting=16 * message_slots),
-            uploads=Admission(stream_pool, upload_slots).queue(
-                "uploads", priority=0, per_key=uploads_per_identity, max_waiting=0),
+            # One Tor circuit holds a small share of the pumps at most; the slowest upload makes
+            # room for a newcomer when all are taken (see upload_slots).
+            uploads=UploadSlots(Admission(stream_pool, upload_slots), per_key=uploads_per_identity,
+                                per_circuit=max(uploads_per_identity, upload_slots // 16)),
         )
 
 

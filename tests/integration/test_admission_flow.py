@@ -6,11 +6,12 @@ import os
 import socket
 import sqlite3
 import threading
+import time
 import uuid as uuidlib
 
 from twisted.internet import reactor
 from twisted.internet.defer import DeferredList, inlineCallbacks, succeed
-from twisted.internet.task import deferLater
+from twisted.internet.task import LoopingCall, deferLater
 from twisted.trial import unittest
 
 import deaddrop.crypto.kdf as kdf_module
@@ -19,8 +20,8 @@ from deaddrop.crypto.admission import BUSY_MESSAGE
 from deaddrop.crypto.gpg import Keyring
 from deaddrop.crypto.kdf import CodenameKdf, KdfCost, Peppers
 from deaddrop.web._common.circuits import Circuit
-from tests._circuits import CircuitBrowser, listen_as_tor
-from tests._support import Browser, kill_gpg_agent, multipart_body, short_tempdir, start_server
+from tests._circuits import CircuitBrowser, listen_as_tor, proxy_line
+from tests._support import Browser, kill_gpg_agent, multipart_body, short_tempdir, start_server, wait_until
 
 LOGGED_IN = "Send more and read replies"
 
@@ -37,14 +38,18 @@ def count_argon2id_runs(testcase: unittest.TestCase) -> list:
     return runs
 
 
-def hold_uploads_open(server, browser: Browser, html: str, count: int) -> list[socket.socket]:
-    """Start ``count`` uploads with a file part that never finish (a slow Tor upload)."""
+def hold_uploads_open(server, browser: Browser, html: str, count: int, circuit_id: int | None = None,
+                      url: str | None = None) -> list[socket.socket]:
+    """Start ``count`` uploads with a file part that never finish (a slow Tor upload), over
+    Tor circuit ``circuit_id`` if given (to ``url``, a listener from ``listen_as_tor``)."""
     body, content_type = multipart_body([("csrf_token", browser.csrf(html))], [("big.bin", b"x" * 100_000)])
     cookie = "; ".join(f"{c.name}={c.value}" for c in browser.cookies)
-    port = int(server.source_url.rsplit(":", 1)[1])
+    port = int((url or server.source_url).rsplit(":", 1)[1])
     sockets = []
     for _ in range(count):
         s = socket.create_connection(("127.0.0.1", port))
+        if circuit_id is not None:
+            s.sendall(proxy_line(circuit_id))
         s.sendall((f"POST /submit HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\nContent-Type: {content_type}\r\n"
                    f"Content-Length: {len(body)}\r\n\r\n").encode() + body[:50_000])
         sockets.append(s)
@@ -393,6 +398,114 @@ class UploadTests(unittest.TestCase):
         response, html = yield writer.submit("", files=[("doc.txt", b"file")])
         self.assertEqual(response.code, 503)
         self.assertIn(BUSY_MESSAGE, html)
+
+
+    @inlineCallbacks
+    def test_slow_uploads_from_many_identities_make_room_for_a_source(self):
+        # Issue 9: identities are cheap, so enough of them, each holding its two uploads at the
+        # 2 KiB/s floor, took every pump, and a source's file got 503 for as long as it lasted.
+        server = yield start_server(self, stream_threads=6)
+        newsroom = server.service.newsroom
+        pumps = newsroom.queues.uploads
+        pumps.grace, pumps.window = 1.0, 2.0  # 30 s and 60 s in production: too long for a test
+        held = []
+        for _ in range(3):
+            b = Browser(server.source_url)
+            self.addCleanup(b.close)
+            yield b.create_source()
+            response, html = yield b.get("/lookup")
+            held += hold_uploads_open(server, b, html, 2)
+        self.addCleanup(lambda: [s.close() for s in held])
+        trickle = LoopingCall(_trickle, held, 512)  # 2 KiB/s each, in steps of 0.25 s
+        trickle.start(0.25)
+        self.addCleanup(lambda: trickle.running and trickle.stop())
+        yield deferLater(reactor, 0.3, lambda: None)
+        self.assertEqual(newsroom.queues.uploads.admission.running, 6)  # every pump is held
+        yield deferLater(reactor, 2.5, lambda: None)
+
+        source = Browser(server.source_url)
+        self.addCleanup(source.close)
+        yield source.create_source()
+        started = time.monotonic()
+        d = source.submit("a message", files=[("report.pdf", os.urandom(5 << 20))])
+        d.addTimeout(10, reactor)
+        response, html = yield d
+        took = time.monotonic() - started
+        self.assertEqual(response.code, 200)
+        self.assertIn("We received your message and 1 document", html)
+        self.assertLess(took, 10.0)
+
+        # One trickle was ended to make room: told calmly, at once, to come back.
+        trickle.stop()
+        answers = [_answered(s) for s in held]
+        ended = [a for a in answers if a]
+        self.assertEqual(len(ended), 1)
+        self.assertTrue(ended[0].startswith(b"HTTP/1.1 503 "), ended[0][:100])
+        self.assertIn(b"\r\nRetry-After: 60\r\n", ended[0])
+        self.assertIn(BUSY_MESSAGE.encode(), ended[0])
+        # Its ciphertext is gone (the five still arriving remain), and gpg was stopped cleanly.
+        tmp = os.path.join(server.data_dir, "tmp")
+        yield wait_until(lambda: len(os.listdir(tmp)) == 5)
+        self.assertEqual(len(os.listdir(tmp)), 5)
+        # Once the other trickles are gone too, so are all their gpg processes, lock files and all.
+        for s in held:
+            s.close()
+        yield wait_until(lambda: not os.listdir(tmp) and newsroom.queues.uploads.admission.running == 0)
+        home = newsroom.encryption.homedir
+        yield wait_until(lambda: not [n for n in os.listdir(home) if n.startswith(".#lk")])
+
+
+    @inlineCallbacks
+    def test_one_tor_circuit_holds_a_small_share_of_the_pumps(self):
+        server = yield start_server(self, stream_threads=64)  # 4 a circuit
+        tor_url = yield listen_as_tor(self, server)
+        pumps = server.service.newsroom.queues.uploads
+        held = []
+        for _ in range(3):  # three identities over one circuit, two uploads each
+            b = CircuitBrowser(tor_url, 7)
+            self.addCleanup(b.close)
+            yield b.create_source()
+            response, html = yield b.get("/lookup")
+            held += hold_uploads_open(server, b, html, 2, circuit_id=7, url=tor_url)
+        self.addCleanup(lambda: [s.close() for s in held])
+        answers = {s: b"" for s in held}
+
+        def refused() -> int:
+            for s in held:
+                answers[s] += _answered(s)
+            return sum(a.startswith(b"HTTP/1.1 503 ") for a in answers.values())
+
+        yield wait_until(lambda: refused() == 2, timeout=10)
+        self.assertEqual(pumps.admission.running, 4)
+        # Its fifth and sixth were told it is busy; a source on another circuit is not.
+        source = CircuitBrowser(tor_url, 8)
+        self.addCleanup(source.close)
+        yield source.create_source()
+        response, html = yield source.submit("", files=[("doc.txt", b"its file")])
+        self.assertEqual(response.code, 200)
+
+
+def _trickle(sockets: list[socket.socket], size: int) -> None:
+    for s in sockets:
+        try:
+            s.send(b"x" * size, socket.MSG_DONTWAIT)
+        except OSError:
+            pass  # answered and closed: ended to make room
+
+
+def _answered(s: socket.socket) -> bytes:
+    """What the server sent on an upload's socket so far (b"" if nothing)."""
+    s.setblocking(False)
+    out = b""
+    try:
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+    except (BlockingIOError, ConnectionResetError):
+        pass
+    return out
 
 
 class PendingSourceTests(unittest.TestCase):

@@ -63,6 +63,13 @@ class UploadResult:
     files: list[UploadedFile] = field(default_factory=list)
 
 
+class BodyProgress(Protocol):
+    """Told of the body's bytes as they arrive, and when it stops arriving (to judge its pace)."""
+
+    def received(self, n: int) -> None: ...
+    def ended(self) -> None: ...
+
+
 OpenSink = Callable[[str, Callable[[], None], Callable[[], None]], FileSink]
 OnFail = Callable[[UploadError], None]
 
@@ -81,6 +88,7 @@ class MultipartUpload:
         csrf_token: str | None = None,
         files_refused: UploadError | None = None,
         on_fail: OnFail | None = None,
+        progress: BodyProgress | None = None,
     ) -> None:
         """``csrf_token``: if given, the ``csrf_token`` field must match it and come before any
         file part, so a forged or stale form is refused before a single file byte is encrypted.
@@ -88,7 +96,8 @@ class MultipartUpload:
         ``files_refused``: read the text fields (so the page can give the typed message back)
         but fail with this error at the first file byte. A stale CSRF token switches to this
         mode too. ``on_fail`` is called once, at the moment the upload fails: the interface
-        can answer at once instead of reading the rest of the body."""
+        can answer at once instead of reading the rest of the body. ``progress`` hears of every
+        body byte fed, and of the end of the body (complete or not)."""
         self._limits = limits
         self._open_sink = open_sink
         self._pause_transport = pause_transport
@@ -109,6 +118,7 @@ class MultipartUpload:
         self._csrf_seen = csrf_token is None
         self._files_refused = files_refused
         self._on_fail = on_fail
+        self._progress = progress
         self._fields: dict[str, bytearray] = {}
         self._segment: Any = None
         self._segment_sink: FileSink | None = None
@@ -141,6 +151,8 @@ class MultipartUpload:
     def feed(self, data: bytes) -> None:
         if self._error is not None or self._ended or self._parser.closed:
             return  # refused bodies and epilogues are read and dropped
+        if self._progress is not None:
+            self._progress.received(len(data))
         try:
             for event in self._parser.parse(data):
                 self._on_event(event)
@@ -156,6 +168,7 @@ class MultipartUpload:
         if self._ended:
             return
         self._ended = True
+        self._body_ended()
         if self._error is None:
             try:
                 self._parser.close(check_complete=True)
@@ -173,9 +186,20 @@ class MultipartUpload:
         """The connection went away mid-body: throw everything away."""
         if not self._ended:
             self._ended = True
+            self._body_ended()
             self._abort_sinks()
             self.result.errback(UploadError(400, "The upload was interrupted."))
             self.result.addErrback(lambda _: None)
+
+    def cancel(self, error: UploadError) -> None:
+        """Stop taking a body still arriving: its files are thrown away and it fails with
+        ``error`` (answered through ``on_fail``). Nothing happens once the body is complete."""
+        if not self._ended:
+            self._fail(error)
+
+    def _body_ended(self) -> None:
+        if self._progress is not None:
+            self._progress.ended()
 
     # -- parser events ---------------------------------------------------------------------
 

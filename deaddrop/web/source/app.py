@@ -578,13 +578,18 @@ class SourceInterface(HtmlResponses):
         elif length is not None and length > self._multipart_limit():
             files_refused = UploadError(413, "That upload is too large.", REASON_FILES_TOO_LARGE)
         tickets: list[Any] = []
+        circuit = circuit_of(request)
+        progress = pumps.progress()
 
         def open_sink(filename: str, pause: Callable[[], None], resume: Callable[[], None]) -> Any:
             # Each file being received holds a pump thread. Counted per source identity, not per
-            # session (logging in again gives a codename no more), and in total. Text-only
+            # session (logging in again gives a codename no more), per Tor circuit, and in total;
+            # when all are taken the slowest upload may be ended to make room. Text-only
             # messages take none: they are encrypted on a pool of their own.
             try:
-                tickets.append(pumps.try_acquire(login.identity.source_id))
+                tickets.append(pumps.try_acquire(
+                    login.identity.source_id, circuit if circuit.is_tor else None, progress,
+                    evict=lambda: upload.cancel(UploadError(503, BUSY_MESSAGE, _BUSY))))
             except KeyBusy:
                 raise UploadError(429, _STILL_RECEIVING, _IN_FLIGHT)
             except Busy:
@@ -598,7 +603,7 @@ class SourceInterface(HtmlResponses):
 
         upload = MultipartUpload(boundary, limits, open_sink, request.pause_body, request.resume_body,
                                  csrf_token=session.csrf_token if session else None,
-                                 files_refused=files_refused, on_fail=answer_now)
+                                 files_refused=files_refused, on_fail=answer_now, progress=progress)
 
         def done(result: Any) -> Any:
             for ticket in tickets:

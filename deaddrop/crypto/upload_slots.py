@@ -1,0 +1,185 @@
+"""Upload pump slots, fairly shared: the slowest upload makes room for a newcomer.
+
+Each file being received holds a pump slot (a worker thread feeding gpg) for as long as its body
+takes to arrive, which a client can stretch to hours at the connection's 2 KiB/s floor. Identities
+are cheap (one Argon2id run each), so a cap per identity alone lets a few hundred of them hold
+every slot with a trickle each. ``UploadSlots`` shares the slots so that cannot last:
+
+* per source identity at most ``per_key`` uploads, as before (``KeyBusy``);
+* per Tor circuit at most ``per_circuit`` (``Busy``). Connections without a circuit id (``--tor
+  none``, loopback) are not capped together: they are every direct client at once, and a cap on
+  them would let one such client lock out all the others. They are shared by the next rule;
+* when every slot is taken, a newcomer ends the slowest upload still receiving (lowest average
+  rate over the last ``window`` seconds) instead of being refused, if that upload has had
+  ``grace`` seconds to get going and is below ``fair_rate``. An upload at a fair rate is never
+  ended: when all are, the newcomer gets ``Busy`` as before;
+* an identity or circuit whose upload was ended gets no grace for ``penalty`` seconds, so a
+  client that keeps every slot younger than the grace (opening new trickles as old ones are
+  ended) only ends its own uploads, and a newcomer can still end one of them.
+
+The evicted upload is told through its ``evict`` callback (the web layer answers it with the
+calm "busy" page and discards its ciphertext); its slot is free before the newcomer's is taken.
+Every decision looks at each upload in flight once: O(slots).
+
+Keys and circuits are only held in memory as dictionary keys; nothing here logs them.
+"""
+from __future__ import annotations
+
+import collections
+from typing import Any, Callable, Hashable, Optional
+
+from deaddrop.crypto.admission import Admission, AdmissionQueue, Busy, KeyBusy, Ticket
+
+# A slot pumping less than this is wasted when someone else is waiting for it. Tor uploads to
+# an onion run at 50 KB/s and more; the attack trickles at the 2 KiB/s connection floor. Holding
+# every slot above this costs an attacker 4 MiB/s of Tor bandwidth for the default 256 slots.
+FAIR_RATE = 16 * 1024  # bytes a second
+GRACE = 30.0  # seconds an upload gets before it can be ended (Tor circuits ramp up slowly)
+WINDOW = 60.0  # the rate is averaged over this much recent time
+PENALTY = 600.0  # seconds an identity or circuit whose upload was ended gets no grace
+
+
+class UploadProgress:
+    """Body bytes of one upload (fed from the reactor) and their rate over a recent window."""
+
+    def __init__(self, clock: Callable[[], float], window: float) -> None:
+        self._clock = clock
+        self._window = window
+        self.started = clock()
+        self.total = 0
+        self.receiving = True
+        # (time, total) marks about a quarter window apart; the rate is measured from the newest
+        # mark at least a window old, so it covers a window or a little more.
+        self._marks: collections.deque[tuple[float, int]] = collections.deque([(self.started, 0)])
+        self._last = self.started  # when the latest byte arrived
+
+    def received(self, n: int) -> None:
+        self.total += n
+        now = self._last = self._clock()
+        if now - self._marks[-1][0] >= self._window / 4:
+            self._marks.append((now, self.total))
+
+    def ended(self) -> None:
+        """The body is complete (or abandoned): the upload no longer holds its slot to receive."""
+        self.receiving = False
+
+    def rate(self, now: float) -> float:
+        if self._last <= now - self._window:
+            return 0.0  # nothing for a whole window (a burst at the start, then silence)
+        marks = self._marks
+        while len(marks) > 1 and marks[1][0] <= now - self._window:
+            marks.popleft()
+        since, total = marks[0]
+        return (self.total - total) / max(now - since, 1.0)
+
+
+class UploadTicket(Ticket):
+    def __init__(self, queue: "UploadSlots", key: Hashable, circuit: Optional[Hashable],
+                 progress: UploadProgress, evict: Callable[[], Any], no_grace: bool) -> None:
+        super().__init__(queue, key)
+        self.circuit = circuit
+        self.progress = progress
+        self.evict = evict
+        self.no_grace = no_grace
+
+    def release(self) -> None:
+        if not self.released:
+            self._queue._forget(self)
+        super().release()
+
+
+class UploadSlots(AdmissionQueue):
+    """The upload queue: no waiting (an upload cannot wait), fair across identities and circuits."""
+
+    def __init__(self, admission: Admission, *, per_key: int, per_circuit: int, fair_rate: float = FAIR_RATE,
+                 grace: float = GRACE, window: float = WINDOW, penalty: float = PENALTY) -> None:
+        super().__init__(admission, "uploads", priority=0, per_key=per_key, max_waiting=0)
+        self.per_circuit = per_circuit
+        self.fair_rate = fair_rate
+        self.grace = grace
+        self.window = window
+        self.penalty = penalty
+        self._in_flight: dict[UploadTicket, None] = {}
+        self._per_circuit: collections.Counter[Hashable] = collections.Counter()
+        # key or circuit -> until when it gets no grace; oldest first, bounded (see _penalise).
+        self._penalised: collections.OrderedDict[Hashable, float] = collections.OrderedDict()
+
+    def progress(self) -> UploadProgress:
+        """A progress counter for one request's body, to pass to ``try_acquire``."""
+        return UploadProgress(self.admission.clock, self.window)
+
+    def try_acquire(self, key: Hashable, circuit: Optional[Hashable] = None,
+                    progress: Optional[UploadProgress] = None,
+                    evict: Callable[[], Any] = lambda: None) -> Ticket:
+        """A slot now, by ending the slowest upload if need be, or ``KeyBusy``/``Busy``.
+
+        ``circuit`` None: a connection without a circuit id (not capped per circuit).
+        ``evict`` is called if this upload is later ended to make room for another."""
+        if self._held[key] >= self.per_key:
+            raise KeyBusy(self.name)
+        if circuit is not None and self._per_circuit[circuit] >= self.per_circuit:
+            raise Busy(self.name)
+        progress = progress or self.progress()
+        if not self.admission._has_free_slot() and not self._evict_slowest(sparing=progress):
+            raise Busy(self.name)
+        now = self.admission.clock()
+        ticket = UploadTicket(self, key, circuit, progress, evict,
+                              no_grace=self._is_penalised(key, now) or self._is_penalised(circuit, now))
+        self._held[key] += 1
+        self.admission.running += 1
+        if circuit is not None:
+            self._per_circuit[circuit] += 1
+        self._in_flight[ticket] = None
+        return ticket
+
+    def acquire(self, key: Hashable) -> Any:
+        raise NotImplementedError("uploads take a slot with try_acquire (they cannot wait)")
+
+    # -- internals
+
+    def _evict_slowest(self, sparing: UploadProgress) -> bool:
+        now = self.admission.clock()
+        victim, slowest = None, self.fair_rate
+        for ticket in self._in_flight:
+            progress = ticket.progress
+            if progress is sparing:
+                continue  # the newcomer's own request (a second file): it would end itself
+            if not progress.receiving:
+                continue  # complete: gpg is finishing it, and its source is about to be thanked
+            if now - progress.started < self.grace and not ticket.no_grace:
+                continue
+            rate = progress.rate(now)
+            if rate < slowest:
+                victim, slowest = ticket, rate
+        if victim is None:
+            return False
+        victim.progress.ended()
+        self._penalise(victim.key, now)
+        self._penalise(victim.circuit, now)
+        victim.release()
+        victim.evict()
+        return True
+
+    def _is_penalised(self, key: Optional[Hashable], now: float) -> bool:
+        until = self._penalised.get(key) if key is not None else None
+        return until is not None and until > now
+
+    def _penalise(self, key: Optional[Hashable], now: float) -> None:
+        if key is None:
+            return
+        self._penalised.pop(key, None)
+        self._penalised[key] = now + self.penalty
+        # Bounded: evictions happen at most once per upload started, and the oldest entries are
+        # the first to expire; beyond a few per slot the oldest are dropped.
+        while len(self._penalised) > 8 * self.admission.slots:
+            self._penalised.popitem(last=False)
+
+    def _forget(self, ticket: UploadTicket) -> None:
+        self._in_flight.pop(ticket, None)
+        if ticket.circuit is not None:
+            self._per_circuit[ticket.circuit] -= 1
+            if self._per_circuit[ticket.circuit] <= 0:
+                del self._per_circuit[ticket.circuit]
+
+
+__all__ = ["UploadSlots", "UploadProgress", "UploadTicket", "FAIR_RATE", "GRACE", "WINDOW", "PENALTY"]
