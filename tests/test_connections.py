@@ -251,3 +251,50 @@ class DeadlineTests(unittest.TestCase):
         aborted, after = self._drip_body(policy, 3000, 1.0, 600)  # 3 KB/s, above the floor
         self.assertTrue(aborted)
         self.assertAlmostEqual(after, policy.form_body_deadline, delta=1)
+
+
+def _reactor_turn(clock: Clock) -> None:
+    """Run the calls due now, as one reactor turn does: not those they schedule meanwhile
+    (``Clock.advance`` would run those too)."""
+    due = [call for call in clock.calls if call.getTime() <= clock.seconds()]
+    for call in due:
+        clock.calls.remove(call)
+        call.called = 1
+        call.func(*call.args, **call.kw)
+
+
+class PipeliningTests(unittest.TestCase):
+    """One connection's pipelined requests take turns with every other connection's."""
+
+    def test_pipelined_requests_are_answered_one_per_reactor_turn(self):
+        h = _Harness(self)
+        flood, flood_transport = h.connect()
+        flood.dataReceived(_GET * 50)
+        self.assertEqual(flood_transport.value().count(b"200 OK"), 1)
+        # Another connection is answered before the flood's second request.
+        other, other_transport = h.connect()
+        other.dataReceived(_GET)
+        self.assertEqual(other_transport.value().count(b"200 OK"), 1)
+        self.assertEqual(flood_transport.value().count(b"200 OK"), 1)
+        for turn in range(2, 51):
+            _reactor_turn(h.clock)
+            self.assertEqual(flood_transport.value().count(b"200 OK"), turn)
+        _reactor_turn(h.clock)
+        self.assertEqual(flood_transport.value().count(b"200 OK"), 50)
+        self.assertFalse(flood_transport.aborted)
+
+    def test_bytes_arriving_while_requests_wait_their_turn_stay_in_order(self):
+        h = _Harness(self)
+        protocol, transport = h.connect()
+        protocol.dataReceived(_GET * 2 + b"GET /third HTTP/1.1\r\n")
+        protocol.dataReceived(b"Host: x\r\n\r\n")
+        for _ in range(3):
+            _reactor_turn(h.clock)
+        self.assertEqual(transport.value().count(b"200 OK"), 3)
+
+    def test_a_connection_closed_while_requests_wait_leaves_nothing_scheduled(self):
+        h = _Harness(self)
+        protocol, transport = h.connect()
+        protocol.dataReceived(_GET * 5)
+        h.close_all()
+        self.assertFalse([c for c in h.clock.getDelayedCalls() if c.active()])

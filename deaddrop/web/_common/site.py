@@ -249,6 +249,7 @@ class DeadDropChannel(http.HTTPChannel):
     _header_deadline: Any = None
     _body_deadline: Any = None
     _watchdog: Any = None
+    _pipelined: Any = None
     _counted = False
 
     def connectionMade(self) -> None:
@@ -320,7 +321,30 @@ class DeadDropChannel(http.HTTPChannel):
         if self._counted:
             self._await_request()
             self.site.connection_limits.waiting(self)
-        super().requestDone(request)
+        if not (self.persistent and (self._dataBuffer or self._buffer)):
+            super().requestDone(request)
+            return
+        # Requests pipelined behind this one wait for the reactor's next turn. The stock
+        # method parses them at once, in this call: one connection with fifty GETs in a
+        # packet would hold the reactor for all fifty while every other connection (a
+        # journalist's download among them) waits. Until then the channel stays "handling a
+        # request" (in raw mode since allContentReceived), so the rest of this packet and
+        # whatever else arrives is buffered behind them, in order.
+        if request is not self.requests[0]:
+            raise TypeError("requests finished out of order")
+        del self.requests[0]
+        if self._savedTimeOut:
+            self.setTimeout(self._savedTimeOut)
+        self._pipelined = self.callLater(0, self._next_pipelined)
+
+    def _next_pipelined(self) -> None:
+        self._pipelined = None
+        self._handlingRequest = False
+        if not self._waitingForTransport:
+            self._networkProducer.resumeProducing()
+        data = b"".join(self._dataBuffer)
+        self._dataBuffer = []
+        self.setLineMode(data)
 
     def refuse(self, status: int, title: str, message: str) -> None:
         """Answer with an error page straight on the transport and hang up (nothing is read)."""
@@ -358,7 +382,7 @@ class DeadDropChannel(http.HTTPChannel):
         self._watchdog = self.callLater(policy.window_seconds, self._check_progress)
 
     def connectionLost(self, reason: Any) -> None:
-        for name in ("_watchdog", "_header_deadline", "_body_deadline"):
+        for name in ("_watchdog", "_header_deadline", "_body_deadline", "_pipelined"):
             self._cancel(name)
         if self._counted:
             self._counted = False
