@@ -1,6 +1,9 @@
+import base64
+
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
+from deaddrop.web._common.form_tokens import FormTokens
 from deaddrop.web._common.sessions import SessionStore
 from deaddrop.web._common.throttle import FailureThrottle
 
@@ -79,7 +82,7 @@ class EvictionTests(unittest.TestCase):
         clock = Clock()
         store = SessionStore("c", 600, 3600, clock=clock.seconds, max_sessions=5)
         token, session = store.create()
-        session.data["source"] = object()
+        store.bind(session, "a source")
         for _ in range(50):
             clock.advance(1)
             store.create()
@@ -93,7 +96,7 @@ class EvictionTests(unittest.TestCase):
         clock = Clock()
         store = SessionStore("c", 600, 3600, clock=clock.seconds, max_sessions=100_000)
         token, session = store.create()
-        session.data["source"] = object()  # logged in, and the oldest: never the one evicted
+        store.bind(session, "a source")  # logged in, and the oldest: never the one evicted
         for _ in range(100_000):
             store.create()
         started = _time.perf_counter()
@@ -115,3 +118,109 @@ class EvictionTests(unittest.TestCase):
         self.assertEqual(store.sweep(), 2)
         self.assertIsNotNone(store.lookup(kept))
         self.assertIsNotNone(store.lookup(old[0]))
+
+
+class BoundedStoreTests(unittest.TestCase):
+    """Per-owner caps and indexes: one login cannot fill the table, and logging someone out
+    does not scan it."""
+
+    def test_logging_in_again_and_again_does_not_fill_the_table(self):
+        store = SessionStore("c", 600, 3600, max_sessions=100, max_per_owner=3)
+        _, victim = store.create()
+        store.bind(victim, "victim")
+        for _ in range(500):  # one codename, logged in over and over
+            _, session = store.create()
+            store.bind(session, "attacker")
+        self.assertEqual(len(store), 4)
+        self.assertEqual(store.owned_by("victim"), [victim])
+        self.assertEqual(len(store.owned_by("attacker")), 3)
+
+    def test_ending_an_owners_sessions(self):
+        store = SessionStore("c", 600, 3600)
+        mine = []
+        for _ in range(3):
+            mine.append(store.create()[1])
+            store.bind(mine[-1], 7)
+        _, other = store.create()
+        store.bind(other, 8)
+        self.assertEqual(store.destroy_owner(7, keep=mine[0]), 2)
+        self.assertEqual(len(store), 2)
+        self.assertEqual(store.destroy_owner(7), 1)
+        self.assertEqual(store.destroy_owner(7), 0)
+        self.assertEqual(len(store), 1)
+        self.assertEqual(store._owners.keys(), {8})  # no index entry outlives its sessions
+
+    def test_ending_an_owners_sessions_never_scans_the_table(self):
+        store = SessionStore("c", 600, 3600)
+        for _ in range(1000):
+            store.create()
+        _, session = store.create()
+        store.bind(session, 7)
+        store.where = store.destroy_where = None  # a scan would fail here
+        self.assertEqual(store.destroy_owner(7), 1)
+
+    def test_an_unbound_session_is_anonymous_again_and_goes_first(self):
+        store = SessionStore("c", 600, 3600, max_sessions=2)
+        token, session = store.create()
+        store.bind(session, 7)
+        _, other = store.create()
+        store.bind(other, 8)
+        store.bind(session, None)  # e.g. its source was deleted: kept only to say so
+        self.assertEqual(store.owned_by(7), [])
+        store.create()
+        self.assertIsNone(store.lookup(token))
+        self.assertEqual(store.owned_by(8), [other])
+
+
+class FormTokenTests(unittest.TestCase):
+    def setUp(self):
+        self.clock = Clock()
+        self.tokens = FormTokens(600, clock=self.clock.seconds)
+
+    def test_a_token_opens_only_for_its_purpose_and_binding(self):
+        token = self.tokens.issue("create", "browser-a", "alpha beta gamma")
+        self.assertEqual(self.tokens.open(token, "create", "browser-a"), "alpha beta gamma")
+        self.assertIsNone(self.tokens.open(token, "login", "browser-a"))
+        self.assertIsNone(self.tokens.open(token, "create", "browser-b"))
+        self.assertIsNone(self.tokens.open(token, "create", None))
+        self.assertEqual(self.tokens.open(self.tokens.issue("login", "b"), "login", "b"), "")
+
+    def test_the_sealed_secret_is_not_readable_from_the_token(self):
+        codename = "abacus abdomen abide ability ablaze aboard abode"
+        token = self.tokens.issue("create", "b", codename)
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        for form in (codename, codename.replace(" ", ""), "abacus"):
+            self.assertNotIn(form.encode(), raw)
+            self.assertNotIn(form, token)
+        self.assertIsNone(FormTokens(600, clock=self.clock.seconds).open(token, "create", "b"))  # another key
+
+    def test_tokens_are_small(self):
+        codename = "abacus abdomen abide ability ablaze aboard abode"
+        # A nonce, a MAC, an expiry and the codename: nothing else rides along.
+        self.assertLessEqual(len(self.tokens.issue("login", "b" * 40)), 60)
+        self.assertLessEqual(len(self.tokens.issue("create", "b" * 40, codename)), 60 + len(codename) * 4 // 3 + 2)
+
+    def test_tampered_and_junk_tokens_are_refused(self):
+        token = self.tokens.issue("login", "b")
+        flipped = token[:20] + ("A" if token[20] != "A" else "B") + token[21:]
+        for junk in (flipped, token[:-3], "", "\u00e9" * 20, "x" * 5000, "!!!!", "A" * 40, None):
+            self.assertIsNone(self.tokens.open(junk, "login", "b"))
+
+    def test_tokens_expire_and_keys_rotate_out_of_memory(self):
+        token = self.tokens.issue("login", "b")
+        self.clock.advance(599)
+        self.assertEqual(self.tokens.open(token, "login", "b"), "")
+        self.clock.advance(2)
+        self.assertIsNone(self.tokens.open(token, "login", "b"))
+        first_key = self.tokens._keys[-1]
+        self.clock.advance(1300)
+        self.tokens.issue("login", "b")
+        self.assertNotIn(first_key, self.tokens._keys)
+        self.assertLessEqual(len(self.tokens._keys), 2)
+
+    def test_a_token_outlives_the_rotation_of_its_key(self):
+        self.clock.advance(500)
+        token = self.tokens.issue("create", "b", "x y z")
+        self.clock.advance(200)  # the key rotated at 600; the token is good until 1100
+        self.tokens.issue("login", "b")
+        self.assertEqual(self.tokens.open(token, "create", "b"), "x y z")

@@ -41,8 +41,9 @@ class Ctx:
     other_csrf: str  # source B's CSRF token (B is logged in elsewhere)
     stale_cookie: str  # a session of A's that logged out
     stale_csrf: str
-    anon_cookie: str  # a session that never logged in (from GET /login)
-    anon_csrf: str
+    anon_cookie: str  # a visitor who never logged in (a binding cookie, no session)
+    anon_csrf: str  # from its login form
+    anon_create_csrf: str  # from its /generate page (a token for /create)
     fresh_anon: Callable[[], tuple[str, str]]  # a new not-logged-in session: (cookie, csrf)
 
 
@@ -280,9 +281,9 @@ def field_cases() -> list[Case]:
         Case("fields", "urlencoded body with broken escapes", lambda c: form(b"/login", b"csrf_token=%zz%&codename=%%%", c.anon_cookie), (403,)),
         Case("fields", "urlencoded body with raw bytes", lambda c: form(b"/login", b"csrf_token=\xff\x00&codename=\xfe", c.anon_cookie), (403,)),
         Case("fields", "JSON body on /login", lambda c: request(b"POST", b"/login", [(b"Content-Type", b"application/json"), cookie(c.anon_cookie)], b'{"codename": "x"}'), (403,)),
-        Case("fields", "create codename not UTF-8", lambda c: form(b"/create", urlencode([("csrf_token", c.anon_csrf), ("codename", b"\xff\xfe")]), c.anon_cookie), (400,), says="not made for this visit"),
-        Case("fields", "create codename with NUL", lambda c: form(b"/create", urlencode([("csrf_token", c.anon_csrf), ("codename", c.codename + "\x00")]), c.anon_cookie), (400,), says="not made for this visit"),
-        Case("fields", "create with an existing, not generated codename", lambda c: form(b"/create", urlencode([("csrf_token", c.anon_csrf), ("codename", c.codename)]), c.anon_cookie), (400,), says="not made for this visit"),
+        Case("fields", "create codename not UTF-8", lambda c: form(b"/create", urlencode([("csrf_token", c.anon_create_csrf), ("codename", b"\xff\xfe")]), c.anon_cookie), (400,), says="not made for this visit"),
+        Case("fields", "create codename with NUL", lambda c: form(b"/create", urlencode([("csrf_token", c.anon_create_csrf), ("codename", c.codename + "\x00")]), c.anon_cookie), (400,), says="not made for this visit"),
+        Case("fields", "create with an existing, not generated codename", lambda c: form(b"/create", urlencode([("csrf_token", c.anon_create_csrf), ("codename", c.codename)]), c.anon_cookie), (400,), says="not made for this visit"),
         Case("fields", "reply file name not UTF-8", lambda c: form(b"/delete", urlencode([("csrf_token", c.csrf), ("reply_filename", b"\xff")]), c.cookie), (404,), says="Nothing was deleted"),
         Case("fields", "reply file name with NUL", lambda c: form(b"/delete", urlencode([("csrf_token", c.csrf), ("reply_filename", "1-a_b-reply.gpg\x00")]), c.cookie), (404,), says="Nothing was deleted"),
         Case("fields", "reply file name traversal", lambda c: form(b"/delete", urlencode([("csrf_token", c.csrf), ("reply_filename", "../../../db.sqlite")]), c.cookie), (404,), says="Nothing was deleted"),

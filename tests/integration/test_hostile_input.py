@@ -52,6 +52,7 @@ def make_ctx(port: int) -> Ctx:
     stale_cookie = stale.cookie
     assert stale.get("/logout").status == 200
     anon = RawClient(port)
+    anon_generated = anon.get("/generate")  # its form token is the one /create takes
 
     def fresh_anon() -> tuple[str, str]:
         client = RawClient(port)
@@ -61,7 +62,8 @@ def make_ctx(port: int) -> Ctx:
     anon_page = anon.get("/login")
     return Ctx(port=port, codename=codename, cookie=a.cookie, csrf=csrf, token=a.cookie.split("=", 1)[1],
                other_csrf=other_csrf, stale_cookie=stale_cookie, stale_csrf=stale_csrf,
-               anon_cookie=anon.cookie, anon_csrf=anon.csrf(anon_page.body), fresh_anon=fresh_anon)
+               anon_cookie=anon.cookie, anon_csrf=anon.csrf(anon_page.body),
+               anon_create_csrf=anon.csrf(anon_generated.body), fresh_anon=fresh_anon)
 
 
 def wait_for_empty_tmp(data_dir: str, timeout: float = 5.0) -> list[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from deaddrop.web._common.form_tokens import new_binding
 from deaddrop.web._common.sessions import Session, SessionStore
 
 
@@ -24,6 +25,21 @@ class SessionCookie:
             return raw.decode("ascii") if raw else None
         except UnicodeDecodeError:
             return None
+
+    def binding(self, request: Any, renew: bool = False) -> str:
+        """What anonymous form tokens are bound to: the cookie's value, or a new random one.
+
+        Setting it keeps nothing on the server; SameSite=Strict keeps it out of other sites'
+        forms, so a token copied into one is refused."""
+        value = getattr(request, "_form_binding", None)  # already chosen for this response
+        if value is not None and not renew:
+            return value
+        value = None if renew else self.token(request)
+        if value is None or len(value) > 128:
+            value = new_binding()
+            self._set(request, value.encode("ascii"))
+        request._form_binding = value
+        return value
 
     def lookup(self, request: Any) -> Session | None:
         return self.store.lookup(self.token(request))

@@ -1,5 +1,11 @@
 """Server-side sessions kept in memory, keyed by the hash of a random cookie token.
 
+Each interface has its own store, so nothing done on one can evict the other's sessions. The
+source side makes a session only at login (anonymous forms carry ``form_tokens``), so an
+anonymous flood cannot fill its table. Every operation is O(1) in the table's size: sessions
+are kept least recently seen first, and each owner's (a source's or journalist's) are indexed,
+so expiry, eviction and logging someone out never scan the table on the reactor thread.
+
 The process never keeps a usable token: a memory dump shows only hashes. Secrets a session
 must hold (a source's key passphrase, for reading replies) are sealed with a key derived from
 the token, so they are readable only while the source's browser presents its cookie.
@@ -12,14 +18,12 @@ import secrets
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Hashable
 
 import nacl.exceptions
 import nacl.secret
 
 _TOKEN_BYTES = 32
-# Session data keys that mean "logged in" (source and journalist interfaces).
-LOGGED_IN_KEYS = frozenset({"source", "journalist_id"})
 
 
 def _token_hash(token: str) -> bytes:
@@ -31,7 +35,7 @@ def _sealing_box(token: str) -> nacl.secret.SecretBox:
     return nacl.secret.SecretBox(key)
 
 
-@dataclass
+@dataclass(eq=False)
 class Session:
     token_hash: bytes
     csrf_token: str
@@ -41,6 +45,7 @@ class Session:
     data: dict[str, Any] = field(default_factory=dict)
     flashes: list[tuple[str, str]] = field(default_factory=list)
     sealed: dict[str, bytes] = field(default_factory=dict)
+    owner: Hashable = None  # whose login this is (SessionStore.bind); None: anonymous
 
     def flash(self, message: str, category: str = "info") -> None:
         self.flashes.append((category, message))
@@ -64,18 +69,22 @@ class SessionStore:
         absolute_timeout: float,
         clock: Callable[[], float] = time.time,
         max_sessions: int = 100_000,
+        max_per_owner: int = 8,
     ) -> None:
         self.cookie_name = cookie_name
         self.idle_timeout = idle_timeout
         self.absolute_timeout = absolute_timeout
         self._clock = clock
         self._max = max_sessions
+        # Logging in again and again with one codename (or account) must not fill the table.
+        self._max_per_owner = max_per_owner
         # Least recently seen first: idle expiry and eviction work from the front, in O(1)
         # per session dropped, never by scanning the table on the reactor thread.
         self._sessions: OrderedDict[bytes, Session] = OrderedDict()
-        # Sessions that were anonymous when made, least recently seen first: under a flood of
-        # anonymous visitors these go first, never a logged-in source's or journalist's.
+        # Sessions nobody is logged in to, least recently seen first: under a flood of anonymous
+        # visitors these go first, never a logged-in source's or journalist's.
         self._anonymous: OrderedDict[bytes, None] = OrderedDict()
+        self._owners: dict[Hashable, dict[bytes, None]] = {}  # owner -> their sessions, oldest first
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -93,18 +102,10 @@ class SessionStore:
         return token, session
 
     def _evict_one(self) -> None:
-        # Each entry leaves the anonymous order once (dropped here or destroyed), so this loop
-        # is O(1) amortised.
-        while self._anonymous:
-            key, _ = self._anonymous.popitem(last=False)
-            session = self._sessions.get(key)
-            if session is None:
-                continue
-            if session.data.keys() & LOGGED_IN_KEYS:
-                continue  # logged in since: no longer anonymous
-            self.destroy(session)
-            return
-        if self._sessions:  # nothing anonymous left: the least recently seen goes
+        # ``bind`` and ``destroy`` keep ``_anonymous`` exact: its first entry is the one to go.
+        if self._anonymous:
+            self.destroy(self._sessions[next(iter(self._anonymous))])
+        elif self._sessions:  # nothing anonymous left: the least recently seen goes
             self.destroy(next(iter(self._sessions.values())))
 
     def _drop_idle(self) -> int:
@@ -138,13 +139,48 @@ class SessionStore:
             self._anonymous.move_to_end(key)
         return session
 
+    def bind(self, session: Session, owner: Hashable) -> None:
+        """Record whose login ``session`` is (None: nobody's any more). An owner keeps at most
+        ``max_per_owner`` sessions: their oldest ends to make room."""
+        self._unindex(session)
+        session.owner = owner
+        if session.token_hash not in self._sessions:
+            return  # already destroyed
+        if owner is None:
+            self._anonymous[session.token_hash] = None
+            return
+        self._anonymous.pop(session.token_hash, None)
+        mine = self._owners.setdefault(owner, {})
+        mine[session.token_hash] = None
+        while len(mine) > self._max_per_owner:
+            self.destroy(self._sessions[next(iter(mine))])
+
+    def owned_by(self, owner: Hashable) -> list[Session]:
+        return [self._sessions[key] for key in self._owners.get(owner, ())]
+
+    def destroy_owner(self, owner: Hashable, keep: Session | None = None) -> int:
+        """End every session of ``owner`` but ``keep``."""
+        doomed = [s for s in self.owned_by(owner) if s is not keep]
+        for session in doomed:
+            self.destroy(session)
+        return len(doomed)
+
     def destroy(self, session: Session) -> None:
         session.sealed.clear()
         session.data.clear()
         self._sessions.pop(session.token_hash, None)
         self._anonymous.pop(session.token_hash, None)
+        self._unindex(session)
+
+    def _unindex(self, session: Session) -> None:
+        mine = self._owners.get(session.owner)
+        if mine is not None:
+            mine.pop(session.token_hash, None)
+            if not mine:
+                del self._owners[session.owner]
 
     def where(self, predicate: Callable[[Session], bool]) -> list[Session]:
+        """A full scan: for tests and rare administrative actions, never per request."""
         return [s for s in self._sessions.values() if predicate(s)]
 
     def destroy_where(self, predicate: Callable[[Session], bool]) -> int:

@@ -153,10 +153,10 @@ class JournalistInterface(HtmlResponses):
         self._bind(fresh, journalist)
         return self._redirect(request, "/sources")
 
-    @staticmethod
-    def _bind(session: Session, journalist: Journalist) -> None:
+    def _bind(self, session: Session, journalist: Journalist) -> None:
         session.data["journalist_id"] = journalist.id
         session.data["auth_epoch"] = journalist.auth_epoch
+        self.sessions.bind(session, journalist.id)
 
     @app.route("/logout", methods=["POST"])
     def logout(self, request: Any) -> Any:
@@ -338,7 +338,7 @@ class JournalistInterface(HtmlResponses):
         return (yield self._html(request, page))
 
     def _end_other_sessions(self, keep: Session | None, journalist: Journalist) -> None:
-        self.sessions.destroy_where(lambda s: s is not keep and s.data.get("journalist_id") == journalist.id)
+        self.sessions.destroy_owner(journalist.id, keep=keep)
         if keep is not None:
             self._bind(keep, journalist)
 
@@ -414,7 +414,7 @@ class JournalistInterface(HtmlResponses):
         if target.id == admin.id:
             return (yield self._users_page(request, login, 400, "You cannot delete your own account."))
         yield shield(self.accounts.delete(target.id))
-        self.sessions.destroy_where(lambda s: s.data.get("journalist_id") == target.id)
+        self.sessions.destroy_owner(target.id)
         self.events.emit("admin.journalist.deleted", username=admin.username, target=target.username)
         session.flash(f"Deleted {target.username}.", "ok")
         return self._redirect(request, "/admin/users")

@@ -6,11 +6,10 @@ and what went wrong in numbers (see ``_refused_upload_page``).
 """
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import hmac
 import json
 import re
-import secrets
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -28,6 +27,7 @@ from deaddrop.sources import EncryptedPart, LoginThrottled, Newsroom, SourceIden
 from deaddrop.web._common.circuits import CircuitCloser, NoCloser, circuit_of
 from deaddrop.web._common.connections import ConnectionLimits
 from deaddrop.web._common.deferreds import shield
+from deaddrop.web._common.form_tokens import FormTokens
 from deaddrop.web._common.forms import form_arg
 from deaddrop.web._common.guards import login_required
 from deaddrop.web._common.pages import error_page_bytes, render_sync, set_html
@@ -52,7 +52,8 @@ COOKIE = "dd_source"
 # English texts, kept importable for tests that read pages in English.
 NOT_RECOGNIZED = msgs.NOT_RECOGNIZED
 THROTTLED = msgs.THROTTLED
-_MAX_PENDING_CODENAMES = 10
+# How long an anonymous form (log in, create) stays good, e.g. while a codename is written down.
+FORM_LIFETIME = 3600.0
 # The codename can be pasted with stray spaces; anything longer cannot be one.
 _MAX_CODENAME_CHARS = 1024
 # Why an upload was refused before its files were read (UploadError.reason).
@@ -90,6 +91,8 @@ class SourceInterface(HtmlResponses):
     # Closes a Tor circuit that keeps flooding (CLOSECIRCUIT); NoCloser with --tor none.
     circuit_closer: CircuitCloser = field(default_factory=NoCloser)
     texts: SourceTexts = field(default_factory=SourceTexts)
+    # Anonymous forms (log in, create) carry their state in a sealed token, not a session.
+    forms: FormTokens = field(default_factory=lambda: FormTokens(FORM_LIFETIME))
     _refusals: FailureThrottle = field(default_factory=lambda: FailureThrottle(REFUSALS_BEFORE_CLOSING, 60.0))
 
     cookie: SessionCookie = field(init=False)
@@ -108,11 +111,24 @@ class SourceInterface(HtmlResponses):
     def _session(self, request: Any) -> Session | None:
         return self.cookie.lookup(request)
 
-    def _session_or_new(self, request: Any) -> Session:
+    def _binding(self, request: Any) -> str:
+        """What this visitor's anonymous form tokens are bound to (the source cookie's value,
+        set if missing). A closed conversation's session ends here: the visitor starts afresh."""
         session = self._session(request)
-        if session is None or session.data.get("closed"):
-            session = self.cookie.start(request, replacing=session)[1]
-        return session
+        if session is not None and session.data.get("closed"):
+            self.sessions.destroy(session)
+            return self.cookie.binding(request, renew=True)
+        return self.cookie.binding(request)
+
+    def _form_ctx(self, request: Any, purpose: str, secret: str = "") -> PageContext:
+        """An anonymous form page's frame: a sealed form token instead of a session."""
+        token = self.forms.issue(purpose, self._binding(request), secret)
+        return dataclasses.replace(self._ctx(request), csrf_token=token)
+
+    def _form_secret(self, request: Any, purpose: str) -> str | None:
+        """The secret sealed in the posted form's token ("" if none); None if the token is not
+        one we issued for ``purpose`` to this browser, or has expired."""
+        return self.forms.open(self._arg(request, "csrf_token"), purpose, self.cookie.token(request))
 
     @staticmethod
     def _identity(session: Session | None) -> SourceIdentity | None:
@@ -121,9 +137,6 @@ class SourceInterface(HtmlResponses):
     @staticmethod
     def _arg(request: Any, name: str) -> str | None:
         return form_arg(request, name, _MAX_CODENAME_CHARS)
-
-    def _csrf_ok(self, session: Session | None, request: Any) -> bool:
-        return session is not None and session.check_csrf(self._arg(request, "csrf_token"))
 
     def _current_login(self, request: Any) -> SourceLogin | None:
         session = self._session(request)
@@ -138,10 +151,11 @@ class SourceInterface(HtmlResponses):
     def _source_deleted(self, source_id: int) -> None:
         """The newsroom deleted a source: its sessions forget everything but that, so the next
         page can say so calmly instead of "session expired"."""
-        for session in self.sessions.where(lambda s: getattr(s.data.get("source"), "source_id", None) == source_id):
+        for session in self.sessions.owned_by(source_id):
             session.sealed.clear()
             session.data.clear()
             session.data["closed"] = True
+            self.sessions.bind(session, None)
 
     def _refuse_anonymous(self, request: Any, post: bool) -> Any:
         session = self._session(request)
@@ -220,30 +234,23 @@ class SourceInterface(HtmlResponses):
 
     @app.route("/generate", methods=["GET"])
     def generate(self, request: Any) -> Any:
-        session = self._session_or_new(request)
+        session = self._session(request)
         if self._identity(session):
             session.flash(i18n.negotiate(request).gettext(msgs.ALREADY_LOGGED_IN), "warning")
             return self._redirect(request, "/lookup")
         codename = codenames.generate_codename(self.codename_words)
-        # Keep only a keyed hash, so /create accepts codenames we generated and nothing else.
-        pending = session.data.setdefault("pending_codenames", [])
-        pending.append(self._codename_mac(session, codename))
-        del pending[:-_MAX_PENDING_CODENAMES]
-        return self._html(request, pages.generate(self._ctx(request, session), codename))
-
-    def _codename_mac(self, session: Session, codename: str) -> bytes:
-        key = session.data.setdefault("generate_key", secrets.token_bytes(32))
-        return hmac.new(key, codename.encode("utf-8"), hashlib.sha256).digest()
+        # Sealed into the form's token: /create accepts codenames we generated and nothing else,
+        # and nothing is kept here.
+        return self._html(request, pages.generate(self._form_ctx(request, "create", codename), codename))
 
     @app.route("/create", methods=["POST"])
     @inlineCallbacks
     def create(self, request: Any):
-        session = self._session(request)
-        if not self._csrf_ok(session, request):
+        generated = self._form_secret(request, "create")
+        if not generated:
             return self._error(request, 403, msgs.T_TRY_AGAIN, msgs.STALE_CREATE)
         codename = self._arg(request, "codename") or ""
-        mac = self._codename_mac(session, codename)
-        if not any(hmac.compare_digest(mac, known) for known in session.data.get("pending_codenames", [])):
+        if not hmac.compare_digest(codename.encode("utf-8"), generated.encode("utf-8")):
             return self._error(request, 400, msgs.T_TRY_AGAIN, msgs.NOT_GENERATED)
         try:
             # Not shielded: a visitor who leaves while waiting for Argon2id leaves the queue.
@@ -251,9 +258,8 @@ class SourceInterface(HtmlResponses):
         except ValueError:
             return self._error(request, 409, msgs.T_TRY_AGAIN, msgs.GET_NEW_CODENAME)
         except Busy:
-            return self._busy(request)  # the codename stays valid for this session: try again
-        session.data.pop("pending_codenames", None)
-        token, fresh = self.cookie.start(request, replacing=session)
+            return self._busy(request)  # the form's token stays valid: try again
+        token, fresh = self.cookie.start(request, replacing=self._session(request))
         self._log_in(fresh, token, identity, passphrase, codename)
         fresh.data["first_visit"] = True  # "what happens next" after the first submission
         fresh.flash(i18n.negotiate(request).gettext(msgs.CODENAME_ACTIVE), "ok")
@@ -261,16 +267,16 @@ class SourceInterface(HtmlResponses):
 
     def _log_in(self, session: Session, token: str, identity: SourceIdentity, passphrase: str, codename: str) -> None:
         session.data["source"] = identity
+        self.sessions.bind(session, identity.source_id)
         SessionStore.seal(session, token, "passphrase", passphrase)
         # Only readable with the source's cookie, like the passphrase: the lookup page can show it.
         SessionStore.seal(session, token, "codename", codename)
 
     @app.route("/login", methods=["GET"])
     def login_form(self, request: Any) -> Any:
-        session = self._session_or_new(request)
-        if self._identity(session):
+        if self._identity(self._session(request)):
             return self._redirect(request, "/lookup")
-        ctx = self._ctx(request, session)
+        ctx = self._form_ctx(request, "login")
         notice = ctx._(msgs.INACTIVE, minutes=ctx.number(self.session_minutes)) if self._arg(request, "expired") else None
         return self._html(request, pages.login(ctx, notice=notice))
 
@@ -283,12 +289,12 @@ class SourceInterface(HtmlResponses):
             # Only our own page may carry a message through: another site must not plant text
             # that a source would then send under their codename.
             carried = ""
-        session = self._session(request)
-        if not self._csrf_ok(session, request):
-            session = self._session_or_new(request)
-            ctx = self._ctx(request, session)
+        session = self._session(request)  # logging in again from a logged-in page is fine too
+        form_ok = (self._form_secret(request, "login") is not None
+                   or (session is not None and session.check_csrf(self._arg(request, "csrf_token"))))
+        ctx = self._form_ctx(request, "login")  # the form again, for every answer that shows it
+        if not form_ok:
             return self._html(request, pages.login(ctx, ctx._(msgs.STALE_LOGIN), carried=carried), 403)
-        ctx = self._ctx(request, session)
         codename = codenames.normalise_codename(self._arg(request, "codename") or "")
         if codename is None:
             # Malformed codenames cannot match any source: no KDF, and they count nowhere.
@@ -461,8 +467,7 @@ class SourceInterface(HtmlResponses):
         if error.reason == _EXPIRED or self._current_login(request) is None:
             if session is not None and session.data.get("closed"):
                 return self._error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED, kept=message)
-            session = self._session_or_new(request)
-            ctx = self._ctx(request, session)
+            ctx = self._form_ctx(request, "login")
             set_html(request, 403)
             notice = ctx._(msgs.EXPIRED_SUBMIT, minutes=ctx.number(self.session_minutes))
             return render_sync(pages.login(ctx, notice=notice, carried=message[:MAX_MESSAGE_CHARS]))
