@@ -7,11 +7,12 @@ so that a careless caller cannot leak one by accident.
 """
 from __future__ import annotations
 
+import collections
 import json
 import os
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from twisted.logger import Logger
 
@@ -23,6 +24,7 @@ ALLOWED_FIELDS = frozenset(
         "subject",  # a client certificate's subject CN (journalists only)
         "serial",  # a client certificate's serial number
         "count",  # counters such as revoked certificates in a CRL
+        "repeated",  # events of this kind folded into this one since the last (see EventGate)
         "progress",  # Tor bootstrap percent
         "summary",  # Tor's own bootstrap summary text
         "onion",  # the instance's own onion address (public by design)
@@ -41,6 +43,36 @@ ALLOWED_FIELDS = frozenset(
 )
 
 _log = Logger(namespace="deaddrop.security")
+
+
+class EventGate:
+    """At most one event per key every ``every`` seconds; the next one says how many it stands
+    for. A flood of refused attempts (hundreds a second) must not cost a log line each, nor
+    drown the log an IDS reads; its rules count events per minutes, which this keeps meaningful.
+
+    Keys are whatever the caller groups by (a journalist's account name, or None); only the
+    ``max_keys`` most recent are remembered.
+    """
+
+    def __init__(self, every: float, clock: Callable[[], float] = time.monotonic, max_keys: int = 1024) -> None:
+        self.every = every
+        self._clock = clock
+        self._max_keys = max_keys
+        self._seen: collections.OrderedDict[Any, list] = collections.OrderedDict()  # key -> [last, folded]
+
+    def admit(self, key: Any = None) -> Optional[int]:
+        """None: fold this one in, emit nothing. Else emit now, with this many folded into it."""
+        now = self._clock()
+        seen = self._seen.get(key)
+        if seen is not None and now - seen[0] < self.every:
+            seen[1] += 1
+            return None
+        folded = seen[1] if seen is not None else 0
+        self._seen[key] = [now, 0]
+        self._seen.move_to_end(key)
+        while len(self._seen) > self._max_keys:
+            self._seen.popitem(last=False)
+        return folded
 
 
 class SecurityEvents:

@@ -33,12 +33,13 @@ from typing import Any, Callable
 import nacl.exceptions
 import nacl.pwhash.argon2id as argon2id
 import pyotp
-from twisted.internet.defer import inlineCallbacks
+from twisted.internet.defer import Deferred, inlineCallbacks, succeed
+from twisted.internet.task import deferLater
 
 from deaddrop import codenames
 from deaddrop.crypto.kdf import KdfCost
 from deaddrop.crypto.pool import WorkerPool, forbid_reactor_thread
-from deaddrop.events import SecurityEvents
+from deaddrop.events import EventGate, SecurityEvents
 from deaddrop.store import journalist_queries as jq
 from deaddrop.store.db import Database
 from deaddrop.web._common.throttle import FailureThrottle
@@ -48,6 +49,8 @@ PASSPHRASE_WORDS = 7
 TOTP_INTERVAL = 30
 TOTP_VALID_WINDOW = 1
 LOGIN_FAILURES_PER_MINUTE = 5
+# A refused (throttled) login is answered this many seconds late.
+THROTTLED_PAUSE = 2.0
 TOKEN_LIFETIME = 8 * 3600.0
 USERNAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _CODE_RE = re.compile(r"[0-9]{6}")
@@ -198,7 +201,8 @@ class Accounts:
 
     def __init__(self, db: Database, crypto_pool: WorkerPool, events: SecurityEvents, cost: KdfCost,
                  issuer: Callable[[], str] = lambda: "DeadDrop", clock: Callable[[], float] = time.time,
-                 throttle: FailureThrottle | None = None, token_lifetime: float = TOKEN_LIFETIME) -> None:
+                 throttle: FailureThrottle | None = None, token_lifetime: float = TOKEN_LIFETIME,
+                 reactor: Any = None, throttled_pause: float = THROTTLED_PAUSE) -> None:
         self.db = db
         self.crypto_pool = crypto_pool
         self.events = events
@@ -210,6 +214,19 @@ class Accounts:
         self._in_flight: set[str] = set()  # account keys with an attempt being checked
         self._dummy_hash: str | None = None
         self._dummy_lock = threading.Lock()
+        self._reactor = reactor
+        self.throttled_pause = throttled_pause
+        # One "throttled" event per account a minute: a sustained attack still shows as one a
+        # minute (the IDS's "again and again" rule), not as hundreds of lines a second.
+        self.throttled_events = EventGate(60.0)
+
+    def _pause(self, seconds: float) -> Deferred:
+        if seconds <= 0:
+            return succeed(None)
+        if self._reactor is None:
+            from twisted.internet import reactor as default_reactor
+            self._reactor = default_reactor
+        return deferLater(self._reactor, seconds, lambda: None)
 
     # -- lookups
 
@@ -256,8 +273,15 @@ class Accounts:
         if key not in self._in_flight:
             reservation = self.throttle.reserve(key)
         if reservation is None:
-            row = (yield self.db.run(jq.journalist_by_username, key)) if key else None
-            self.events.emit("journalist.login.throttled", username=row["username"] if row is not None else None)
+            folded = self.throttled_events.admit(key)
+            if folded is not None:
+                row = (yield self.db.run(jq.journalist_by_username, key)) if key else None
+                self.events.emit("journalist.login.throttled", username=row["username"] if row is not None else None,
+                                 repeated=folded or None)
+            # Answered after a pause that costs us nothing but a timer: a client with the
+            # account's certificate sending refused logins as fast as it can would otherwise
+            # get hundreds of answers a second, and the journalists' own requests would wait.
+            yield self._pause(self.throttled_pause)
             raise LoginFailed("throttled", throttled=True)
         self._in_flight.add(key)
         try:

@@ -7,13 +7,13 @@ import os
 import nacl.pwhash.argon2id as argon2id
 from twisted.internet import reactor
 from twisted.internet.defer import inlineCallbacks
-from twisted.internet.task import Clock
+from twisted.internet.task import Clock, deferLater
 from twisted.trial import unittest
 
 from deaddrop import codenames, journalists
 from deaddrop.crypto.kdf import KdfCost
 from deaddrop.crypto.pool import WorkerPool
-from deaddrop.events import SecurityEvents
+from deaddrop.events import EventGate, SecurityEvents
 from deaddrop.journalists import (
     TOTP_BAD, TOTP_INTERVAL, TOTP_REUSED, Accounts, AccountError, DuplicateUsername, LoginFailed, match_totp,
     totp_code,
@@ -109,7 +109,8 @@ class AccountsTests(unittest.TestCase):
         self.now = 1_800_000_000.0
         self.throttle_clock = Clock()
         self.accounts = Accounts(self.db, self.pool, self.events, FAST, clock=lambda: self.now,
-                                 throttle=FailureThrottle(5, 60.0, clock=self.throttle_clock.seconds))
+                                 throttle=FailureThrottle(5, 60.0, clock=self.throttle_clock.seconds),
+                                 throttled_pause=0)
 
     def events_named(self, name):
         with open(self.events_path) as f:
@@ -155,6 +156,32 @@ class AccountsTests(unittest.TestCase):
         # Throttled attempts do not consume the code: it still works once the minute is over.
         self.throttle_clock.advance(61)
         yield self.accounts.authenticate("alice", creds.passphrase, self.code(creds.totp_secret))
+
+    @inlineCallbacks
+    def test_throttled_attempts_are_answered_late_and_logged_once_a_minute(self):
+        timer = Clock()
+        self.accounts.throttled_pause = 2.0
+        self.accounts._reactor = timer
+        self.accounts.throttled_events = EventGate(60.0, clock=timer.seconds)
+        creds = yield self.accounts.create("alice")
+        for _ in range(5):
+            with self.assertRaises(LoginFailed):
+                yield self.accounts.authenticate("alice", "wrong", self.code(creds.totp_secret))
+        attempts = [self.accounts.authenticate("alice", "wrong", "000000") for _ in range(10)]
+        yield deferLater(reactor, 0.3, lambda: None)  # the account's name is looked up for the event
+        for d in attempts:
+            self.assertNoResult(d)  # nothing is answered before the pause is over
+        timer.advance(2.0)
+        for d in attempts:
+            self.assertTrue(self.failureResultOf(d, LoginFailed).value.throttled)
+        self.assertEqual([(e["username"], e.get("repeated")) for e in self.events_named("journalist.login.throttled")],
+                         [("alice", None)])
+        timer.advance(60)
+        late = self.accounts.authenticate("alice", "wrong", "000000")
+        yield deferLater(reactor, 0.3, lambda: None)
+        timer.advance(2.0)
+        self.failureResultOf(late, LoginFailed)
+        self.assertEqual([e.get("repeated") for e in self.events_named("journalist.login.throttled")], [None, 9])
 
     @inlineCallbacks
     def test_concurrent_logins_check_one_attempt_at_a_time_per_account(self):

@@ -21,7 +21,7 @@ from deaddrop.crypto.gpg import Keyring
 from deaddrop.crypto.kdf import CodenameKdf, KdfCost, Peppers
 from deaddrop.web._common.circuits import Circuit
 from tests._circuits import CircuitBrowser, listen_as_tor, proxy_line
-from tests._support import Browser, kill_gpg_agent, multipart_body, short_tempdir, start_server, wait_until
+from tests._support import Browser, kill_gpg_agent, multipart_body, security_events, short_tempdir, start_server, wait_until
 
 LOGGED_IN = "Send more and read replies"
 
@@ -237,6 +237,9 @@ class CircuitThrottleTests(unittest.TestCase):
         for _ in range(5 + 10):
             yield attacker.login(codenames.generate_codename(7))
         self.assertEqual(closed, [Circuit(0x12345)])
+        # Ten refusals in a few seconds are one line in the security log, not ten.
+        self.assertEqual([e["event"] for e in security_events(self.server) if e["event"].startswith("source.")],
+                         ["source.login.throttled"])
 
     @inlineCallbacks
     def test_concurrent_wrong_logins_on_one_circuit_cannot_all_run_argon2id(self):

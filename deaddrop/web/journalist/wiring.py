@@ -110,7 +110,7 @@ def add_journalist_interface(top: Any, config: Config, reactor: Any) -> None:
     newsroom = top.newsroom
     accounts = Accounts(
         db=top.db, crypto_pool=newsroom.crypto_pool, events=top.events, cost=config.kdf_cost,
-        issuer=lambda: top.settings.organisation_name,
+        issuer=lambda: top.settings.organisation_name, reactor=reactor,
     )
     desk = Desk(newsroom)
     top.accounts = accounts

@@ -20,7 +20,7 @@ from twisted.logger import Logger
 from deaddrop import __version__, codenames
 from deaddrop.crypto.admission import BUSY_MESSAGE, BUSY_TITLE, Busy, KeyBusy
 from deaddrop.crypto.streaming import EncryptionFailed
-from deaddrop.events import SecurityEvents
+from deaddrop.events import EventGate, SecurityEvents
 from deaddrop.settings import InstanceSettings
 from deaddrop.source_texts import SourceTexts
 from deaddrop.sources import EncryptedPart, LoginThrottled, Newsroom, SourceIdentity, StorageFailed, is_disk_full
@@ -94,6 +94,9 @@ class SourceInterface(HtmlResponses):
     # Anonymous forms (log in, create) carry their state in a sealed token, not a session.
     forms: FormTokens = field(default_factory=lambda: FormTokens(FORM_LIFETIME))
     _refusals: FailureThrottle = field(default_factory=lambda: FailureThrottle(REFUSALS_BEFORE_CLOSING, 60.0))
+    # At most one "throttled" event every 10 s, instance-wide (it carries nothing about who):
+    # a flood of refused logins costs no log line each.
+    _throttled_events: EventGate = field(default_factory=lambda: EventGate(10.0))
 
     cookie: SessionCookie = field(init=False)
 
@@ -338,7 +341,9 @@ class SourceInterface(HtmlResponses):
 
     def _refused(self, circuit: Any, event: bool = True) -> None:
         if event:
-            self.events.emit("source.login.throttled")
+            folded = self._throttled_events.admit()
+            if folded is not None:
+                self.events.emit("source.login.throttled", repeated=folded or None)
         self._refusals.failed(circuit)
         if circuit.is_tor and self._refusals.blocked(circuit):
             # It keeps trying while refused: a flood, not a source. Tor closes the circuit (the
