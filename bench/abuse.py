@@ -3,7 +3,7 @@
 real server while a legitimate source and a journalist work alongside.
 
     .venv/bin/python bench/abuse.py [--attacks all|NAME,...] [--seconds 45] [--kdf-cost default]
-                                    [--code DIR] [--quick]
+                                    [--mode circuits|shared] [--attack-circuits 8] [--code DIR] [--quick]
 
 For each attack a fresh server (``twistd -n deaddrop --tor none`` on ephemeral 127.0.0.1
 ports, a copy of one prepared data dir: CA, client certificates, journalist accounts, and a
@@ -22,6 +22,17 @@ submission key whose secret half only this script holds) is started, then:
 One row per attack: the attacker's request rate and bytes sent; the legitimate source's
 success rate and login/submit p50/p99 (s); the journalist's p99 over all its requests (ms);
 the server's peak RSS and open fds; and what the attack achieved (notes).
+
+Modes. ``circuits`` (the default) replays the attacks as they arrive through the launched Tor:
+the server also listens where only that Tor connects, ``haproxy:unix:DATA/tor/source.sock``
+(the production listener, added by ``twistd -y bench/_tor_like.tac``), and every source-side
+client starts each connection with Tor's PROXY v1 line naming its circuit. The legitimate
+source takes a fresh circuit each cycle (Tor Browser's new identity); each attacker spreads
+its streams over ``--attack-circuits`` circuits, or more where its concurrency needs them (Tor
+allows 16 streams at once per circuit). A circuit the server closes (CLOSECIRCUIT, done by the
+stand-in for Tor in bench/_tor_like.py) is replaced by a fresh one, as an attacker's Tor would
+build one. ``shared`` is the old ``--tor none`` replay: every source-side client on the plain
+TCP listener, all in one shared budget. The journalist (and journalist-logins) are never on Tor.
 Targets (issue 9): 100% legitimate success, login p99 < 5 s, submit p99 < 10 s, journalist
 p99 < 500 ms, RSS < 512 MB, no pending-source leak after purge.
 
@@ -35,6 +46,8 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import html as htmllib
+import json
+import math
 import os
 import random
 import re
@@ -57,6 +70,9 @@ sys.path.insert(1, os.path.dirname(HERE))
 
 import load  # noqa: E402  (bench/load.py: the source browser, journalist client, setup helpers)
 from load import JournalistClient, SourceBrowser, StepError, percentile  # noqa: E402
+from _tor_client import (CLOSED_STATUS, MAX_STREAMS, CircuitHTTPConnection, CircuitSet, Target,  # noqa: E402
+                         fresh_circuit)
+from _tor_like import CLOSED_LOG  # noqa: E402
 
 from deaddrop import codenames  # noqa: E402
 
@@ -76,13 +92,22 @@ class Server:
         if copy:
             shutil.copytree(os.path.join(template, "data"), self.data, symlinks=True)
         self.source_port, self.journalist_port = load.free_port(), load.free_port()
-        argv = [os.path.join(VENV_BIN, "twistd"), "-n", "--pidfile=", "deaddrop", "--tor", "none",
+        tor_socket = os.path.join(self.data, "tor", "source.sock") if args.mode == "circuits" else None
+        self.target = Target(self.source_port, tor_socket)
+        argv = ["--tor", "none",
                 "--data-dir", self.data, "--submission-key", os.path.join(template, "submission-public.asc"),
                 "--kdf-cost", args.kdf_cost,
                 "--source-listen", f"tcp:{self.source_port}:interface=127.0.0.1",
                 "--journalist-listen", f"tcp:{self.journalist_port}:interface=127.0.0.1",
                 "--journalist-ca", os.path.join(self.data, "ca", "ca.pem"),
                 "--journalist-crl", os.path.join(self.data, "ca", "crl.pem")] + extra
+        env = code_env(args)
+        twistd = [os.path.join(VENV_BIN, "twistd"), "-n", "--pidfile="]
+        if tor_socket:
+            env["DEADDROP_BENCH_ARGV"] = json.dumps(argv)
+            argv = twistd + ["-y", os.path.join(HERE, "_tor_like.tac")]
+        else:
+            argv = twistd + ["deaddrop"] + argv
 
         def limits() -> None:
             if nofile:
@@ -91,12 +116,14 @@ class Server:
         self.log_path = os.path.join(workdir, "server.log")
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=workdir,
-                                         env=code_env(args), preexec_fn=limits)
+                                         env=env, preexec_fn=limits)
         deadline = time.monotonic() + 90
-        for port in (self.source_port, self.journalist_port):
+        for connect in (lambda: socket.create_connection(("127.0.0.1", self.source_port), timeout=0.5),
+                        lambda: socket.create_connection(("127.0.0.1", self.journalist_port), timeout=0.5),
+                        lambda: self.target.connect(None, timeout=0.5) if tor_socket else socket.socket()):
             while True:
                 try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                    connect().close()
                     break
                 except OSError:
                     if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -113,6 +140,15 @@ class Server:
                 self.proc.wait()
         subprocess.run(["gpgconf", "--homedir", os.path.join(self.data, "gnupg"), "--kill", "gpg-agent"],
                        capture_output=True)
+
+    def circuits_closed(self) -> int:
+        """How many circuits the server had Tor close (bench/_tor_like.py logs a count, no id)."""
+        closed = 0
+        with open(self.log_path, errors="replace") as log:
+            for line in log:
+                if CLOSED_LOG in line:
+                    closed = int(line.rsplit(CLOSED_LOG, 1)[1].split()[0])
+        return closed
 
     def pending_sources(self) -> tuple[int, int]:
         """(sources that never submitted, folders in the store): read-only, after the server stopped."""
@@ -140,8 +176,6 @@ def code_env(args: argparse.Namespace) -> dict[str, str]:
 
 
 def admin(args: argparse.Namespace, *argv: str) -> dict[str, Any]:
-    import json
-
     proc = subprocess.run([sys.executable, "-c", "import sys; from deaddrop.admin.cli import main; sys.exit(main())",
                            *argv, "--json"],
                           capture_output=True, env=code_env(args), cwd="/")  # not this checkout: --code decides
@@ -222,21 +256,20 @@ class Legit:
 
 
 class TimedBrowser(SourceBrowser):
-    """A source browser with a bounded wait per request."""
+    """A source browser over one Tor circuit (ignored in shared mode), with a bounded wait per request."""
 
-    def request(self, method, path, body=None, content_type=None, expect=200):  # type: ignore[override]
-        old = load.HTTP_TIMEOUT
-        load.HTTP_TIMEOUT = SOURCE_TIMEOUT
-        try:
-            return super().request(method, path, body, content_type, expect)
-        finally:
-            load.HTTP_TIMEOUT = old
+    def __init__(self, target: Target, circuit: int | None) -> None:
+        super().__init__(target.port)
+        self.target, self.circuit = target, circuit
+
+    def connection(self) -> CircuitHTTPConnection:
+        return CircuitHTTPConnection(self.target, self.circuit, SOURCE_TIMEOUT)
 
 
-def source_loop(port: int, legit: Legit, window_end: float, journalist_done: threading.Event) -> None:
+def source_loop(target: Target, legit: Legit, window_end: float, journalist_done: threading.Event) -> None:
     data = os.urandom(LEGIT_FILE_BYTES)
     while time.monotonic() < window_end:
-        browser = TimedBrowser(port)
+        browser = TimedBrowser(target, fresh_circuit())  # Tor Browser's "new identity" each cycle
         nonce = uuid.uuid4().hex
         with legit.lock:
             legit.current_reply = f"abuse-bench reply {nonce}"
@@ -336,9 +369,12 @@ class Attack:
     what = "no attack (control row)"
     server_args: list[str] = []
     nofile: int | None = None
+    streams = 0  # source-side connections it holds at once, at most: sizes its circuits (0: none)
+    per_circuit = MAX_STREAMS  # of those, on one circuit at once
 
     def __init__(self, ctx: "Context") -> None:
         self.ctx = ctx
+        self.circuits = ctx.circuits(self.streams, self.per_circuit) if self.streams else None
         self.lock = threading.Lock()
         self.requests = 0
         self.bytes_sent = 0
@@ -347,7 +383,22 @@ class Attack:
         self.threads: list[threading.Thread] = []
         self.notes: list[str] = []
 
+    @property
+    def circuit_count(self) -> int | None:
+        """Circuits the attacker spreads over (None: no circuits, shared mode or not source-side)."""
+        return self.circuits.count if self.circuits is not None and self.ctx.target.per_circuit else None
+
+    def request(self, stream: Stream, method: str, path: str, body: bytes = b"",
+                headers: dict[str, str] | None = None, timeout: float = 120.0) -> tuple[int, str, str, int]:
+        """``raw_request`` over the circuit of ``stream``; one the server closed is replaced."""
+        answer = raw_request(self.ctx.target, stream.circuit, method, path, body, headers, timeout)
+        if answer[0] == CLOSED_STATUS:
+            stream.closed()
+        return answer
+
     def count(self, sent: int, status: str | int | None = None, requests: int = 1) -> None:
+        if status == CLOSED_STATUS:
+            status = "circuit-closed"
         with self.lock:
             self.requests += requests
             self.bytes_sent += sent
@@ -377,19 +428,25 @@ class Attack:
 class Context:
     def __init__(self, server: Server, args: argparse.Namespace, template: "Template") -> None:
         self.server, self.args, self.template = server, args, template
-        self.port = server.source_port
+        self.target = server.target
+
+    def circuits(self, streams: int, per_circuit: int = MAX_STREAMS) -> CircuitSet:
+        """An attacker's circuits: ``--attack-circuits``, or more if ``streams`` need them."""
+        if not self.target.per_circuit:
+            return CircuitSet(1, max_streams=1 << 30)  # shared mode: no circuits, one budget
+        return CircuitSet(max(self.args.attack_circuits, math.ceil(streams / per_circuit)), per_circuit)
 
 
-def raw_request(port: int, method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None,
-                timeout: float = 120.0) -> tuple[int, str, str, int]:
-    """One request on its own connection: (status, Set-Cookie pair, body text, bytes sent)."""
+def raw_request(target: Target, circuit: int | None, method: str, path: str, body: bytes = b"",
+                headers: dict[str, str] | None = None, timeout: float = 120.0) -> tuple[int, str, str, int]:
+    """One request on its own connection over ``circuit``: (status, Set-Cookie pair, body text, bytes sent)."""
     head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
     for name, value in (headers or {}).items():
         head += f"{name}: {value}\r\n"
     if body or method == "POST":
         head += f"Content-Length: {len(body)}\r\n"
     wire = head.encode() + b"\r\n" + body
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+    with target.connect(circuit, timeout) as s:
         s.sendall(wire)
         chunks = []
         while True:
@@ -423,17 +480,22 @@ def csrf_of(text: str) -> str:
     return htmllib.unescape(match.group(1)) if match else ""
 
 
-def wrong_login(attack: Attack, port: int) -> None:
-    """GET /login for a form, then POST a well-formed codename that belongs to nobody."""
-    status, cookie, text, sent = raw_request(port, "GET", "/login")
-    attack.count(sent)
-    headers = {"Content-Type": FORM}
-    if cookie:
-        headers["Cookie"] = cookie
-    body = form_body({"codename": codenames.generate_codename(attack.ctx.args.codename_words),
-                      "csrf_token": csrf_of(text)})
-    status, _, _, sent = raw_request(port, "POST", "/login", body, headers)
-    attack.count(sent, status)
+def wrong_login(attack: Attack, slot: int | None = None) -> None:
+    """GET /login for a form, then POST a well-formed codename that belongs to nobody: both on
+    one circuit (``slot``, or the least busy), one stream at a time."""
+    assert attack.circuits is not None
+    with attack.circuits.stream(slot) as stream:
+        status, cookie, text, sent = attack.request(stream, "GET", "/login")
+        attack.count(sent, status if status == CLOSED_STATUS else None)
+        if status == CLOSED_STATUS:
+            return
+        headers = {"Content-Type": FORM}
+        if cookie:
+            headers["Cookie"] = cookie
+        body = form_body({"codename": codenames.generate_codename(attack.ctx.args.codename_words),
+                          "csrf_token": csrf_of(text)})
+        status, _, _, sent = attack.request(stream, "POST", "/login", body, headers)
+        attack.count(sent, status)
 
 
 # -- the attacks, as in the issue's table ---------------------------------------------------------
@@ -442,14 +504,15 @@ class WrongCodenames(Attack):
     name = "wrong-codenames"
     what = "wrong well-formed codenames at POST /login, 60 a minute (issue: 31/min), not waiting for answers"
     rate = 1.0
+    streams = 128
 
     def start(self) -> None:
-        self.pool = concurrent.futures.ThreadPoolExecutor(128)  # never waiting on the server
+        self.pool = concurrent.futures.ThreadPoolExecutor(self.streams)  # never waiting on the server
         self.spawn(self.run)
 
     def one(self) -> None:
         try:
-            wrong_login(self, self.ctx.port)
+            wrong_login(self)
         except OSError:
             self.count(0, "conn-error", requests=0)
 
@@ -473,42 +536,63 @@ def paced(attack: Attack, rate: float, fire: Any) -> None:
 class ConcurrentLogins(Attack):
     name = "concurrent-logins"
     what = "120 wrong logins in flight at all times (issue: 120 at once)"
-    workers = 120
+    streams = 120
 
     def start(self) -> None:
-        for _ in range(self.workers):
+        for _ in range(self.streams):
             self.spawn(self.run)
 
-    def run(self) -> None:
+    def run(self, slot: int | None = None) -> None:
         while not self.stop.is_set():
             try:
-                wrong_login(self, self.ctx.port)
+                wrong_login(self, slot)
             except OSError:
                 self.count(0, "conn-error")
                 self.stop.wait(0.2)
 
 
+class ManyCircuitLogins(ConcurrentLogins):
+    """Few streams on each of many circuits: per-circuit budgets alone do not hold it back."""
+
+    name = "circuit-logins"
+    per_circuit = 2
+
+    def __init__(self, ctx: "Context") -> None:
+        self.streams = self.per_circuit * max(8, ctx.args.attack_circuits)
+        super().__init__(ctx)
+        self.what = (f"many-circuit Argon2id flood: wrong logins, {self.per_circuit} in flight on each of "
+                     f"{self.streams // self.per_circuit} circuits")
+
+    def start(self) -> None:
+        for worker in range(self.streams):
+            self.spawn(self.run, worker // self.per_circuit)
+
+
 class AnonSessions(Attack):
     name = "anon-sessions"
     what = "anonymous GET /login flood, pipelined on keep-alive connections (issue: 100k in 112 s)"
-    connections = 8
+    streams = 8  # keep-alive connections
     batch = 50
 
     def start(self) -> None:
-        for _ in range(self.connections):
+        for _ in range(self.streams):
             self.spawn(self.run)
 
     def run(self) -> None:
         request = b"GET /login HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        assert self.circuits is not None
         while not self.stop.is_set():
             try:
-                with socket.create_connection(("127.0.0.1", self.ctx.port), timeout=30) as s:
+                with self.circuits.stream() as stream, self.ctx.target.connect(stream.circuit, 30) as s:
                     reader = _ResponseReader(s)
                     while not self.stop.is_set():
                         s.sendall(request * self.batch)
                         for _ in range(self.batch):
                             status = reader.next_status()
                             self.count(len(request), status)
+                            if status == CLOSED_STATUS:
+                                stream.closed()
+                                raise EOFError
             except (OSError, EOFError, ValueError, IndexError):
                 self.count(0, "conn-error", requests=0)
                 self.stop.wait(0.1)
@@ -557,22 +641,28 @@ class SlowUploads(Attack):
     what = "one codename logged in 128 times, 256 uploads dribbling 1,100 bytes per 20 s"
     sessions = 128
     per_session = 2
+    streams = sessions * per_session  # session i logs in and uploads on circuit i (mod their number)
 
     def prepare(self) -> None:
-        browser = SourceBrowser(self.ctx.port)
+        assert self.circuits is not None
+        browser = TimedBrowser(self.ctx.target, self.circuits.current(0))
         codename = browser.create()
         self.count(0, requests=3)
 
         deadline = time.monotonic() + 180
 
-        def one_login(_: int) -> tuple[str, str] | None:
-            b = SourceBrowser(self.ctx.port)
+        def one_login(session: int) -> tuple[int, str, str] | None:
+            assert self.circuits is not None
+            b = TimedBrowser(self.ctx.target, None)
             while time.monotonic() < deadline:  # a defended server may refuse or delay logins
+                b.circuit = self.circuits.current(session)
                 try:
                     b.log_in(codename)
                     self.count(0, requests=4)
-                    return b.cookie, b.csrf
-                except StepError:
+                    return session, b.cookie, b.csrf
+                except StepError as e:
+                    if f"HTTP {CLOSED_STATUS}" in str(e):
+                        self.circuits.replace(session, b.circuit)
                     self.count(0, "login-refused", requests=0)
                     time.sleep(2.0)
             return None
@@ -584,7 +674,7 @@ class SlowUploads(Attack):
     def start(self) -> None:
         self.spawn(self.run)
 
-    def _open(self, cookie: str, csrf: str) -> socket.socket | None:
+    def _open(self, session: int, cookie: str, csrf: str) -> socket.socket | None:
         boundary = uuid.uuid4().hex
         preamble = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"csrf_token\"\r\n\r\n{csrf}\r\n"
                     f"--{boundary}\r\nContent-Disposition: form-data; name=\"msg\"\r\n\r\nhi\r\n"
@@ -592,8 +682,9 @@ class SlowUploads(Attack):
                     "Content-Type: application/octet-stream\r\n\r\n").encode()
         head = (f"POST /submit HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: {cookie}\r\n"
                 f"Content-Type: multipart/form-data; boundary={boundary}\r\nContent-Length: {50 << 20}\r\n\r\n").encode()
+        assert self.circuits is not None
         try:
-            s = socket.create_connection(("127.0.0.1", self.ctx.port), timeout=5)
+            s = self.ctx.target.connect(self.circuits.current(session), 5)
             s.sendall(head + preamble)
             s.setblocking(False)
         except OSError:
@@ -603,18 +694,23 @@ class SlowUploads(Attack):
         return s
 
     def run(self) -> None:
-        slots: list[list[Any]] = []  # [socket or None, cookie, csrf, next send time]
-        for cookie, csrf in self.logins:
+        assert self.circuits is not None
+        slots: list[list[Any]] = []  # [socket or None, session, cookie, csrf, next send time]
+        for session, cookie, csrf in self.logins:
             for _ in range(self.per_session):
-                slots.append([None, cookie, csrf, 0.0])
+                slots.append([None, session, cookie, csrf, 0.0])
         dribble = b"x" * 1100
+        closed_line = f"HTTP/1.1 {CLOSED_STATUS} ".encode()
         while not self.stop.is_set():
             now = time.monotonic()
             for slot in slots:
                 s = slot[0]
                 if s is not None:
                     try:
-                        if s.recv(65536) == b"":  # answered or closed: the attacker opens another
+                        answer = s.recv(65536)
+                        if answer.startswith(closed_line):  # the server closed this circuit
+                            self.circuits.replace(slot[1], self.circuits.current(slot[1]))
+                        if answer == b"":  # answered or closed: the attacker opens another
                             raise OSError
                         s.close()
                         slot[0] = None
@@ -626,16 +722,16 @@ class SlowUploads(Attack):
                         slot[0] = None
                         continue
                 if slot[0] is None:
-                    slot[0] = self._open(slot[1], slot[2])
-                    slot[3] = time.monotonic() + 20.0
-                elif now >= slot[3]:
+                    slot[0] = self._open(slot[1], slot[2], slot[3])
+                    slot[4] = time.monotonic() + 20.0
+                elif now >= slot[4]:
                     try:
                         slot[0].send(dribble)
                         self.count(len(dribble), requests=0)
                     except OSError:
                         slot[0].close()
                         slot[0] = None
-                    slot[3] = now + 20.0
+                    slot[4] = now + 20.0
             self.stop.wait(0.5)
         for slot in slots:
             if slot[0] is not None:
@@ -647,6 +743,7 @@ class IdleConnections(Attack):
     what = "1,010 sockets at 35 bytes/s each (header lines), server under ulimit -n 1024"
     nofile = 1024
     sockets = 1010
+    streams = sockets  # socket i on circuit i (mod their number)
 
     def start(self) -> None:
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -654,14 +751,12 @@ class IdleConnections(Attack):
             resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))
         self.spawn(self.run)
 
-    def _open(self) -> socket.socket | None:
+    def _open(self, i: int) -> socket.socket | None:
+        assert self.circuits is not None
         try:
-            s = socket.socket()
-            s.setblocking(False)
-            s.connect_ex(("127.0.0.1", self.ctx.port))
+            return self.ctx.target.open_nonblocking(self.circuits.current(i))
         except OSError:
             return None
-        return s
 
     def run(self) -> None:
         socks: list[Any] = [None] * self.sockets
@@ -672,7 +767,7 @@ class IdleConnections(Attack):
             for i in range(self.sockets):
                 s = socks[i]
                 if s is None:
-                    s = socks[i] = self._open()
+                    s = socks[i] = self._open(i)
                     started[i] = False
                     if s is None:
                         continue
@@ -704,23 +799,27 @@ class GenerateCreate(Attack):
     name = "generate-create"
     what = "GET /generate + POST /create, 1 a second, never submitting (issue: 200 in 233 s)"
     rate = 1.0
+    streams = 64
 
     def start(self) -> None:
-        self.pool = concurrent.futures.ThreadPoolExecutor(64)  # never waiting on the server
+        self.pool = concurrent.futures.ThreadPoolExecutor(self.streams)  # never waiting on the server
         self.spawn(self.run)
 
     def one(self) -> None:
+        assert self.circuits is not None
         try:
-            status, cookie, text, sent = raw_request(self.ctx.port, "GET", "/generate")
-            self.count(sent)
-            match = re.search(r'id="codename"[^>]*>([^<]+)<', text)
-            if not match:
-                self.count(0, f"no-codename-{status}", requests=0)
-                return
-            body = form_body({"codename": htmllib.unescape(match.group(1)).strip(), "csrf_token": csrf_of(text)})
-            status, _, _, sent = raw_request(self.ctx.port, "POST", "/create", body,
-                                             {"Content-Type": FORM, "Cookie": cookie})
-            self.count(sent, status)
+            with self.circuits.stream() as stream:
+                status, cookie, text, sent = self.request(stream, "GET", "/generate")
+                self.count(sent)
+                match = re.search(r'id="codename"[^>]*>([^<]+)<', text)
+                if not match:
+                    self.count(0, f"no-codename-{status}", requests=0)
+                    return
+                body = form_body({"codename": htmllib.unescape(match.group(1)).strip(),
+                                  "csrf_token": csrf_of(text)})
+                status, _, _, sent = self.request(stream, "POST", "/create", body,
+                                                  {"Content-Type": FORM, "Cookie": cookie})
+                self.count(sent, status)
         except OSError:
             self.count(0, "conn-error", requests=0)
 
@@ -790,7 +889,7 @@ class JournalistLogins(Attack):
         self.notes.append(f"one-time codes checked: {checked} of {self.requests} attempts")
 
 
-ATTACKS = [Attack, WrongCodenames, ConcurrentLogins, AnonSessions, SlowUploads, IdleConnections, GenerateCreate,
+ATTACKS = [Attack, WrongCodenames, ConcurrentLogins, ManyCircuitLogins, AnonSessions, SlowUploads, IdleConnections, GenerateCreate,
            JournalistLogins]
 
 
@@ -859,7 +958,7 @@ def run_one(cls: type[Attack], template: Template, args: argparse.Namespace, wor
         began = time.monotonic()
         done = threading.Event()
         jloop.start()
-        source = threading.Thread(target=source_loop, args=(server.source_port, legit, began + args.seconds, done),
+        source = threading.Thread(target=source_loop, args=(server.target, legit, began + args.seconds, done),
                                   daemon=True)
         source.start()
         source.join(timeout=args.seconds + 4 * SOURCE_TIMEOUT + REPLY_TIMEOUT)
@@ -877,6 +976,10 @@ def run_one(cls: type[Attack], template: Template, args: argparse.Namespace, wor
         server.stop()
         subprocess.run(["gpgconf", "--homedir", os.path.join(run_dir, "jg"), "--kill", "gpg-agent"],
                        capture_output=True)
+    if server.target.per_circuit:
+        closed = server.circuits_closed()
+        moved = f"; the attacker built {attack.circuits.replaced} fresh ones" if attack.circuit_count else ""
+        attack.notes.append(f"circuits the server closed (CLOSECIRCUIT, emulated): {closed}{moved}")
     attack.after(server)
     if not args.keep:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -894,13 +997,14 @@ def print_row(row: Row, out: Any) -> None:
     ok = legit.attempts - len(legit.failures)
     j_total = len(legit.j_times) + len(legit.j_failures)
     j_p99 = percentile(legit.j_times, 99) * 1000 if legit.j_times else float("nan")
-    print(f"{a.name:<18} {a.requests / row.seconds:>8.1f} {a.bytes_sent / 1e6:>8.2f}  "
+    circuits = str(a.circuit_count) if a.circuit_count else "-"
+    print(f"{a.name:<18} {circuits:>4} {a.requests / row.seconds:>8.1f} {a.bytes_sent / 1e6:>8.2f}  "
           f"{ok:>3}/{legit.attempts:<3} {fmt_pair(legit.times.get('login', [])):>11} "
           f"{fmt_pair(legit.times.get('submit', [])):>11} {j_p99:>7.0f} {len(legit.j_failures):>3}/{j_total:<4} "
           f"{row.sampler.rss_kb / 1024:>6.0f} {row.sampler.fds:>5} {row.load_avg:>5.1f}", file=out, flush=True)
 
 
-HEADER = (f"{'attack':<18} {'att req/s':>8} {'att MB':>8}  {'src ok':>7} {'login p50/99':>11} "
+HEADER = (f"{'attack':<18} {'circ':>4} {'att req/s':>8} {'att MB':>8}  {'src ok':>7} {'login p50/99':>11} "
           f"{'submit p50/99':>11} {'j p99ms':>7} {'j err':>8} {'RSS MB':>6} {'fds':>5} {'load':>5}")
 
 
@@ -924,6 +1028,13 @@ def verdict(row: Row) -> list[str]:
     return misses
 
 
+def supports_circuits(args: argparse.Namespace) -> bool:
+    """Whether the code under test has the Tor-only listener bench/_tor_like.py builds on."""
+    check = ("import deaddrop.server as s; from deaddrop.web._common.circuits import from_tor, circuit_of_address; "
+             "assert hasattr(s, 'add_tor_only_listener') or hasattr(s, '_add_tor_only_listener')")
+    return subprocess.run([sys.executable, "-c", check], capture_output=True, env=code_env(args), cwd="/").returncode == 0
+
+
 def code_revision(code: str) -> str:
     marker = os.path.join(code, "COMMIT")  # written beside a `git archive` export
     if os.path.exists(marker):
@@ -943,6 +1054,12 @@ def main() -> int:
     parser.add_argument("--codename-words", type=int, default=7, help="words in the server's codenames (default 7)")
     parser.add_argument("--pending-purge", default="1",
                         help="value for the server's pending-source purge option, if it has one (default 1)")
+    parser.add_argument("--mode", choices=("circuits", "shared"), default="circuits",
+                        help="circuits: source-side clients come over Tor circuits (PROXY listener); "
+                             "shared: the plain listener, one budget for all (default circuits)")
+    parser.add_argument("--attack-circuits", type=int, default=8,
+                        help="circuits each attacker spreads over, at least (more where its concurrency needs them "
+                             "at 16 streams a circuit; default 8)")
     parser.add_argument("--code", help="run the server and admin commands from this checkout instead")
     parser.add_argument("--keep", action="store_true", help="keep each run's work dir (server.log, data)")
     args = parser.parse_args()
@@ -960,8 +1077,19 @@ def main() -> int:
     revision = code_revision(code)
     print(f"DeadDrop abuse bench: code {code} ({revision}), kdf-cost {args.kdf_cost}, {args.seconds:g} s per attack, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
-    print("mode: --tor none, one TCP listener per interface: every attacker and the legitimate source share the "
-          "server's single LOCAL budget (no per-circuit identity)")
+    if args.mode == "circuits" and not supports_circuits(args):
+        print(f"NOTE: the code at {code} has no Tor-only PROXY listener (server.add_tor_only_listener or "
+              "_add_tor_only_listener, circuits.from_tor): running --mode shared instead")
+        args.mode = "shared"
+    if args.mode == "circuits":
+        print(f"mode: circuits, --tor none plus the Tor-only listener haproxy:unix:DATA/tor/source.sock "
+              f"(bench/_tor_like.tac): each source-side connection starts with Tor's PROXY line naming its "
+              f"circuit; the legitimate source takes a fresh circuit each cycle; each attacker spreads over "
+              f"N = {args.attack_circuits} circuits (--attack-circuits), or more where it needs more than 16 "
+              f"streams a circuit (column circ); a circuit the server closes is replaced by a fresh one")
+    else:
+        print("mode: shared, --tor none, one TCP listener per interface: every attacker and the legitimate source "
+              "share the server's single LOCAL budget (no per-circuit identity)")
     template = Template(workdir, args)
     print(f"pending-source purge: {template.purge_note}")
     rows: list[Row] = []
@@ -977,7 +1105,7 @@ def main() -> int:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
     print()
-    print("columns: attacker requests/s over the window (connections opened, for idle-connections) and MB sent; "
+    print("columns: circuits the attacker spreads over (circuits mode; - where none); attacker requests/s over the window (connections opened, for idle-connections) and MB sent; "
           "legitimate source steps ok/attempted (create, login, submit, read reply); login and submit p50/p99 in s; "
           "journalist p99 over all its API requests, and its errors; server peak RSS and open fds; the machine's "
           "1-minute load average when the attack started (other work shares these CPUs)")

@@ -81,9 +81,13 @@ class SourceBrowser:
         self.cookie = ""
         self.csrf = ""
 
+    def connection(self) -> http.client.HTTPConnection:
+        """A fresh connection per request (bench/abuse.py's browsers arrive over a Tor circuit)."""
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=HTTP_TIMEOUT)
+
     def request(self, method: str, path: str, body: bytes | None = None, content_type: str | None = None,
                 expect: int = 200) -> tuple[http.client.HTTPResponse, str]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=HTTP_TIMEOUT)
+        conn = self.connection()
         try:
             headers = {"Connection": "close"}
             if self.cookie:

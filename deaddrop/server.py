@@ -284,7 +284,7 @@ def _add_tor(top: DeadDropService, config: Config, reactor: Any) -> None:
         journalist_target = lambda: target_of(journalist_listener.port)  # noqa: E731
     source_proxy_target = None
     if config.tor == "launch":
-        source_proxy_target = _add_tor_only_listener(top, config, reactor)
+        source_proxy_target = add_tor_only_listener(top, config, reactor)
     else:
         _log.warn(
             "attached to a running Tor: its onion connections carry no circuit id, so all onion "
@@ -322,10 +322,14 @@ def _circuit_closer(top: DeadDropService, config: Config) -> Any:
     return TorCircuitCloser(lambda: getattr(top, "tor", None))
 
 
-def _add_tor_only_listener(top: DeadDropService, config: Config, reactor: Any) -> Any:
+def add_tor_only_listener(top: DeadDropService, config: Config, reactor: Any,
+                          wrap: Callable[[Any], Any] = lambda factory: factory) -> Any:
     """The source site again, on a listener only the launched Tor connects to: a unix socket in
     ``DATA/tor/`` (0700), where each connection starts with Tor's PROXY header naming its
     circuit. ``--source-listen`` stays header-free for direct loopback use (one shared bucket).
+
+    ``wrap`` is applied to the listener's factory, inside the PROXY parsing: bench/_tor_like.py
+    adds Tor's own stream handling there, to run this listener without a Tor.
 
     Returns the onion target for the torrc (``unix:PATH`` or a callable giving 127.0.0.1:PORT).
     """
@@ -349,7 +353,8 @@ def _add_tor_only_listener(top: DeadDropService, config: Config, reactor: Any) -
         target = lambda: target_of(top.source_tor_listener.port)  # noqa: E731
     endpoint = proxyEndpoint(serverFromString(reactor, inner))
     top.source_tor_listener = ListenerService(
-        reactor, f"haproxy:{inner}", from_tor(top.source.site(reactor, top.source_connections)), top.fatal, endpoint=endpoint
+        reactor, f"haproxy:{inner}", wrap(from_tor(top.source.site(reactor, top.source_connections))), top.fatal,
+        endpoint=endpoint,
     )
     top.source_tor_listener.setServiceParent(top)
     return target

@@ -1,0 +1,144 @@
+"""Bench clients that arrive over Tor circuits, as the launched Tor delivers them to the server.
+
+Tor (``HiddenServiceExportCircuitID haproxy``) starts each connection to the Tor-only listener
+with a PROXY v1 line whose source address carries the circuit id; ``Target.connect`` writes that
+line itself. Tor also allows ``HiddenServiceMaxStreams 16`` streams at once per circuit (and
+closes a circuit that opens more): ``CircuitSet`` never has more than 16 open on one.
+"""
+from __future__ import annotations
+
+import contextlib
+import http.client
+import random
+import socket
+import threading
+from typing import Iterator
+
+MAX_STREAMS = 16  # HiddenServiceMaxStreams, as deaddrop/tor/_defences.py sets it
+CLOSED_STATUS = 599  # bench/_tor_like.py's answer on a circuit the server had closed
+
+_used: set[int] = set()
+_used_lock = threading.Lock()
+
+
+def fresh_circuit() -> int:
+    """A circuit id no bench client has used yet in this process (Tor's are 32-bit)."""
+    with _used_lock:
+        while True:
+            circuit = random.getrandbits(32)
+            if circuit and circuit not in _used:
+                _used.add(circuit)
+                return circuit
+
+
+def proxy_line(circuit: int, virtual_port: int = 80) -> bytes:
+    host = f"fc00:dead:beef:4dad::{circuit >> 16:x}:{circuit & 0xFFFF:x}"
+    return f"PROXY TCP6 {host} ::1 {circuit & 0xFFFF} {virtual_port}\r\n".encode("ascii")
+
+
+class Target:
+    """Where the bench's source-side clients connect: the Tor-only unix socket (each connection
+    names its circuit), or, in shared mode, the plain TCP listener (no circuit: one budget)."""
+
+    def __init__(self, port: int, socket_path: str | None) -> None:
+        self.port, self.socket_path = port, socket_path
+
+    @property
+    def per_circuit(self) -> bool:
+        return self.socket_path is not None
+
+    def connect(self, circuit: int | None, timeout: float) -> socket.socket:
+        if self.socket_path is None:
+            return socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.settimeout(timeout)
+            s.connect(self.socket_path)
+            s.sendall(proxy_line(circuit if circuit is not None else fresh_circuit()))
+        except OSError:
+            s.close()
+            raise
+        return s
+
+    def open_nonblocking(self, circuit: int | None) -> socket.socket | None:
+        """A socket being connected without waiting (None if refused at once)."""
+        if self.socket_path is None:
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", self.port))
+            return s
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setblocking(False)
+        # A unix socket connects at once, or fails at once when the backlog is full.
+        if s.connect_ex(self.socket_path) != 0:
+            s.close()
+            return None
+        try:
+            s.send(proxy_line(circuit if circuit is not None else fresh_circuit()))
+        except OSError:
+            s.close()
+            return None
+        return s
+
+
+class Stream:
+    """One stream slot taken on a circuit: ``circuit`` is the id to name in the PROXY line."""
+
+    def __init__(self, owner: "CircuitSet", slot: int, circuit: int) -> None:
+        self.owner, self.slot, self.circuit = owner, slot, circuit
+
+    def closed(self) -> None:
+        """The server closed this circuit: build a fresh one, as a Tor client would."""
+        self.owner.replace(self.slot, self.circuit)
+
+
+class CircuitSet:
+    """``count`` circuits of one client, each carrying at most ``MAX_STREAMS`` streams at once."""
+
+    def __init__(self, count: int, max_streams: int = MAX_STREAMS) -> None:
+        self.count, self.max_streams = count, max_streams
+        self._ids = [fresh_circuit() for _ in range(count)]
+        self._busy = [0] * count
+        self._cond = threading.Condition()
+        self.replaced = 0
+
+    @contextlib.contextmanager
+    def stream(self, slot: int | None = None) -> Iterator[Stream]:
+        """Take a stream on circuit ``slot``, or on the least busy one; waits while it is full."""
+        with self._cond:
+            while True:
+                chosen = min(range(self.count), key=self._busy.__getitem__) if slot is None else slot % self.count
+                if self._busy[chosen] < self.max_streams:
+                    break
+                self._cond.wait()
+            self._busy[chosen] += 1
+            taken = Stream(self, chosen, self._ids[chosen])
+        try:
+            yield taken
+        finally:
+            with self._cond:
+                self._busy[chosen] -= 1
+                self._cond.notify_all()
+
+    def current(self, slot: int) -> int:
+        with self._cond:
+            return self._ids[slot % self.count]
+
+    def replace(self, slot: int, circuit: int) -> None:
+        """Circuit ``circuit`` of ``slot`` was closed: a fresh one takes its place (once)."""
+        with self._cond:
+            slot %= self.count
+            if self._ids[slot] == circuit:
+                self._ids[slot] = fresh_circuit()
+                self.replaced += 1
+
+
+class CircuitHTTPConnection(http.client.HTTPConnection):
+    """``http.client`` over ``target``, on circuit ``circuit``."""
+
+    def __init__(self, target: Target, circuit: int | None, timeout: float) -> None:
+        super().__init__("127.0.0.1", target.port, timeout=timeout)
+        self._target, self._circuit = target, circuit
+
+    def connect(self) -> None:
+        self.sock = self._target.connect(self._circuit, self.timeout)
