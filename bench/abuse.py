@@ -399,6 +399,8 @@ class Attack:
     def count(self, sent: int, status: str | int | None = None, requests: int = 1) -> None:
         if status == CLOSED_STATUS:
             status = "circuit-closed"
+        elif status == 0:
+            status = "no-answer"  # closed before a status line: e.g. its circuit was closed meanwhile
         with self.lock:
             self.requests += requests
             self.bytes_sent += sent
