@@ -55,6 +55,11 @@ class Target:
             s.settimeout(timeout)
             s.connect(self.socket_path)
             s.sendall(proxy_line(circuit if circuit is not None else fresh_circuit()))
+        except BlockingIOError:
+            # connect() on a unix socket does not wait for room: a full accept backlog fails at
+            # once, and Tor (which connects without blocking) fails the stream the same way.
+            s.close()
+            raise OSError("the Tor-only listener's accept backlog is full (EAGAIN: Tor fails this stream)") from None
         except OSError:
             s.close()
             raise

@@ -36,9 +36,10 @@ TCP listener, all in one shared budget. The journalist (and journalist-logins) a
 Targets (issue 9): 100% legitimate success, login p99 < 5 s, submit p99 < 10 s, journalist
 p99 < 500 ms, RSS < 512 MB, no pending-source leak after purge.
 
-Only 127.0.0.1 is ever contacted. ``--code DIR`` runs the server and admin commands from
-another checkout (e.g. an older commit unpacked with ``git archive``) for a before/after
-comparison. The idle-connections attack runs the server with RLIMIT_NOFILE 1024 (soft and
+Only 127.0.0.1 and the server's own unix socket are ever contacted. ``--code DIR`` runs the
+server and admin commands from another checkout (e.g. an older commit unpacked with ``git
+archive``) for a before/after comparison; a checkout without the Tor-only listener runs in
+shared mode, and the output says so. The idle-connections attack runs the server with RLIMIT_NOFILE 1024 (soft and
 hard, as ``ulimit -n 1024``).
 """
 from __future__ import annotations
@@ -118,9 +119,11 @@ class Server:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=workdir,
                                          env=env, preexec_fn=limits)
         deadline = time.monotonic() + 90
-        for connect in (lambda: socket.create_connection(("127.0.0.1", self.source_port), timeout=0.5),
-                        lambda: socket.create_connection(("127.0.0.1", self.journalist_port), timeout=0.5),
-                        lambda: self.target.connect(None, timeout=0.5) if tor_socket else socket.socket()):
+        ready = [lambda: socket.create_connection(("127.0.0.1", self.source_port), timeout=0.5),
+                 lambda: socket.create_connection(("127.0.0.1", self.journalist_port), timeout=0.5)]
+        if tor_socket:
+            ready.append(lambda: self.target.connect(None, timeout=0.5))
+        for connect in ready:
             while True:
                 try:
                     connect().close()
