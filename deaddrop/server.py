@@ -322,6 +322,9 @@ def _circuit_closer(top: DeadDropService, config: Config) -> Any:
     return TorCircuitCloser(lambda: getattr(top, "tor", None))
 
 
+TOR_LISTENER_BACKLOG = 4096
+
+
 def add_tor_only_listener(top: DeadDropService, config: Config, reactor: Any,
                           wrap: Callable[[Any], Any] = lambda factory: factory) -> Any:
     """The source site again, on a listener only the launched Tor connects to: a unix socket in
@@ -342,14 +345,17 @@ def add_tor_only_listener(top: DeadDropService, config: Config, reactor: Any,
     tor_dir = keys.tor_dir(config.data_dir)
     keys.ensure_private_dir(tor_dir)
     path = os.path.join(tor_dir, "source.sock")
+    # A connect to a unix socket whose accept queue is full fails at once (EAGAIN) instead of
+    # waiting as a TCP SYN would, and Tor then fails the stream: under a flood the reactor
+    # may accept late, so the queue is as deep as the kernel allows (net.core.somaxconn).
     if len(path.encode()) <= 100:  # sockaddr_un holds 108 bytes
-        inner = f"unix:{quoteStringArgument(path)}:mode=600"
+        inner = f"unix:{quoteStringArgument(path)}:mode=600:backlog={TOR_LISTENER_BACKLOG}"
         target: Any = f"unix:{path}"
     else:
         # Too long for a socket: loopback TCP on a port the kernel picks. Local processes
         # could then send a PROXY header too; a short --data-dir avoids that.
         _log.warn("the data directory path is too long for a unix socket: Tor reaches the source site over loopback TCP")
-        inner = "tcp:0:interface=127.0.0.1"
+        inner = f"tcp:0:interface=127.0.0.1:backlog={TOR_LISTENER_BACKLOG}"
         target = lambda: target_of(top.source_tor_listener.port)  # noqa: E731
     endpoint = proxyEndpoint(serverFromString(reactor, inner))
     top.source_tor_listener = ListenerService(

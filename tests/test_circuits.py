@@ -119,11 +119,36 @@ class ServerWiringTests(unittest.TestCase):
         self.assertIs(top.source.circuit_closer, top.circuit_closer)
         # Tor connects to a unix socket in DATA/tor/, wrapped for the PROXY header.
         sock = os.path.join(os.path.abspath(data_dir), "tor", "source.sock")
-        self.assertEqual(top.source_tor_listener.description, f"haproxy:unix:{sock}:mode=600")
+        self.assertEqual(top.source_tor_listener.description, f"haproxy:unix:{sock}:mode=600:backlog=4096")
         self.assertEqual(top.tor._source_proxy_target, f"unix:{sock}")
         self.assertIs(top.tor._defences.pow, True)
         # Before Tor runs there is nothing to close.
         self.assertIs(await top.circuit_closer.close(Circuit(5)), False)
+
+    async def test_the_tor_only_socket_queues_a_burst_of_connections_the_reactor_has_not_accepted(self):
+        """Tor's connect to a unix socket fails at once when its accept queue is full (no wait
+        as with TCP): a burst while the reactor is busy must not cost sources their streams."""
+        import os
+        import socket
+
+        top, data_dir = await self.built(tor="launch", tor_binary="/bin/false")
+        listener = top.source_tor_listener
+        listener.startService()
+        self.addCleanup(listener.stopService)
+        await listener.when_listening()
+        sock = os.path.join(os.path.abspath(data_dir), "tor", "source.sock")
+        clients = []
+        try:
+            # The reactor accepts nothing while this loop runs (it runs on the reactor thread).
+            for _ in range(300):
+                client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                client.setblocking(False)
+                clients.append(client)
+                client.connect(sock)  # BlockingIOError (EAGAIN) once the queue is full
+        finally:
+            for client in clients:
+                client.close()
+        self.assertEqual(len(clients), 300)
 
     async def test_pow_off_and_no_tor(self):
         from deaddrop.web._common.circuits import NoCloser
