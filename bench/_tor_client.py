@@ -12,6 +12,7 @@ import http.client
 import random
 import socket
 import threading
+import time
 from typing import Iterator
 
 MAX_STREAMS = 16  # HiddenServiceMaxStreams, as deaddrop/tor/_defences.py sets it
@@ -86,6 +87,48 @@ class Target:
         return s
 
 
+class IntroductionQueue:
+    """The onion service's PoW queue, as far as an attacker's new circuits are concerned.
+
+    Every new circuit to an onion service starts with an introduction, and with PoW on
+    (deaddrop/tor/_defences.py) the service takes introductions from its queue at
+    ``POW_QUEUE_RATE`` a second, with a burst of ``POW_QUEUE_BURST``: measured on a private
+    Tor network (bench/pow_flood.py), rendezvous launches stayed at or under that rate
+    whatever the flood. So an attacker gets a fresh circuit no faster than that. The
+    legitimate source is not held here: under a flood it solves the suggested effort, which
+    puts its introduction at the head of the queue (bench/pow_flood.py: 13/13 visits).
+    """
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate, self.burst = rate, burst
+        self._tokens = float(burst)
+        self._at = time.monotonic()
+        self._lock = threading.Lock()
+
+    def ready_at(self) -> float:
+        """When a circuit asked for now is built (its introduction taken from the queue)."""
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+            self._at = now
+            self._tokens -= 1
+            if self._tokens >= 0:
+                return now
+            return now + (-self._tokens) / self.rate
+
+
+def _pow_queue() -> IntroductionQueue:
+    try:
+        from deaddrop.tor._defences import POW_QUEUE_BURST, POW_QUEUE_RATE
+    except ImportError:  # an older checkout (--code): Tor's settings as this project sets them
+        POW_QUEUE_RATE, POW_QUEUE_BURST = 5, 50
+    return IntroductionQueue(POW_QUEUE_RATE, POW_QUEUE_BURST)
+
+
+# One queue for every attacker in this process: they all reach the same onion service.
+INTRODUCTIONS = _pow_queue()
+
+
 class Stream:
     """One stream slot taken on a circuit: ``circuit`` is the id to name in the PROXY line."""
 
@@ -100,9 +143,12 @@ class Stream:
 class CircuitSet:
     """``count`` circuits of one client, each carrying at most ``MAX_STREAMS`` streams at once."""
 
-    def __init__(self, count: int, max_streams: int = MAX_STREAMS) -> None:
+    def __init__(self, count: int, max_streams: int = MAX_STREAMS,
+                 introductions: IntroductionQueue | None = INTRODUCTIONS) -> None:
         self.count, self.max_streams = count, max_streams
+        self._introductions = introductions
         self._ids = [fresh_circuit() for _ in range(count)]
+        self._ready_at = [self._built_at() for _ in range(count)]
         self._busy = [0] * count
         self._cond = threading.Condition()
         self.replaced = 0
@@ -112,10 +158,16 @@ class CircuitSet:
         """Take a stream on circuit ``slot``, or on the least busy one; waits while it is full."""
         with self._cond:
             while True:
-                chosen = min(range(self.count), key=self._busy.__getitem__) if slot is None else slot % self.count
-                if self._busy[chosen] < self.max_streams:
+                now = time.monotonic()
+                # A circuit still being built (its introduction waits in the service's queue)
+                # carries nothing yet.
+                candidates = range(self.count) if slot is None else [slot % self.count]
+                usable = [c for c in candidates if self._ready_at[c] <= now and self._busy[c] < self.max_streams]
+                if usable:
+                    chosen = min(usable, key=self._busy.__getitem__)
                     break
-                self._cond.wait()
+                building = [self._ready_at[c] - now for c in candidates if self._ready_at[c] > now]
+                self._cond.wait(timeout=min(building) if building else None)
             self._busy[chosen] += 1
             taken = Stream(self, chosen, self._ids[chosen])
         try:
@@ -135,7 +187,11 @@ class CircuitSet:
             slot %= self.count
             if self._ids[slot] == circuit:
                 self._ids[slot] = fresh_circuit()
+                self._ready_at[slot] = self._built_at()
                 self.replaced += 1
+
+    def _built_at(self) -> float:
+        return self._introductions.ready_at() if self._introductions is not None else 0.0
 
 
 class CircuitHTTPConnection(http.client.HTTPConnection):

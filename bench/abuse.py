@@ -31,7 +31,9 @@ source takes a fresh circuit each cycle (Tor Browser's new identity); each attac
 its streams over ``--attack-circuits`` circuits, or more where its concurrency needs them (Tor
 allows 16 streams at once per circuit). A circuit the server closes (CLOSECIRCUIT, done by the
 stand-in for Tor in bench/_tor_like.py) is replaced by a fresh one, as an attacker's Tor would
-build one. ``shared`` is the old ``--tor none`` replay: every source-side client on the plain
+build one, but no faster than the onion service's PoW queue takes introductions (5 a second,
+burst 50, as deaddrop/tor/_defences.py sets it; bench/_tor_client.py ``IntroductionQueue``).
+``shared`` is the old ``--tor none`` replay: every source-side client on the plain
 TCP listener, all in one shared budget. The journalist (and journalist-logins) are never on Tor.
 Targets (issue 9): 100% legitimate success, login p99 < 5 s, submit p99 < 10 s, journalist
 p99 < 500 ms, RSS < 512 MB, no pending-source leak after purge.
@@ -71,7 +73,7 @@ sys.path.insert(1, os.path.dirname(HERE))
 
 import load  # noqa: E402  (bench/load.py: the source browser, journalist client, setup helpers)
 from load import JournalistClient, SourceBrowser, StepError, percentile  # noqa: E402
-from _tor_client import (CLOSED_STATUS, MAX_STREAMS, CircuitHTTPConnection, CircuitSet, Target,  # noqa: E402
+from _tor_client import (CLOSED_STATUS, INTRODUCTIONS, MAX_STREAMS, CircuitHTTPConnection, CircuitSet, Target,  # noqa: E402
                          fresh_circuit)
 from _tor_like import CLOSED_LOG  # noqa: E402
 
@@ -438,7 +440,7 @@ class Context:
     def circuits(self, streams: int, per_circuit: int = MAX_STREAMS) -> CircuitSet:
         """An attacker's circuits: ``--attack-circuits``, or more if ``streams`` need them."""
         if not self.target.per_circuit:
-            return CircuitSet(1, max_streams=1 << 30)  # shared mode: no circuits, one budget
+            return CircuitSet(1, max_streams=1 << 30, introductions=None)  # shared mode: no circuits, one budget
         return CircuitSet(max(self.args.attack_circuits, math.ceil(streams / per_circuit)), per_circuit)
 
 
@@ -647,6 +649,7 @@ class SlowUploads(Attack):
     sessions = 128
     per_session = 2
     streams = sessions * per_session  # session i logs in and uploads on circuit i (mod their number)
+    dribble_bytes, dribble_every = 1100, 20.0
 
     def prepare(self) -> None:
         assert self.circuits is not None
@@ -654,27 +657,32 @@ class SlowUploads(Attack):
         codename = browser.create()
         self.count(0, requests=3)
 
-        deadline = time.monotonic() + 180
+        self.logins = self.sessions_by(lambda b: b.log_in(codename), 4, "login-refused", 180)
+        self.notes.append(f"the attacker got {len(self.logins)} of {self.sessions} sessions in its preparation")
 
-        def one_login(session: int) -> tuple[int, str, str] | None:
+    def sessions_by(self, step: Any, requests: int, refused: str, seconds: float) -> list[tuple[int, str, str]]:
+        """``self.sessions`` logged-in browsers, session i on circuit i, each made by ``step``
+        (retried while the server refuses, for up to ``seconds``). -> (session, cookie, csrf)s"""
+        deadline = time.monotonic() + seconds
+
+        def one(session: int) -> tuple[int, str, str] | None:
             assert self.circuits is not None
             b = TimedBrowser(self.ctx.target, None)
-            while time.monotonic() < deadline:  # a defended server may refuse or delay logins
+            while time.monotonic() < deadline:  # a defended server may refuse or delay them
                 b.circuit = self.circuits.current(session)
                 try:
-                    b.log_in(codename)
-                    self.count(0, requests=4)
+                    step(b)
+                    self.count(0, requests=requests)
                     return session, b.cookie, b.csrf
                 except StepError as e:
                     if f"HTTP {CLOSED_STATUS}" in str(e):
                         self.circuits.replace(session, b.circuit)
-                    self.count(0, "login-refused", requests=0)
+                    self.count(0, refused, requests=0)
                     time.sleep(2.0)
             return None
 
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
-            self.logins = [login for login in pool.map(one_login, range(self.sessions)) if login]
-        self.notes.append(f"the attacker got {len(self.logins)} of {self.sessions} sessions in its preparation")
+            return [login for login in pool.map(one, range(self.sessions)) if login]
 
     def start(self) -> None:
         self.spawn(self.run)
@@ -704,7 +712,7 @@ class SlowUploads(Attack):
         for session, cookie, csrf in self.logins:
             for _ in range(self.per_session):
                 slots.append([None, session, cookie, csrf, 0.0])
-        dribble = b"x" * 1100
+        dribble = b"x" * self.dribble_bytes
         closed_line = f"HTTP/1.1 {CLOSED_STATUS} ".encode()
         while not self.stop.is_set():
             now = time.monotonic()
@@ -728,7 +736,7 @@ class SlowUploads(Attack):
                         continue
                 if slot[0] is None:
                     slot[0] = self._open(slot[1], slot[2], slot[3])
-                    slot[4] = time.monotonic() + 20.0
+                    slot[4] = time.monotonic() + self.dribble_every
                 elif now >= slot[4]:
                     try:
                         slot[0].send(dribble)
@@ -736,11 +744,26 @@ class SlowUploads(Attack):
                     except OSError:
                         slot[0].close()
                         slot[0] = None
-                    slot[4] = now + 20.0
+                    slot[4] = now + self.dribble_every
             self.stop.wait(0.5)
         for slot in slots:
             if slot[0] is not None:
                 slot[0].close()
+
+
+class ManyIdentityUploads(SlowUploads):
+    """The slow-uploads attack by an attacker who read the defences: a codename of its own for
+    every two uploads (the per-identity cap), 16 uploads a circuit, and each upload just above
+    the server's 2 KiB/s minimum rate, so that every upload pump stays held."""
+
+    name = "slow-uploads-many"
+    what = "128 codenames (one /create each), 256 uploads at 2,600 bytes a second, 16 per circuit"
+    per_session = 2
+    dribble_bytes, dribble_every = 2600, 1.0
+
+    def prepare(self) -> None:
+        self.logins = self.sessions_by(lambda b: b.create(), 3, "create-refused", 240)
+        self.notes.append(f"the attacker made {len(self.logins)} of {self.sessions} codenames in its preparation")
 
 
 class IdleConnections(Attack):
@@ -894,7 +917,7 @@ class JournalistLogins(Attack):
         self.notes.append(f"one-time codes checked: {checked} of {self.requests} attempts")
 
 
-ATTACKS = [Attack, WrongCodenames, ConcurrentLogins, ManyCircuitLogins, AnonSessions, SlowUploads, IdleConnections, GenerateCreate,
+ATTACKS = [Attack, WrongCodenames, ConcurrentLogins, ManyCircuitLogins, AnonSessions, SlowUploads, ManyIdentityUploads, IdleConnections, GenerateCreate,
            JournalistLogins]
 
 
@@ -1091,7 +1114,9 @@ def main() -> int:
               f"(bench/_tor_like.tac): each source-side connection starts with Tor's PROXY line naming its "
               f"circuit; the legitimate source takes a fresh circuit each cycle; each attacker spreads over "
               f"N = {args.attack_circuits} circuits (--attack-circuits), or more where it needs more than 16 "
-              f"streams a circuit (column circ); a circuit the server closes is replaced by a fresh one")
+              f"streams a circuit (column circ); a circuit the server closes is replaced by a fresh one, "
+              f"attackers' new circuits no faster than the onion's PoW queue admits introductions "
+              f"({INTRODUCTIONS.rate:g}/s, burst {INTRODUCTIONS.burst})")
     else:
         print("mode: shared, --tor none, one TCP listener per interface: every attacker and the legitimate source "
               "share the server's single LOCAL budget (no per-circuit identity)")

@@ -76,12 +76,21 @@ class UploadSlotTests(unittest.TestCase):
         self.assertEqual(self.admission.running, 4)
 
     def test_uploads_within_their_grace_are_not_ended(self):
+        # Under the fair rate, but not a trickle: a slow start is given its grace.
         young = [self.upload(f"s{i}") for i in range(4)]
-        self.run_for(29, young, 100)
+        self.run_for(29, young, 5 * KIB)
         self.assertRaises(Busy, self.upload, "newcomer")
         self.clock.advance(1.0)
         self.upload("newcomer")
         self.assertEqual(sum(u.evicted for u in young), 1)
+
+    def test_a_trickle_is_ended_within_its_grace_once_it_is_plain(self):
+        trickles = [self.upload(f"a{i}") for i in range(4)]
+        self.run_for(2, trickles, 2600)
+        self.assertRaises(Busy, self.upload, "newcomer")  # too early to tell
+        self.run_for(1, trickles, 2600)
+        self.upload("newcomer")  # 3 s at 2,600 bytes a second: a trickle, not a slow start
+        self.assertEqual(sum(u.evicted for u in trickles), 1)
 
     def test_a_burst_then_silence_for_a_window_counts_as_stalled(self):
         burst = self.upload("burst")

@@ -11,7 +11,8 @@ every slot with a trickle each. ``UploadSlots`` shares the slots so that cannot 
   them would let one such client lock out all the others. They are shared by the next rule;
 * when every slot is taken, a newcomer ends the slowest upload still receiving (lowest average
   rate over the last ``window`` seconds) instead of being refused, if that upload has had
-  ``grace`` seconds to get going and is below ``fair_rate``. An upload at a fair rate is never
+  ``grace`` seconds to get going (or, within it, is ``EARLY`` seconds old and has averaged under
+  a quarter of ``fair_rate``) and is below ``fair_rate``. An upload at a fair rate is never
   ended: when all are, the newcomer gets ``Busy`` as before;
 * an identity or circuit whose upload was ended gets no grace for ``penalty`` seconds, so a
   client that keeps every slot younger than the grace (opening new trickles as old ones are
@@ -34,9 +35,13 @@ from deaddrop.crypto.admission import Admission, AdmissionQueue, Busy, KeyBusy, 
 # an onion run at 50 KB/s and more; the attack trickles at the 2 KiB/s connection floor. Holding
 # every slot above this costs an attacker 4 MiB/s of Tor bandwidth for the default 256 slots.
 FAIR_RATE = 16 * 1024  # bytes a second
-GRACE = 30.0  # seconds an upload gets before it can be ended (Tor circuits ramp up slowly)
+GRACE = 10.0  # seconds an upload gets before it can be ended (a Tor circuit's first round trips are slow)
 WINDOW = 60.0  # the rate is averaged over this much recent time
 PENALTY = 600.0  # seconds an identity or circuit whose upload was ended gets no grace
+# Within its grace an upload can still be ended once it is this old, if it has averaged under
+# a quarter of the fair rate since it began: a trickle is plain after a few round trips, and
+# a newcomer need not wait out the grace of hundreds of trickles opened at once.
+EARLY = 3.0
 
 
 class UploadProgress:
@@ -146,9 +151,13 @@ class UploadSlots(AdmissionQueue):
                 continue  # the newcomer's own request (a second file): it would end itself
             if not progress.receiving:
                 continue  # complete: gpg is finishing it, and its source is about to be thanked
-            if now - progress.started < self.grace and not ticket.no_grace:
-                continue
-            rate = progress.rate(now)
+            age = now - progress.started
+            if age < self.grace and not ticket.no_grace:
+                if age < EARLY or progress.total / age >= self.fair_rate / 4:
+                    continue
+                rate = progress.total / age
+            else:
+                rate = progress.rate(now)
             if rate < slowest:
                 victim, slowest = ticket, rate
         if victim is None:
@@ -182,4 +191,4 @@ class UploadSlots(AdmissionQueue):
                 del self._per_circuit[ticket.circuit]
 
 
-__all__ = ["UploadSlots", "UploadProgress", "UploadTicket", "FAIR_RATE", "GRACE", "WINDOW", "PENALTY"]
+__all__ = ["UploadSlots", "UploadProgress", "UploadTicket", "FAIR_RATE", "GRACE", "EARLY", "WINDOW", "PENALTY"]
