@@ -7,8 +7,9 @@ from twisted.internet.testing import StringTransport
 from twisted.trial import unittest
 from twisted.web.resource import Resource
 
-from deaddrop.web._common.circuits import from_tor
+from deaddrop.web._common.circuits import Circuit, from_tor
 from deaddrop.web._common.connections import ConnectionBudget, ConnectionLimits, budget_for, raise_fd_limit
+from deaddrop.web._common.request_rate import CircuitRequestRate
 from deaddrop.web._common.site import BodyPolicy, DeadDropSite
 
 _LOCAL_PEER = IPv4Address("TCP", "127.0.0.1", 40000)
@@ -37,11 +38,12 @@ class _Transport(StringTransport):
 
 
 class _Harness:
-    def __init__(self, testcase, limits: ConnectionLimits | None = None, policy: BodyPolicy | None = None):
+    def __init__(self, testcase, limits: ConnectionLimits | None = None, policy: BodyPolicy | None = None,
+                 **site_options):
         self.clock = Clock()
         self.site = DeadDropSite(_Ok(), body_policy=policy or BodyPolicy(),
                                  render_error_page=lambda status, title, message: b"error",
-                                 connection_limits=limits, reactor=self.clock)
+                                 connection_limits=limits, reactor=self.clock, **site_options)
         self.open: list = []
         testcase.addCleanup(self.close_all)
 
@@ -298,3 +300,51 @@ class PipeliningTests(unittest.TestCase):
         protocol.dataReceived(_GET * 5)
         h.close_all()
         self.assertFalse([c for c in h.clock.getDelayedCalls() if c.active()])
+
+
+class RequestRateTests(unittest.TestCase):
+    """Requests per Tor circuit: a token bucket each; beyond it, a short 429 and the connection closed."""
+
+    def setUp(self):
+        self.refused = []
+        self.rate = CircuitRequestRate(rate=10.0, burst=30.0, clock=lambda: self.now)
+        self.now = 0.0
+
+    def harness(self):
+        return _Harness(self, request_rate=self.rate, on_rate_limited=self.refused.append)
+
+    def test_a_circuit_asking_faster_than_its_bucket_is_answered_429_and_cut_off(self):
+        h = self.harness()
+        flood, flood_transport = h.connect(_tor_peer(0x20001))
+        flood.dataReceived(_GET * 100)
+        for _ in range(100):
+            _reactor_turn(h.clock)
+        answers = flood_transport.value()
+        self.assertEqual(answers.count(b"200 OK"), 30)
+        self.assertEqual(answers.count(b"429 "), 1)
+        self.assertIn(b"Retry-After: 10", answers)
+        self.assertTrue(flood_transport.disconnecting)
+        self.assertEqual(self.refused, [Circuit(0x20001)])
+        # Another circuit is not affected, and the flooding one gets 10 a second back.
+        other, other_transport = h.connect(_tor_peer(7))
+        other.dataReceived(_GET)
+        self.assertIn(b"200 OK", other_transport.value())
+        self.now += 1.0
+        again, again_transport = h.connect(_tor_peer(0x20001))
+        again.dataReceived(_GET)
+        self.assertIn(b"200 OK", again_transport.value())
+
+    def test_connections_without_a_circuit_are_not_limited(self):
+        h = self.harness()
+        local, transport = h.connect()
+        local.dataReceived(_GET * 60)
+        for _ in range(60):
+            _reactor_turn(h.clock)
+        self.assertEqual(transport.value().count(b"200 OK"), 60)
+        self.assertEqual(self.refused, [])
+
+    def test_buckets_are_bounded(self):
+        rate = CircuitRequestRate(rate=1.0, burst=2.0, clock=lambda: 0.0, max_circuits=100)
+        for i in range(1000):
+            self.assertTrue(rate.allow(Circuit(i + 1)))
+        self.assertEqual(rate.tracked(), 100)

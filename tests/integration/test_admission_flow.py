@@ -242,7 +242,33 @@ class CircuitThrottleTests(unittest.TestCase):
                          ["source.login.throttled"])
 
     @inlineCallbacks
+    def test_a_circuit_asking_for_pages_too_fast_is_refused_then_closed(self):
+        closed = []
+
+        class Recorder:
+            def close(self, circuit):
+                closed.append(circuit)
+                return succeed(True)
+
+        self.server.service.source.circuit_closer = Recorder()
+        flood = self.browser(0x23456)
+        codes = []
+        while not closed and len(codes) < 200:
+            response, _ = yield flood.get("/login")
+            codes.append(response.code)
+        self.assertEqual(closed, [Circuit(0x23456)])
+        self.assertGreaterEqual(codes.count(200), 30)
+        self.assertEqual(set(codes[30:]) - {200}, {429})
+        # A source on another circuit is served meanwhile.
+        response, html = yield self.browser(9).get("/login")
+        self.assertEqual(response.code, 200)
+
+    @inlineCallbacks
     def test_concurrent_wrong_logins_on_one_circuit_cannot_all_run_argon2id(self):
+        # The requests-per-circuit bucket would refuse most of these 240 requests before the
+        # login throttle sees them; this is about the throttle.
+        rate = self.server.service.source.request_rate
+        rate.rate = rate.burst = 10_000
         runs = count_argon2id_runs(self)
         attackers = [self.browser(300) for _ in range(120)]
         forms = yield DeferredList([a.get("/login") for a in attackers])

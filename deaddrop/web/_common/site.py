@@ -19,6 +19,7 @@ from twisted.web import http, server
 from deaddrop.web._common.circuits import Circuit, circuit_of
 from deaddrop.web._common.connections import ConnectionLimits, unlimited
 from deaddrop.web._common.headers import apply_security_headers, raw_header_block
+from deaddrop.web._common.request_rate import RETRY_AFTER_SECONDS, CircuitRequestRate
 from deaddrop.web._common.upload import MultipartUpload
 
 _log = Logger(namespace="deaddrop.web")
@@ -95,6 +96,12 @@ class DeadDropRequest(server.Request):
         content_type = (self.requestHeaders.getRawHeaders(b"content-type") or [b""])[0]
         boundary = _boundary_of(content_type)
         self.content = io.BytesIO()
+        circuit = self.channel.circuit
+        if site.request_rate is not None and circuit is not None and not site.request_rate.allow(circuit):
+            site.on_rate_limited(circuit)
+            self.setHeader(b"retry-after", b"%d" % RETRY_AFTER_SECONDS)
+            return self._refuse_early(429, "Too many requests",
+                                      "Too many requests at once. Nothing was lost; wait a few seconds, then try again.")
         refusal = site.refuse_request(self.requestHeaders) if site.refuse_request is not None else None
         if refusal is not None:  # all headers are in: refuse before any of the body
             return self._refuse_early(*refusal)
@@ -415,6 +422,8 @@ class DeadDropSite(server.Site):
         connection_limits: ConnectionLimits | None = None,
         reactor: Any = None,
         refuse_large_uploads_early: bool = True,
+        request_rate: CircuitRequestRate | None = None,
+        on_rate_limited: Callable[[Circuit], Any] = lambda circuit: None,
     ) -> None:
         """``refuse_large_uploads_early=False``: an upload whose Content-Length is over the
         limit still goes to ``start_upload`` (with that length), which may read its text
@@ -430,6 +439,9 @@ class DeadDropSite(server.Site):
         self.refuse_request = refuse_request
         self.refuse_large_uploads_early = refuse_large_uploads_early
         self.connection_limits = connection_limits or unlimited()
+        # Requests per Tor circuit (None: not limited); a refusal is reported to on_rate_limited.
+        self.request_rate = request_rate
+        self.on_rate_limited = on_rate_limited
 
     def takes_upload(self, method: bytes, target: bytes) -> bool:
         """Multipart bodies only for POST to ``upload_targets`` (any request if it is None)."""

@@ -36,6 +36,7 @@ from deaddrop.web._common.session_cookie import SessionCookie
 from deaddrop.web._common.sessions import Session, SessionStore
 from deaddrop.web._common.site import BodyPolicy, DeadDropRequest, DeadDropSite, log_failure_safely
 from deaddrop.web._common.static import serve_static
+from deaddrop.web._common.request_rate import CircuitRequestRate
 from deaddrop.web._common.throttle import FailureThrottle
 from deaddrop.web._common.upload import (
     REASON_BAD_FORM, REASON_FILES_TOO_LARGE, REASON_STALE_FORM, MultipartUpload, UploadError, UploadLimits,
@@ -97,6 +98,8 @@ class SourceInterface(HtmlResponses):
     # At most one "throttled" event every 10 s, instance-wide (it carries nothing about who):
     # a flood of refused logins costs no log line each.
     _throttled_events: EventGate = field(default_factory=lambda: EventGate(10.0))
+    # Requests per Tor circuit, shared by every listener of this site.
+    request_rate: CircuitRequestRate = field(default_factory=CircuitRequestRate)
 
     cookie: SessionCookie = field(init=False)
 
@@ -642,6 +645,10 @@ class SourceInterface(HtmlResponses):
             connection_limits=connection_limits,
             reactor=reactor,
             refuse_large_uploads_early=False,
+            request_rate=self.request_rate,
+            # A circuit that keeps asking faster than that is flooding: closed like one that
+            # keeps being throttled.
+            on_rate_limited=lambda circuit: self._refused(circuit, event=False),
         )
 
 

@@ -1,0 +1,60 @@
+"""Requests per Tor circuit: how fast one circuit may ask the source site for anything.
+
+Every request costs the one reactor some CPU, and the journalists share that reactor. A circuit
+may pipeline hundreds of requests a second on its 16 streams; a source's Tor Browser sends a few
+per page. So each circuit gets a token bucket (``rate`` a second, ``burst`` at once); a request
+beyond it is answered at once with a short 429 and its connection closed, and the refusal counts
+toward closing the circuit through Tor. New circuits are what Tor's proof of work makes dear.
+
+Connections without a circuit id (``--tor none``, loopback) are every direct client at once:
+they are not limited here (the connection caps still hold).
+
+Circuit ids are dictionary keys in memory only; never logged or stored.
+"""
+from __future__ import annotations
+
+import collections
+import time
+from typing import Callable
+
+from deaddrop.web._common.circuits import Circuit
+
+# A page of the source site is one HTML request and a few static ones; a source reading,
+# going back and submitting stays far below this.
+REQUESTS_PER_SECOND = 10.0
+BURST = 30.0
+RETRY_AFTER_SECONDS = 10
+
+
+class CircuitRequestRate:
+    def __init__(self, rate: float = REQUESTS_PER_SECOND, burst: float = BURST,
+                 clock: Callable[[], float] = time.monotonic, max_circuits: int = 1 << 16) -> None:
+        self.rate = rate
+        self.burst = burst
+        self._clock = clock
+        self._max_circuits = max_circuits
+        # circuit -> [tokens, when counted]; least recently seen first. Forgetting one only
+        # gives it a full bucket again, and reaching the cap takes that many new circuits.
+        self._buckets: collections.OrderedDict[Circuit, list[float]] = collections.OrderedDict()
+
+    def allow(self, circuit: Circuit) -> bool:
+        """Take one request's token; False if ``circuit`` has none left."""
+        if not circuit.is_tor:
+            return True
+        now = self._clock()
+        bucket = self._buckets.get(circuit)
+        if bucket is None:
+            bucket = self._buckets[circuit] = [self.burst, now]
+            while len(self._buckets) > self._max_circuits:
+                self._buckets.popitem(last=False)
+        else:
+            self._buckets.move_to_end(circuit)
+            bucket[0] = min(self.burst, bucket[0] + (now - bucket[1]) * self.rate)
+            bucket[1] = now
+        if bucket[0] < 1.0:
+            return False
+        bucket[0] -= 1.0
+        return True
+
+    def tracked(self) -> int:
+        return len(self._buckets)
