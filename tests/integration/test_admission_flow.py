@@ -188,6 +188,18 @@ class CircuitThrottleTests(unittest.TestCase):
         self.addCleanup(b.close)
         return b
 
+    def record_closed_circuits(self) -> list:
+        """Stand in for Tor's CLOSECIRCUIT: the circuits the server closes, in order."""
+        closed: list = []
+
+        class Recorder:
+            def close(self, circuit):
+                closed.append(circuit)
+                return succeed(True)
+
+        self.server.service.source.circuit_closer = Recorder()
+        return closed
+
     @inlineCallbacks
     def test_a_flood_of_wrong_codenames_from_other_circuits_never_turns_away_a_correct_one(self):
         codename = yield self.browser(7).create_source()
@@ -223,16 +235,9 @@ class CircuitThrottleTests(unittest.TestCase):
 
     @inlineCallbacks
     def test_a_circuit_that_keeps_flooding_is_closed(self):
-        closed = []
-
-        class Recorder:
-            def close(self, circuit):
-                closed.append(circuit)
-                return succeed(True)
-
         # The server hands the web layer its closer (Tor's, or NoCloser with --tor none).
         self.assertIs(self.server.service.source.circuit_closer, self.server.service.circuit_closer)
-        self.server.service.source.circuit_closer = Recorder()
+        closed = self.record_closed_circuits()
         attacker = self.browser(0x12345)
         for _ in range(5 + 10):
             yield attacker.login(codenames.generate_codename(7))
@@ -243,14 +248,7 @@ class CircuitThrottleTests(unittest.TestCase):
 
     @inlineCallbacks
     def test_a_circuit_asking_for_pages_too_fast_is_refused_then_closed(self):
-        closed = []
-
-        class Recorder:
-            def close(self, circuit):
-                closed.append(circuit)
-                return succeed(True)
-
-        self.server.service.source.circuit_closer = Recorder()
+        closed = self.record_closed_circuits()
         flood = self.browser(0x23456)
         codes = []
         while not closed and len(codes) < 200:
