@@ -123,7 +123,8 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
 
     # Source work is admitted to crypto_threads slots; the one extra thread keeps journalist
     # work (passphrase checks, replies) from waiting behind a full queue of source Argon2id.
-    crypto_pool = WorkerPool(reactor, "deaddrop-crypto", max_threads=config.crypto_threads + 1)
+    # Below the reactor's priority: a flood of Argon2id work slows Argon2id, not every page.
+    crypto_pool = WorkerPool(reactor, "deaddrop-crypto", max_threads=config.crypto_threads + 1, niceness=10)
     stream_pool = WorkerPool(reactor, "deaddrop-stream", max_threads=config.stream_threads)
     message_pool = WorkerPool(reactor, "deaddrop-messages", max_threads=config.message_threads)
     io_pool = WorkerPool(reactor, "deaddrop-io", max_threads=8)

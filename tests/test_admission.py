@@ -225,3 +225,33 @@ class StandingTests(unittest.TestCase):
         self.failures["x"] = 1  # x0 turned out to be a wrong codename
         self.pool.finish()
         self.assertEqual(self.pool.jobs[0][0], "y1")
+
+
+class WorkerPriorityTests(unittest.TestCase):
+    """The crypto pool's threads run below the reactor's CPU priority."""
+
+    def test_a_niced_pool_runs_its_work_at_a_lower_priority(self):
+        import os
+        import threading
+
+        from twisted.internet import reactor
+
+        from deaddrop.crypto.pool import WorkerPool
+
+        def own_nice():
+            return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+        niced = WorkerPool(reactor, "test-niced", max_threads=1, niceness=10)
+        plain = WorkerPool(reactor, "test-plain", max_threads=1)
+        self.addCleanup(niced.stop)
+        self.addCleanup(plain.stop)
+        mine = own_nice()
+
+        def compare(values):
+            (_, low), (_, normal) = values
+            self.assertEqual(normal, mine)
+            self.assertEqual(low, min(19, mine + 10))
+
+        from twisted.internet.defer import gatherResults
+        d = gatherResults([niced.run(own_nice), plain.run(own_nice)])
+        return d.addCallback(lambda values: compare(list(enumerate(values))))

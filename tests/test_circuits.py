@@ -157,4 +157,6 @@ class ServerWiringTests(unittest.TestCase):
         self.assertIs(top.tor._defences.pow, False)
         top, _ = await self.built(tor="none")
         self.assertIsInstance(top.source.circuit_closer, NoCloser)
+        # Argon2id and gpg work runs below the reactor thread's CPU priority.
+        self.assertEqual(top.newsroom.crypto_pool.niceness, 10)
         self.assertFalse(hasattr(top, "source_tor_listener"))
