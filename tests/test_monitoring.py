@@ -146,6 +146,7 @@ class WazuhRulesTests(unittest.TestCase):
             (("tor.restart.failed",), dict(reason="exited", detail="tor exited"), 100741),
             (("tor.fatal",), dict(reason="no_binary", detail="tor not found"), 100742),
             (("source.login.throttled",), {}, 100720),
+            (("source.flood",), dict(reason="requests", repeated=41), 100722),
             (("admin.journalist.added",), dict(target="carol"), 100750),
             (("journalist.login.ok",), dict(username="alice"), 100710),
         ]

@@ -243,8 +243,9 @@ class CircuitThrottleTests(unittest.TestCase):
             yield attacker.login(codenames.generate_codename(7))
         self.assertEqual(closed, [Circuit(0x12345)])
         # Ten refusals in a few seconds are one line in the security log, not ten.
-        self.assertEqual([e["event"] for e in security_events(self.server) if e["event"].startswith("source.")],
-                         ["source.login.throttled"])
+        self.assertEqual([(e["event"], e.get("reason")) for e in security_events(self.server)
+                          if e["event"].startswith("source.")],
+                         [("source.login.throttled", None), ("source.flood", "circuit_closed")])
 
     @inlineCallbacks
     def test_a_circuit_asking_for_pages_too_fast_is_refused_then_closed(self):
@@ -257,6 +258,10 @@ class CircuitThrottleTests(unittest.TestCase):
         self.assertEqual(closed, [Circuit(0x23456)])
         self.assertGreaterEqual(codes.count(200), 30)
         self.assertEqual(set(codes[30:]) - {200}, {429})
+        # The IDS hears of it, folded, and of nothing about which circuit.
+        floods = [e for e in security_events(self.server) if e["event"] == "source.flood"]
+        self.assertEqual([e["reason"] for e in floods], ["requests", "circuit_closed"])
+        self.assertTrue(all(set(e) <= {"event", "reason", "repeated", "timestamp", "program"} for e in floods))
         # A source on another circuit is served meanwhile.
         response, html = yield self.browser(9).get("/login")
         self.assertEqual(response.code, 200)

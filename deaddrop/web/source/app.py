@@ -98,6 +98,8 @@ class SourceInterface(HtmlResponses):
     # At most one "throttled" event every 10 s, instance-wide (it carries nothing about who):
     # a flood of refused logins costs no log line each.
     _throttled_events: EventGate = field(default_factory=lambda: EventGate(10.0))
+    # "source.flood", per reason, at most once every 10 s (see _flood).
+    _flood_events: EventGate = field(default_factory=lambda: EventGate(10.0))
     # Requests per Tor circuit, shared by every listener of this site.
     request_rate: CircuitRequestRate = field(default_factory=CircuitRequestRate)
 
@@ -324,6 +326,7 @@ class SourceInterface(HtmlResponses):
             # A circuit that keeps the queue full while refused is flooding: it counts toward
             # being closed like one that keeps being throttled (a refusal costs it nothing else).
             self._refused(circuit, event=False)
+            self._flood("busy")
             request.setHeader(b"retry-after", b"60")
             return self._html(request, pages.login(ctx, ctx._(BUSY_MESSAGE), carried=carried), 503)
         except BaseException:
@@ -352,9 +355,23 @@ class SourceInterface(HtmlResponses):
             # It keeps trying while refused: a flood, not a source. Tor closes the circuit (the
             # circuit id stays in memory; nothing about it is logged).
             self._refusals.reset(circuit)
+            self._flood("circuit_closed")
             self.circuit_closer.close(circuit).addErrback(lambda f: None)
 
+    def _rate_limited(self, circuit: Any) -> None:
+        self._flood("requests")
+        self._refused(circuit, event=False)
+
+    def _flood(self, reason: str) -> None:
+        """Tell the IDS the source side is being flooded: a queue full (``busy``), a circuit over
+        its request rate (``requests``), a circuit closed (``circuit_closed``), an upload ended
+        to make room (``upload_ended``). Folded: one line per reason every 10 s, never who."""
+        folded = self._flood_events.admit(reason)
+        if folded is not None:
+            self.events.emit("source.flood", reason=reason, repeated=folded or None)
+
     def _busy(self, request: Any) -> bytes:
+        self._flood("busy")
         request.setHeader(b"retry-after", b"60")
         return self._error(request, 503, BUSY_TITLE, BUSY_MESSAGE)
 
@@ -444,6 +461,7 @@ class SourceInterface(HtmlResponses):
             return self._storage_failed(request, e, message)
         except Busy:
             _discard(self.newsroom, result, parts)
+            self._flood("busy")
             request.setHeader(b"retry-after", b"60")
             return self._form_again(request, 503, message, msgs.BUSY)  # the message stays in the form
         session = login.session
@@ -602,10 +620,11 @@ class SourceInterface(HtmlResponses):
             try:
                 tickets.append(pumps.try_acquire(
                     login.identity.source_id, circuit if circuit.is_tor else None, progress,
-                    evict=lambda: upload.cancel(UploadError(503, BUSY_MESSAGE, _BUSY))))
+                    evict=lambda: (self._flood("upload_ended"), upload.cancel(UploadError(503, BUSY_MESSAGE, _BUSY)))))
             except KeyBusy:
                 raise UploadError(429, _STILL_RECEIVING, _IN_FLIGHT)
             except Busy:
+                self._flood("busy")
                 raise UploadError(503, BUSY_MESSAGE, _BUSY)
             return self.newsroom.encrypt_stream(gzip_name=filename, compress=False, on_pause=pause, on_resume=resume)
 
@@ -648,7 +667,7 @@ class SourceInterface(HtmlResponses):
             request_rate=self.request_rate,
             # A circuit that keeps asking faster than that is flooding: closed like one that
             # keeps being throttled.
-            on_rate_limited=lambda circuit: self._refused(circuit, event=False),
+            on_rate_limited=self._rate_limited,
         )
 
 
