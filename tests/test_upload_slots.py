@@ -174,6 +174,24 @@ class UploadSlotTests(unittest.TestCase):
         self.assertRaises(Busy, self.upload, "source 3")
         self.assertEqual(later.evicted, 0)
 
+    def test_trickles_dropped_before_their_grace_cannot_get_a_slow_steady_upload_ended(self):
+        # A source on a slow bridge: steady at 10 KiB/s, past its grace.
+        source = self.upload("source")
+        self.run_for(40, [source], 10 * KIB)
+        # An attacker keeps the other slots with trickles it drops and reopens within the grace.
+        trickles = [self.upload(f"a{i}", circuit="attacker") for i in range(3)]
+        self.run_for(5, trickles + [source], 5 * KIB)
+        for t in trickles:
+            t.progress.interrupted = True  # what MultipartUpload.abort records
+            for ticket in t.tickets:
+                ticket.release()
+        reopened = [self.upload(f"a{i}", circuit="attacker") for i in range(3)]
+        self.run_for(1, reopened, 5 * KIB)
+        self.run_for(1, [source], 10 * KIB)
+        self.upload("attacker newcomer", circuit="attacker 2")
+        self.assertEqual(source.evicted, 0)
+        self.assertEqual(sum(u.evicted for u in reopened), 1)
+
     def test_penalties_are_bounded(self):
         for i in range(200):
             u = self.upload(f"k{i}", circuit=f"c{i}")

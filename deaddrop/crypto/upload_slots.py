@@ -14,7 +14,8 @@ every slot with a trickle each. ``UploadSlots`` shares the slots so that cannot 
   ``grace`` seconds to get going (or, within it, is ``EARLY`` seconds old and has averaged under
   a quarter of ``fair_rate``) and is below ``fair_rate``. An upload at a fair rate is never
   ended: when all are, the newcomer gets ``Busy`` as before;
-* an identity or circuit whose upload was ended gets no grace for ``penalty`` seconds, so a
+* an identity or circuit whose upload was ended, or that dropped one mid-body itself, gets no
+  grace for ``penalty`` seconds, so a
   client that keeps every slot younger than the grace (opening new trickles as old ones are
   ended) only ends its own uploads, and a newcomer can still end one of them.
 
@@ -53,6 +54,7 @@ class UploadProgress:
         self.started = clock()
         self.total = 0
         self.receiving = True
+        self.interrupted = False  # the client went away mid-body
         # (time, total) marks about a quarter window apart; the rate is measured from the newest
         # mark at least a window old, so it covers a window or a little more.
         self._marks: collections.deque[tuple[float, int]] = collections.deque([(self.started, 0)])
@@ -184,6 +186,13 @@ class UploadSlots(AdmissionQueue):
             self._penalised.popitem(last=False)
 
     def _forget(self, ticket: UploadTicket) -> None:
+        if ticket.progress.interrupted and ticket in self._in_flight:
+            # Dropped by its own client mid-body: one who keeps every slot younger than the
+            # grace by opening trickles and dropping them loses the grace, like one whose
+            # upload we ended, and its uploads are the first a newcomer may end.
+            now = self.admission.clock()
+            self._penalise(ticket.key, now)
+            self._penalise(ticket.circuit, now)
         self._in_flight.pop(ticket, None)
         if ticket.circuit is not None:
             self._per_circuit[ticket.circuit] -= 1

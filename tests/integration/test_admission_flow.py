@@ -3,6 +3,7 @@ a real listener; circuits arrive as Tor would send them (a PROXY v1 line per con
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sqlite3
 import threading
@@ -265,6 +266,25 @@ class CircuitThrottleTests(unittest.TestCase):
         # A source on another circuit is served meanwhile.
         response, html = yield self.browser(9).get("/login")
         self.assertEqual(response.code, 200)
+
+    @inlineCallbacks
+    def test_a_replayed_create_form_counts_like_a_wrong_codename(self):
+        """A /create form sent again and again (each time an Argon2id run that makes nothing)
+        is throttled and lowers its circuit's standing, as wrong codenames do: a flood of it
+        must not look clean and push ahead of a source that once mistyped."""
+        first = self.browser(0x30001)
+        response, generated = yield first.get("/generate")
+        codename = re.search(r'id="codename"[^>]*>([^<]+)<', generated).group(1)
+        form = {"codename": codename, "csrf_token": first.csrf(generated)}
+        anonymous = {c.name: c.value for c in first.cookies}
+        codes = []
+        for _ in range(8):
+            replay = self.browser(0x30001)  # the same circuit, the same anonymous cookie each time
+            response, _ = yield replay.post("/create", data=form, cookies=anonymous, follow=False)
+            codes.append(response.code)
+        self.assertEqual(codes, [303] + [409] * 5 + [429] * 2)
+        throttle = self.server.service.source.login_throttle
+        self.assertEqual(throttle.recent_failures(Circuit(0x30001)), 5)
 
     @inlineCallbacks
     def test_concurrent_wrong_logins_on_one_circuit_cannot_all_run_argon2id(self):

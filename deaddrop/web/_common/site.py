@@ -257,6 +257,7 @@ class DeadDropChannel(http.HTTPChannel):
     _body_deadline: Any = None
     _watchdog: Any = None
     _pipelined: Any = None
+    _replaying = False
     _counted = False
 
     def connectionMade(self) -> None:
@@ -296,7 +297,8 @@ class DeadDropChannel(http.HTTPChannel):
             if not self.site.connection_limits.on_circuit(self, self.circuit):
                 self.transport.abortConnection()
                 return
-        self._window_bytes += len(data)
+        if not self._replaying:  # bytes read from the socket, once (not again when replayed)
+            self._window_bytes += len(data)
         super().dataReceived(data)
 
     def allHeadersReceived(self) -> None:
@@ -351,7 +353,11 @@ class DeadDropChannel(http.HTTPChannel):
             self._networkProducer.resumeProducing()
         data = b"".join(self._dataBuffer)
         self._dataBuffer = []
-        self.setLineMode(data)
+        self._replaying = True
+        try:
+            self.setLineMode(data)
+        finally:
+            self._replaying = False
 
     def refuse(self, status: int, title: str, message: str) -> None:
         """Answer with an error page straight on the transport and hang up (nothing is read)."""

@@ -186,6 +186,8 @@ class MultipartUpload:
         """The connection went away mid-body: throw everything away."""
         if not self._ended:
             self._ended = True
+            if self._progress is not None:
+                self._progress.interrupted = True
             self._body_ended()
             self._abort_sinks()
             self.result.errback(UploadError(400, "The upload was interrupted."))

@@ -260,13 +260,29 @@ class SourceInterface(HtmlResponses):
         codename = self._arg(request, "codename") or ""
         if not hmac.compare_digest(codename.encode("utf-8"), generated.encode("utf-8")):
             return self._error(request, 400, msgs.T_TRY_AGAIN, msgs.NOT_GENERATED)
+        # A /create that makes nothing (its form replayed: "already in use") cost an Argon2id run
+        # like a wrong codename, and counts like one for its circuit: the same reserved place
+        # before the KDF, the same throttle, the same standing in the Argon2id queue.
+        circuit = circuit_of(request)
+        reservation = self.login_throttle.reserve(circuit)
+        if reservation is None:
+            self._refused(circuit)
+            request.setHeader(b"retry-after", b"60")
+            return self._error(request, 429, msgs.T_TRY_AGAIN, THROTTLED)
         try:
             # Not shielded: a visitor who leaves while waiting for Argon2id leaves the queue.
-            identity, passphrase = yield self.newsroom.create_source(codename, circuit_of(request))
+            identity, passphrase = yield self.newsroom.create_source(codename, circuit)
         except ValueError:
+            reservation.failed()
             return self._error(request, 409, msgs.T_TRY_AGAIN, msgs.GET_NEW_CODENAME)
         except Busy:
+            reservation.cancel()
+            self._refused(circuit, event=False)
             return self._busy(request)  # the form's token stays valid: try again
+        except BaseException:
+            reservation.cancel()
+            raise
+        reservation.cancel()
         token, fresh = self.cookie.start(request, replacing=self._session(request))
         self._log_in(fresh, token, identity, passphrase, codename)
         fresh.data["first_visit"] = True  # "what happens next" after the first submission
