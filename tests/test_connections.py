@@ -334,6 +334,22 @@ class RequestRateTests(unittest.TestCase):
         again.dataReceived(_GET)
         self.assertIn(b"200 OK", again_transport.value())
 
+    def test_a_form_post_may_borrow_a_burst_before_it_is_refused(self):
+        h = self.harness()
+        circuit = _tor_peer(0x20002)
+        pages, pages_transport = h.connect(circuit)
+        pages.dataReceived(_GET * 31)
+        for _ in range(31):
+            _reactor_turn(h.clock)
+        self.assertIn(b"429 ", pages_transport.value())  # pages: refused once the bucket is empty
+        answers = []
+        for _ in range(31):
+            post, post_transport = h.connect(circuit)
+            post.dataReceived(_POST_HEAD % 3 + b"a=b")
+            answers.append(b"429 " in post_transport.value())
+        # A source's message is not lost to a burst of page loads: thirty posts more still pass.
+        self.assertEqual(answers, [False] * 30 + [True])
+
     def test_connections_without_a_circuit_are_not_limited(self):
         h = self.harness()
         local, transport = h.connect()

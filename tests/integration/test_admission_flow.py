@@ -354,14 +354,11 @@ class CircuitThrottleTests(unittest.TestCase):
 class BusyTests(unittest.TestCase):
     timeout = 60
 
-    @inlineCallbacks
-    def test_a_full_argon2id_queue_answers_503_with_retry_after_at_once(self):
-        server = yield start_server(self, source_login_failures_per_minute=1000)
+    def hold_argon2id(self, server) -> tuple[threading.Event, list]:
+        """Every Argon2id run waits for the returned gate; ``entered`` counts those waiting."""
         newsroom = server.service.newsroom
-        gate = threading.Event()
+        gate, entered, real = threading.Event(), [], newsroom.kdf.derive
         self.addCleanup(gate.set)
-        real = newsroom.kdf.derive
-        entered = []
 
         def held_derive(codename):
             entered.append(1)
@@ -369,6 +366,12 @@ class BusyTests(unittest.TestCase):
             return real(codename)
 
         self.patch(newsroom.kdf, "derive", held_derive)
+        return gate, entered
+
+    @inlineCallbacks
+    def test_a_full_argon2id_queue_answers_503_with_retry_after_at_once(self):
+        server = yield start_server(self, source_login_failures_per_minute=1000)
+        gate, entered = self.hold_argon2id(server)
         browsers = [Browser(server.source_url) for _ in range(3)]
         for b in browsers:
             self.addCleanup(b.close)
@@ -393,6 +396,33 @@ class BusyTests(unittest.TestCase):
         gate.set()
         results = yield DeferredList(posts[:2])
         self.assertEqual([r[0].code for ok, r in results], [403, 403])
+
+
+    @inlineCallbacks
+    def test_a_busy_create_shows_the_same_codename_again(self):
+        server = yield start_server(self, source_login_failures_per_minute=1000)
+        gate, entered = self.hold_argon2id(server)
+        holders = [Browser(server.source_url) for _ in range(2)]
+        source = Browser(server.source_url)
+        for b in holders + [source]:
+            self.addCleanup(b.close)
+        held = []
+        for b in holders:  # this (local) bucket's two places in the Argon2id queue, held
+            _, html = yield b.get("/login")
+            held.append(b.post("/login", data={"codename": codenames.generate_codename(7), "csrf_token": b.csrf(html)}))
+        yield wait_until(lambda: len(entered) >= 2)
+        _, generated = yield source.get("/generate")
+        codename = re.search(r'id="codename"[^>]*>([^<]+)<', generated).group(1)
+        response, html = yield source.post("/create", data={"codename": codename, "csrf_token": source.csrf(generated)})
+        self.assertEqual(response.code, 503)
+        self.assertEqual(response.headers.getRawHeaders(b"retry-after"), [b"60"])
+        self.assertIn(BUSY_MESSAGE, html)
+        self.assertEqual(re.search(r'id="codename"[^>]*>([^<]+)<', html).group(1), codename)
+        gate.set()
+        yield DeferredList(held)
+        # The form it shows again takes the same codename.
+        response, html = yield source.post("/create", data={"codename": codename, "csrf_token": source.csrf(html)})
+        self.assertIn(LOGGED_IN, html)
 
 
 class UploadTests(unittest.TestCase):

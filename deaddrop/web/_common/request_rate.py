@@ -4,7 +4,8 @@ Every request costs the one reactor some CPU, and the journalists share that rea
 may pipeline hundreds of requests a second on its 16 streams; a source's Tor Browser sends a few
 per page. So each circuit gets a token bucket (``rate`` a second, ``burst`` at once); a request
 beyond it is answered at once with a short 429 and its connection closed, and the refusal counts
-toward closing the circuit through Tor. New circuits are what Tor's proof of work makes dear.
+toward closing the circuit through Tor. Form posts may borrow a burst more before they are
+refused (see ``allow``). New circuits are what Tor's proof of work makes dear.
 
 Connections without a circuit id (``--tor none``, loopback) are every direct client at once:
 they are not limited here (the connection caps still hold).
@@ -37,8 +38,12 @@ class CircuitRequestRate:
         # gives it a full bucket again, and reaching the cap takes that many new circuits.
         self._buckets: collections.OrderedDict[Circuit, list[float]] = collections.OrderedDict()
 
-    def allow(self, circuit: Circuit) -> bool:
-        """Take one request's token; False if ``circuit`` has none left."""
+    def allow(self, circuit: Circuit, form_post: bool = False) -> bool:
+        """Take one request's token; False if ``circuit`` has none left.
+
+        A form post (a message, a login) may run the bucket into debt, down to ``-burst``:
+        refusing it would lose what a source typed, and posts have budgets of their own
+        (login throttles, the work queues); the pages around it pay the debt back."""
         if not circuit.is_tor:
             return True
         now = self._clock()
@@ -51,7 +56,8 @@ class CircuitRequestRate:
             self._buckets.move_to_end(circuit)
             bucket[0] = min(self.burst, bucket[0] + (now - bucket[1]) * self.rate)
             bucket[1] = now
-        if bucket[0] < 1.0:
+        floor = -self.burst if form_post else 0.0
+        if bucket[0] - 1.0 < floor:
             return False
         bucket[0] -= 1.0
         return True

@@ -97,11 +97,14 @@ class DeadDropRequest(server.Request):
         boundary = _boundary_of(content_type)
         self.content = io.BytesIO()
         circuit = self.channel.circuit
-        if site.request_rate is not None and circuit is not None and not site.request_rate.allow(circuit):
+        form_post = getattr(self.channel, "_command", b"") == b"POST"
+        if (site.request_rate is not None and circuit is not None
+                and not site.request_rate.allow(circuit, form_post=form_post)):
             site.on_rate_limited(circuit)
             self.setHeader(b"retry-after", b"%d" % RETRY_AFTER_SECONDS)
             return self._refuse_early(429, "Too many requests",
-                                      "Too many requests at once. Nothing was lost; wait a few seconds, then try again.")
+                                      "Too many requests over this connection at once. Wait a few seconds, "
+                                      "then reload the page.")
         refusal = site.refuse_request(self.requestHeaders) if site.refuse_request is not None else None
         if refusal is not None:  # all headers are in: refuse before any of the body
             return self._refuse_early(*refusal)

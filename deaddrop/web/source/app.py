@@ -278,7 +278,11 @@ class SourceInterface(HtmlResponses):
         except Busy:
             reservation.cancel()
             self._refused(circuit, event=False)
-            return self._busy(request)  # the form's token stays valid: try again
+            self._flood("busy")
+            # The same codename again, on a fresh form: the one the source wrote down stays theirs.
+            request.setHeader(b"retry-after", b"60")
+            ctx = self._form_ctx(request, "create", codename)
+            return self._html(request, pages.generate(ctx, codename, ctx._(BUSY_MESSAGE)), 503)
         except BaseException:
             reservation.cancel()
             raise
@@ -329,6 +333,7 @@ class SourceInterface(HtmlResponses):
         reservation = self.login_throttle.reserve(circuit)
         if reservation is None:
             self._refused(circuit)
+            request.setHeader(b"retry-after", b"60")
             return self._html(request, pages.login(ctx, ctx._(THROTTLED), carried=carried), 429)
         try:
             # Not shielded: a visitor who leaves while waiting for Argon2id leaves the queue.
@@ -336,6 +341,7 @@ class SourceInterface(HtmlResponses):
         except LoginThrottled:
             reservation.cancel()
             self._refused(circuit)
+            request.setHeader(b"retry-after", b"60")
             return self._html(request, pages.login(ctx, ctx._(THROTTLED), carried=carried), 429)
         except Busy:
             reservation.cancel()

@@ -241,10 +241,13 @@ def safety(ctx: PageContext, retention_days: int | None = None) -> Tag:
     ])
 
 
-def generate(ctx: PageContext, codename: str) -> Tag:
+def generate(ctx: PageContext, codename: str, error: str | None = None) -> Tag:
+    """The codename page; shown again with ``error`` (and the same codename) when /create could
+    not take it yet, so a source who wrote it down never loses it."""
     _ = ctx._
     return _frame(ctx, _("Your codename"), [
         tags.h1(_("Your codename")),
+        _error(error),
         tags.p(_("This is your codename. Write it down on paper or learn it by heart, and keep it somewhere safe. "
                  "You need it to come back and read replies from our journalists.")),
         tags.p(codename, id="codename", class_="codename", lang="en", dir="ltr"),
