@@ -249,8 +249,10 @@ def main() -> int:
         load_start = time.perf_counter()
         while time.perf_counter() - load_start < 4.0:
             workers = [threading.Thread(target=Client(port).login, args=(codename,)) for _ in range(4)]
+            # A session of its own: a source keeps at most 8 sessions, so the logins above would
+            # soon end the first one.
             uploader_client = Client(port)
-            uploader_client.cookie = client.cookie
+            uploader_client.login(codename)
             uploader = threading.Thread(target=uploader_client.upload, args=(payload,))
             for t in workers + [uploader]:
                 t.start()
