@@ -8,7 +8,7 @@ import os
 import re
 import time
 
-from twisted.internet.defer import inlineCallbacks
+from twisted.internet.defer import DeferredList, inlineCallbacks
 from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
@@ -191,3 +191,28 @@ class StaleFormTests(_AnonymousTest):
         self.assertEqual(response.code, 403)
         count = yield self._source_count()
         self.assertEqual(count, 0)
+
+
+class DoubleSubmitTests(_AnonymousTest):
+    @inlineCallbacks
+    def test_continue_pressed_twice_says_the_codename_is_active_and_offers_to_log_in(self):
+        browser = self.browser()
+        response, generated = yield browser.get("/generate")
+        codename = _CODENAME.search(generated).group(1)
+        form = {"codename": codename, "csrf_token": browser.csrf(generated)}
+        anonymous = {c.name: c.value for c in browser.cookies}
+        # Both posts leave with the anonymous cookie, as a double click's do.
+        first, second = self.browser(), self.browser()
+        results = yield DeferredList([b.post("/create", data=form, cookies=anonymous, follow=False)
+                                      for b in (first, second)])
+        codes = sorted(r[0].code for ok, r in results)
+        self.assertEqual(codes, [303, 409])
+        page = next(r[1] for ok, r in results if r[0].code == 409)
+        self.assertIn("Your codename is active.", page)
+        self.assertIn('action="/login"', page)
+        self.assertNotIn("get a new codename", page)
+        # And that codename logs in (one source, not two).
+        response, html = yield self.browser().login(codename)
+        self.assertIn("Send more and read replies", html)
+        count = yield self._source_count()
+        self.assertEqual(count, 1)

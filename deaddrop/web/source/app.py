@@ -273,8 +273,12 @@ class SourceInterface(HtmlResponses):
             # Not shielded: a visitor who leaves while waiting for Argon2id leaves the queue.
             identity, passphrase = yield self.newsroom.create_source(codename, circuit)
         except ValueError:
+            # Its own form, sent twice (a double click): the first one made the codename. Say it
+            # is active and offer to log in, rather than "get a new codename" for one that works.
+            # (Its circuit still counts a failure: the same form replayed in a flood costs a run.)
             reservation.failed()
-            return self._error(request, 409, msgs.T_TRY_AGAIN, msgs.GET_NEW_CODENAME)
+            ctx = self._form_ctx(request, "login")
+            return self._html(request, pages.login(ctx, notice=ctx._(msgs.CODENAME_ACTIVE)), 409)
         except Busy:
             reservation.cancel()
             self._refused(circuit, event=False)
