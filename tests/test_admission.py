@@ -255,3 +255,22 @@ class WorkerPriorityTests(unittest.TestCase):
         from twisted.internet.defer import gatherResults
         d = gatherResults([niced.run(own_nice), plain.run(own_nice)])
         return d.addCallback(lambda values: compare(list(enumerate(values))))
+
+
+class StandingFadesTests(unittest.TestCase):
+    def test_a_request_in_bad_standing_is_not_starved_by_a_stream_of_clean_ones(self):
+        clock = Clock()
+        pool = ManualPool()
+        admission = Admission(pool, slots=1, clock=clock.seconds)
+        argon = admission.queue("argon2id", priority=2, per_key=2, max_waiting=8)
+        argon.standing = lambda key: 1 if key == "typo" else 0
+        argon.run("first", label, "first")  # running
+        argon.run("typo", label, "typo")  # a source that mistyped once, waiting
+        started = []
+        for i in range(4):  # a clean newcomer arrives every second, as each run ends
+            argon.run(f"clean{i}", label, f"clean{i}")
+            clock.advance(1.0)
+            pool.finish()
+            started.append(pool.jobs[0][0])
+        # A clean newcomer goes first once; after 2 s of waiting the source is served.
+        self.assertEqual(started, ["clean0", "typo", "clean1", "clean2"])

@@ -18,7 +18,8 @@ one at once, waits in a bounded queue, or is refused at once with ``Busy``:
   queue full takes the place of the newest request of the key in worst standing below its own:
   many circuits that keep failing cannot turn away, nor delay past one run, a circuit that has
   not failed. Standing is read when it matters (a circuit's first guess is clean, its second,
-  already queued, is not once the first has failed);
+  already queued, is not once the first has failed), and fades while a request waits (a point
+  every ``STANDING_FADES_AFTER`` seconds), so no key in bad standing is starved;
 * queues sharing an ``Admission`` are served by priority when a slot frees (a logged-in
   source's reply decryption before fresh Argon2id work);
 * a waiting request whose client went away is cancelled and leaves the queue.
@@ -37,6 +38,7 @@ from twisted.python.failure import Failure
 T = TypeVar("T")
 
 RETRY_AFTER_SECONDS = 60
+STANDING_FADES_AFTER = 2.0  # seconds of waiting that make up for one point of standing
 BUSY_TITLE = "The drop box is busy"
 BUSY_MESSAGE = "The drop box is busy. Nothing was lost; please try again in a minute."
 
@@ -74,11 +76,12 @@ class Ticket:
 
 
 class _Waiter:
-    __slots__ = ("key", "deferred")
+    __slots__ = ("key", "deferred", "since")
 
-    def __init__(self, key: Hashable, deferred: Deferred) -> None:
+    def __init__(self, key: Hashable, deferred: Deferred, since: float) -> None:
         self.key = key
         self.deferred = deferred
+        self.since = since
 
 
 class Admission:
@@ -132,6 +135,9 @@ class AdmissionQueue:
         self.waiting = 0
         # The key's standing, 0 = clean and higher = worse; None serves every key alike.
         self.standing: Optional[Callable[[Hashable], int]] = None
+        # Waiting this long makes up for one point of standing: a source that mistyped once
+        # is served after clean newcomers for a moment, never starved by a stream of them.
+        self.standing_fades_after = STANDING_FADES_AFTER
 
     # -- public
 
@@ -169,7 +175,7 @@ class AdmissionQueue:
                 del self._held[key]
             return fail(Busy(self.name))
         d: Deferred = Deferred(lambda d: self._cancel(waiter))
-        waiter = _Waiter(key, d)
+        waiter = _Waiter(key, d, self.admission.clock())
         self._held[key] += 1
         self._waiting.setdefault(key, collections.deque()).append(waiter)
         self._turns.setdefault(key, None)
@@ -236,14 +242,19 @@ class AdmissionQueue:
         return waiter
 
     def _next_key(self) -> Hashable:
-        """The first key in round-robin order among those in the best standing."""
+        """The first key in round-robin order among those in the best standing, less what its
+        oldest request has waited (see ``standing_fades_after``)."""
         if self.standing is None:
             return next(iter(self._turns))
-        best, best_standing = None, None
+        now = self.admission.clock()
+        best, best_rank = None, None
         for key in self._turns:  # at most ``max_waiting`` keys
             standing = self.standing(key)
-            if best_standing is None or standing < best_standing:
-                best, best_standing = key, standing
+            if standing > 0:
+                waited = now - self._waiting[key][0].since
+                standing = max(0, standing - int(waited / self.standing_fades_after))
+            if best_rank is None or standing < best_rank:
+                best, best_rank = key, standing
                 if standing <= 0:
                     break
         return best

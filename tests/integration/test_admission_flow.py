@@ -9,6 +9,7 @@ import sqlite3
 import threading
 import time
 import uuid as uuidlib
+from urllib.parse import urlencode
 
 from twisted.internet import reactor
 from twisted.internet.defer import DeferredList, inlineCallbacks, succeed
@@ -285,6 +286,39 @@ class CircuitThrottleTests(unittest.TestCase):
         self.assertEqual(codes, [303] + [409] * 5 + [429] * 2)
         throttle = self.server.service.source.login_throttle
         self.assertEqual(throttle.recent_failures(Circuit(0x30001)), 5)
+
+    @inlineCallbacks
+    def test_logins_that_hang_up_during_the_check_count_as_failures(self):
+        """A flood that hangs up before each answer must not stay clean and unthrottled: the
+        Argon2id run it started is spent anyway."""
+        import time as _time
+
+        from tests._circuits import proxy_line
+
+        newsroom = self.server.service.newsroom
+        real = newsroom.kdf.derive
+        self.patch(newsroom.kdf, "derive", lambda codename: (_time.sleep(0.3), real(codename))[1])
+        circuit = 0x40004
+        attacker = self.browser(circuit)
+        _, html = yield attacker.get("/login")
+        cookie = "; ".join(f"{c.name}={c.value}" for c in attacker.cookies)
+        body = urlencode({"codename": codenames.generate_codename(7), "csrf_token": attacker.csrf(html)}).encode()
+        port = int(self.tor_url.rsplit(":", 1)[1])
+        for _ in range(5):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(proxy_line(circuit) + (
+                f"POST /login HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\n"
+                f"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+                + body)
+            yield deferLater(reactor, 0.1, lambda: None)  # its check has begun
+            s.close()  # and the attacker is gone before the answer
+            yield deferLater(reactor, 0.3, lambda: None)  # (one at a time: two would fill its places)
+        throttle = self.server.service.source.login_throttle
+        yield wait_until(lambda: throttle.recent_failures(Circuit(circuit)) == 5)
+        response, html = yield self.browser(circuit).login(codenames.generate_codename(7))
+        self.assertEqual(response.code, 429)
+        self.assertIn("abandoned", [e.get("reason") for e in security_events(self.server)
+                                    if e["event"] == "source.flood"])
 
     @inlineCallbacks
     def test_concurrent_wrong_logins_on_one_circuit_cannot_all_run_argon2id(self):

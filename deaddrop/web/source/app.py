@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from klein import Klein
-from twisted.internet.defer import Deferred, inlineCallbacks
+from twisted.internet.defer import CancelledError, Deferred, inlineCallbacks
 from twisted.logger import Logger
 
 from deaddrop import __version__, codenames
@@ -287,6 +287,9 @@ class SourceInterface(HtmlResponses):
             request.setHeader(b"retry-after", b"60")
             ctx = self._form_ctx(request, "create", codename)
             return self._html(request, pages.generate(ctx, codename, ctx._(BUSY_MESSAGE)), 503)
+        except CancelledError:
+            self._abandoned(reservation)
+            raise
         except BaseException:
             reservation.cancel()
             raise
@@ -355,6 +358,9 @@ class SourceInterface(HtmlResponses):
             self._flood("busy")
             request.setHeader(b"retry-after", b"60")
             return self._html(request, pages.login(ctx, ctx._(BUSY_MESSAGE), carried=carried), 503)
+        except CancelledError:
+            self._abandoned(reservation)
+            raise
         except BaseException:
             reservation.cancel()
             raise
@@ -384,6 +390,13 @@ class SourceInterface(HtmlResponses):
             self._flood("circuit_closed")
             self.circuit_closer.close(circuit).addErrback(lambda f: None)
 
+    def _abandoned(self, reservation: Any) -> None:
+        """The visitor hung up while its codename was being checked (or waited to be): it
+        counts as a failure for its circuit. The Argon2id run, once started, is spent anyway,
+        and a flood that hangs up before each answer must not stay clean, unthrottled, open."""
+        reservation.failed()
+        self._flood("abandoned")
+
     def _rate_limited(self, circuit: Any) -> None:
         self._flood("requests")
         self._refused(circuit, event=False)
@@ -391,7 +404,8 @@ class SourceInterface(HtmlResponses):
     def _flood(self, reason: str) -> None:
         """Tell the IDS the source side is being flooded: a queue full (``busy``), a circuit over
         its request rate (``requests``), a circuit closed (``circuit_closed``), an upload ended
-        to make room (``upload_ended``). Folded: one line per reason every 10 s, never who."""
+        to make room (``upload_ended``), a login or creation abandoned mid-check
+        (``abandoned``). Folded: one line per reason every 10 s, never who."""
         folded = self._flood_events.admit(reason)
         if folded is not None:
             self.events.emit("source.flood", reason=reason, repeated=folded or None)
