@@ -41,9 +41,19 @@ def stored_files(server) -> set[str]:
 def secret_keys(server) -> set[str]:
     import subprocess
 
-    out = subprocess.run(["gpg", "--homedir", os.path.join(server.data_dir, "gnupg"), "--batch", "--with-colons",
-                          "--list-secret-keys"], capture_output=True).stdout.decode()
-    return {line.split(":")[9] for line in out.splitlines() if line.startswith("fpr:")}
+    import time as _time
+
+    # gpg asks the home's agent which keys have a secret half; on a loaded machine a first
+    # connection to it can fail (seen once in CI: an empty list). Asked again, with what gpg
+    # said kept for the failure message.
+    for attempt in range(3):
+        done = subprocess.run(["gpg", "--homedir", os.path.join(server.data_dir, "gnupg"), "--batch",
+                               "--with-colons", "--list-secret-keys"], capture_output=True)
+        found = {line.split(":")[9] for line in done.stdout.decode().splitlines() if line.startswith("fpr:")}
+        if found or (done.returncode == 0 and b"agent" not in done.stderr):
+            return found
+        _time.sleep(1.0)
+    raise AssertionError(f"gpg --list-secret-keys failed: rc {done.returncode}: {done.stderr.decode()[-300:]}")
 
 
 class RetentionTests(unittest.TestCase):
