@@ -242,21 +242,20 @@ class AdmissionQueue:
         return waiter
 
     def _next_key(self) -> Hashable:
-        """The first key in round-robin order among those in the best standing, less what its
-        oldest request has waited (see ``standing_fades_after``)."""
+        """The key to serve: best standing, less a point for each ``standing_fades_after``
+        seconds its oldest request has waited (so none is starved), then the cleaner record
+        (a clean newcomer goes before a flooder whose standing has merely faded), then
+        round-robin order."""
         if self.standing is None:
             return next(iter(self._turns))
         now = self.admission.clock()
         best, best_rank = None, None
         for key in self._turns:  # at most ``max_waiting`` keys
             standing = self.standing(key)
-            if standing > 0:
-                waited = now - self._waiting[key][0].since
-                standing = max(0, standing - int(waited / self.standing_fades_after))
-            if best_rank is None or standing < best_rank:
-                best, best_rank = key, standing
-                if standing <= 0:
-                    break
+            faded = standing - int((now - self._waiting[key][0].since) / self.standing_fades_after)
+            rank = (faded, standing)
+            if best_rank is None or rank < best_rank:
+                best, best_rank = key, rank
         return best
 
     def _make_room_for(self, key: Hashable) -> bool:
