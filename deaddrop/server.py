@@ -186,7 +186,16 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
     _add_tor(top, config, reactor)
     _add_retention(top, reactor)
     _add_status_file(top, config, reactor, io_pool, fingerprint)
+    _add_file_times(top, config, reactor, io_pool)
     return top
+
+
+def _add_file_times(top: DeadDropService, config: Config, reactor: Any, io_pool: WorkerPool) -> None:
+    """Every file and folder of the data dir cut to the day, now and after every midnight UTC."""
+    from deaddrop.file_times import FileTimeNormaliser
+
+    top.file_times = FileTimeNormaliser(reactor, config.data_dir, io_pool)
+    top.file_times.setServiceParent(top)
 
 
 def _add_retention(top: DeadDropService, reactor: Any) -> None:

@@ -1,0 +1,167 @@
+"""File times on a seized disk: every file and folder of the data directory cut to the day.
+
+A file's times date what last happened to it: a source folder's mtime its creation, the
+keyring's the latest key pair (a first submission), the WAL's the latest write, and every
+inode's ctime the latest change of any kind. Stored times are kept to the day, so the files
+must be too. ``normalise_times`` sets each entry's access and modification times to the start
+(midnight UTC) of their own day; the kernel then sets its change time, which no call can set,
+to the moment of the normalisation. Run at start-up and just after every midnight UTC, this
+leaves no time of day on the disk for anything done before the last run.
+
+``utime`` changes no content, so it cannot corrupt a file being written: a write in flight
+(an upload in ``tmp/``, SQLite's WAL, gpg replacing its keybox) simply gives its file a newer
+time again, which the next run cuts. Entries are reached through directory descriptors and
+never through a symbolic link, so nothing outside the data directory is touched; an entry that
+disappears meanwhile (a rename, a deletion) is skipped.
+"""
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from twisted.application import service
+from twisted.internet.defer import Deferred, DeferredLock
+from twisted.logger import Logger
+
+from deaddrop.crypto.pool import forbid_reactor_thread
+
+DAY_NS = 86400 * 10**9
+DAY = 86400.0
+
+_log = Logger()
+
+
+@dataclass(frozen=True)
+class NormaliseReport:
+    entries: int  # files, folders, links and sockets given day times
+    failed: int  # entries that could not be changed (not ours, or vanished mid-way)
+
+
+def _day_ns(ns: int) -> int:
+    return ns - ns % DAY_NS
+
+
+def _cut(name: str, dir_fd: int, st: os.stat_result) -> bool:
+    """Cut one entry's times to its own day (a link's own, never its target's)."""
+    try:
+        os.utime(name, ns=(_day_ns(st.st_atime_ns), _day_ns(st.st_mtime_ns)), dir_fd=dir_fd, follow_symlinks=False)
+        return True
+    except OSError:
+        # Removed or renamed meanwhile (activity after this run began), or not ours to change.
+        return False
+
+
+def _normalise_folder(dir_fd: int, counts: list[int]) -> None:
+    # Its times before listing it: reading a folder sets its access time.
+    st = os.fstat(dir_fd)
+    try:
+        names = os.listdir(dir_fd)
+    except OSError:
+        names = []
+    for name in names:
+        try:
+            entry = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError:
+            counts[1] += 1  # gone meanwhile
+            continue
+        if stat.S_ISDIR(entry.st_mode):
+            try:
+                # O_NOFOLLOW: a folder swapped for a link meanwhile is not followed.
+                sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            except OSError:
+                counts[1] += 1
+                continue
+            try:
+                _normalise_folder(sub, counts)
+            finally:
+                os.close(sub)
+        else:
+            counts[0 if _cut(name, dir_fd, entry) else 1] += 1
+    try:
+        os.utime(dir_fd, ns=(_day_ns(st.st_atime_ns), _day_ns(st.st_mtime_ns)))
+        counts[0] += 1
+    except OSError:
+        counts[1] += 1
+
+
+def normalise_times(data_dir: str) -> NormaliseReport:
+    """Give every file and folder under ``data_dir`` (and itself) day-precision times.
+
+    Folders are entered through descriptors opened with ``O_NOFOLLOW``, and links are changed
+    themselves, so nothing outside ``data_dir`` is ever touched."""
+    forbid_reactor_thread("file time normalisation")
+    counts = [0, 0]
+    top = os.open(data_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        _normalise_folder(top, counts)
+    finally:
+        os.close(top)
+    return NormaliseReport(*counts)
+
+
+def next_midnight(now: float) -> float:
+    return (now // DAY + 1) * DAY
+
+
+class FileTimeNormaliser(service.Service):
+    """Runs ``normalise_times`` in ``pool`` at start-up and just after every midnight UTC."""
+
+    name = "file-times"
+
+    def __init__(self, reactor: Any, data_dir: str, pool: Any,
+                 clock: Callable[[], float] | None = None,
+                 normalise: Callable[[str], NormaliseReport] = normalise_times) -> None:
+        self._reactor = reactor
+        self._data_dir = data_dir
+        self._pool = pool
+        self._clock = clock or reactor.seconds
+        self._normalise = normalise
+        self._call = None
+        self._lock = DeferredLock()
+        self.last_run: float | None = None  # when the last completed run began
+
+    def startService(self) -> None:
+        super().startService()
+        self.run()
+
+    def stopService(self) -> Any:
+        super().stopService()
+        self._cancel_call()
+        # The pool is stopped after the services: let a run in flight finish first.
+        return self._lock.acquire().addCallback(lambda lock: lock.release())
+
+    def run(self) -> Deferred:
+        """A whole normalisation that begins now (after one in flight, if any); then the next
+        one is due at the coming midnight UTC. Fires with the ``NormaliseReport`` (None if it
+        failed: the error is logged)."""
+        self._cancel_call()
+        return self._lock.run(self._run_once)
+
+    def _run_once(self) -> Deferred:
+        began = self._clock()
+
+        def done(report: NormaliseReport) -> NormaliseReport:
+            self.last_run = began
+            _log.info("file times cut to the day: {entries} entries ({failed} not changed)",
+                      entries=report.entries, failed=report.failed)
+            return report
+
+        def failed(f: Any) -> None:
+            # Only the error's type: a message could carry a path, which may name a source.
+            _log.error("file time normalisation failed: {error}", error=f.type.__name__)
+
+        def schedule(result: Any) -> Any:
+            self._cancel_call()
+            if self.running:
+                now = self._clock()
+                self._call = self._reactor.callLater(max(0.0, next_midnight(now) - now), self.run)
+            return result
+
+        return self._pool.run(self._normalise, self._data_dir).addCallbacks(done, failed).addBoth(schedule)
+
+    def _cancel_call(self) -> None:
+        if self._call is not None and self._call.active():
+            self._call.cancel()
+        self._call = None

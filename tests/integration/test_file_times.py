@@ -1,0 +1,151 @@
+"""File times on a seized disk, on the real server (real gpg keyring, SQLite WAL, store).
+
+A source's whole visit (create, submit a message and a document, a reply read) leaves exact
+times all over the data directory: its store folder, the keyring and trust database gpg wrote
+when its key was made, ``tmp/``, the WAL, and every changed file's ctime. After a normalisation
+none of them falls inside the visit; between two normalisations what the README says remains
+visible does, and nothing else.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from twisted.internet import reactor
+from twisted.internet.defer import inlineCallbacks
+from twisted.internet.task import deferLater
+from twisted.trial import unittest
+
+from tests._support import Browser, initialised_data_dir, start_server
+from tests.integration.test_journalist_api import db_rows
+
+DAY = 86400
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# File times come from the kernel's coarse clock, which may lag time.time() by a tick.
+TICK = 0.05
+
+VISIBLE_BETWEEN_RUNS = (
+    "What remains visible between two runs: the exact time of the last change of each file or "
+    "folder changed since the last run, which dates activity since the last midnight UTC (or "
+    "since the server started, if that was later), and nothing earlier."
+)
+
+
+def all_entries(root: str) -> list[str]:
+    found = [root]
+    for dirpath, dirnames, filenames in os.walk(root):
+        found += [os.path.join(dirpath, n) for n in dirnames + filenames]
+    return found
+
+
+def times_inside(root: str, start: float, end: float) -> list[str]:
+    """Every time under ``root`` that falls inside [start, end] and is finer than the day."""
+    hits = []
+    for path in all_entries(root):
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        for label, value in (("mtime", st.st_mtime), ("atime", st.st_atime), ("ctime", st.st_ctime)):
+            if start <= value <= end and (label == "ctime" or value % DAY):
+                hits.append(f"{label} of {os.path.relpath(path, root)}")
+    return hits
+
+
+def pause():
+    return deferLater(reactor, 2 * TICK, lambda: None)
+
+
+class FileTimesTests(unittest.TestCase):
+    timeout = 120
+
+    @inlineCallbacks
+    def visit(self, server):
+        """A source's whole visit: create, a message and a document, a reply read. -> its span."""
+        yield pause()
+        start = time.time()
+        source = Browser(server.source_url)
+        self.addCleanup(source.close)
+        codename = yield source.create_source()
+        response, _ = yield source.submit("a message", [("a.pdf", b"a document " * 2000)])
+        self.assertEqual(response.code, 200)
+        [(source_id,)] = db_rows(server, "SELECT id FROM sources WHERE pending = 0")
+        newsroom = server.service.newsroom
+        yield newsroom.key_ready(source_id)
+        yield newsroom.add_reply(source_id, "REPLY-FROM-THE-NEWSROOM")
+        again = Browser(server.source_url)
+        self.addCleanup(again.close)
+        response, html = yield again.login(codename)
+        self.assertIn("REPLY-FROM-THE-NEWSROOM", html)
+        end = time.time()
+        yield pause()
+        return again, start, end
+
+    @inlineCallbacks
+    def test_a_visit_leaves_no_time_after_a_normalisation(self):
+        server = yield start_server(self)
+        browser, start, end = yield self.visit(server)
+        data = server.data_dir
+        before = times_inside(data, start, end)
+        # The visit did date these (the holes the normalisation closes), so the search works.
+        for hit in ("mtime of store", "mtime of gnupg", "ctime of gnupg/pubring.kbx", "mtime of gnupg/trustdb.gpg",
+                    "mtime of tmp", "mtime of db.sqlite-wal"):
+            self.assertIn(hit, before)
+        self.assertTrue(any(h.startswith("ctime of store/") for h in before), before)
+
+        ran_at = time.time()
+        report = yield server.service.file_times.run()
+        self.assertEqual(report.failed, 0)
+        self.assertGreater(report.entries, 20)
+        self.assertEqual(times_inside(data, start, end), [])
+        for path in all_entries(data):
+            st = os.lstat(path)
+            if st.st_mtime < ran_at - TICK:  # not changed since the run began (status.json is)
+                self.assertEqual(st.st_mtime % DAY, 0, path)
+
+        # Everything still works on the normalised files: SQLite, the keyring, the store.
+        response, html = yield browser.get("/lookup")
+        self.assertIn("REPLY-FROM-THE-NEWSROOM", html)
+        response, html = yield browser.submit("after the normalisation")
+        self.assertEqual(response.code, 200)
+        self.assertEqual(len(db_rows(server, "SELECT id FROM submissions")), 3)
+
+    @inlineCallbacks
+    def test_what_the_readme_says_remains_visible_between_two_runs(self):
+        with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+            readme = " ".join(f.read().split())
+        self.assertTrue(VISIBLE_BETWEEN_RUNS in readme, "the README no longer says what remains visible, as tested")
+
+        server = yield start_server(self)
+        yield server.service.file_times.run()
+        # "activity since the last run ... is dated": a visit after the run is.
+        _, start, end = yield self.visit(server)
+        self.assertIn("mtime of store", times_inside(server.data_dir, start, end))
+        # "... and nothing earlier": once the next run (the next midnight) is done, it is not.
+        # The run is the one the server has scheduled, at the coming midnight UTC.
+        call = server.service.file_times._call
+        self.assertLess(abs(call.getTime() - (time.time() // DAY + 1) * DAY), 0.01)
+        yield server.service.file_times.run()
+        self.assertEqual(times_inside(server.data_dir, start, end), [])
+
+    @inlineCallbacks
+    def test_at_start_up(self):
+        """Times left by an earlier run (or any other writer) are cut when the server starts."""
+        data = yield initialised_data_dir(self)
+        exact = time.time() - 3 * 3600 - 0.25
+        if exact % DAY < 1:  # an exact midnight would pass for a cut one
+            exact -= 10
+        for path in all_entries(data):
+            os.utime(path, (exact, exact), follow_symlinks=False)
+        yield pause()
+        server = yield start_server(self, data_dir=data)
+        normaliser = server.service.file_times
+        while normaliser.last_run is None:
+            yield deferLater(reactor, 0.05, lambda: None)
+        began = normaliser.last_run
+        self.assertLess(exact, began)
+        for path in all_entries(data):
+            st = os.lstat(path)
+            self.assertGreaterEqual(st.st_ctime, began - TICK, path)  # every inode was rewritten
+            for value in (st.st_mtime, st.st_atime):
+                self.assertTrue(value % DAY == 0 or value >= began - TICK, (path, value))
