@@ -9,8 +9,11 @@ import os
 import re
 import secrets
 from functools import lru_cache
+from importlib.resources import files
 
-WORDLIST_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "wordlists")
+# Package data: in the checkout ``deaddrop/wordlists`` links to the top-level ``wordlists/`` (the
+# one copy); wheels and sdists carry the files themselves, so an installed copy finds them too.
+WORDLIST_DIR = str(files("deaddrop") / "wordlists")
 
 MIN_WORDS = 4
 MAX_WORDS = 16

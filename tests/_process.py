@@ -48,8 +48,11 @@ class ServerProcess:
     """One data directory, served by successive ``twistd -n deaddrop`` processes."""
 
     def __init__(self, data_dir: str, *, workdir: str | None = None, extra_args: Iterable[str] = (),
-                 submission_key: str | None = None) -> None:
+                 submission_key: str | None = None, twistd: str = TWISTD,
+                 env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
+        self.twistd = twistd  # another install's (tests/integration/test_packaging.py)
+        self.env = env
         self.workdir = workdir or os.path.dirname(os.path.abspath(data_dir))
         self.extra_args = list(extra_args)
         self.submission_key = submission_key or test_svs().public_key_path
@@ -63,7 +66,7 @@ class ServerProcess:
 
     def argv(self, port: int) -> list[str]:
         return [
-            TWISTD, "-n", "--pidfile=", "deaddrop",
+            self.twistd, "-n", "--pidfile=", "deaddrop",
             "--tor", "none",
             "--data-dir", self.data_dir,
             "--submission-key", self.submission_key,
@@ -81,7 +84,8 @@ class ServerProcess:
         with open(self.log_path, "ab") as log:
             # Own session and process group: kill() can find the gpg children it leaves behind.
             self.proc = subprocess.Popen(self.argv(self.port), stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, cwd=self.workdir, start_new_session=True)
+                                         stdin=subprocess.DEVNULL, cwd=self.workdir, start_new_session=True,
+                                         env=self.env)
         self.starts += 1
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

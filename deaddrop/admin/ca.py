@@ -21,7 +21,6 @@ import json
 import os
 import re
 import secrets
-import string
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -33,6 +32,7 @@ from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from deaddrop.admin._output import AdminError
+from deaddrop.codenames import codename_words
 from deaddrop.store._atomic import write_atomically
 
 ALGORITHMS = ("p256", "ed25519")
@@ -44,7 +44,6 @@ CLOCK_SKEW = datetime.timedelta(minutes=5)
 # Names end up in file names and in the certificate CN: keep them boring.
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 PASSWORD_WORDS = 7  # from a 7776-word list: ~90 bits, the .p12 may be attacked offline
-_WORDLIST = Path(__file__).resolve().parents[2] / "wordlists" / "codename-words.txt"
 
 CAKey = ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
 
@@ -308,15 +307,8 @@ def load_ca(ca_dir: str) -> tuple[CAKey, x509.Certificate]:
 
 def generate_password() -> str:
     """A diceware-style passphrase: easy to type into a browser's import dialog."""
-    try:
-        words = [w for w in _WORDLIST.read_text("utf-8").split() if w]
-    except OSError:
-        words = []
-    if len(words) >= 4096:
-        return "-".join(secrets.choice(words) for _ in range(PASSWORD_WORDS))
-    # Installed without the word lists: 20 base32-ish characters are ~100 bits.
-    alphabet = string.ascii_lowercase + "234567"
-    return "-".join("".join(secrets.choice(alphabet) for _ in range(5)) for _ in range(4))
+    words = codename_words()
+    return "-".join(secrets.choice(words) for _ in range(PASSWORD_WORDS))
 
 
 # -- internals --------------------------------------------------------------------------
