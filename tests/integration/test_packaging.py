@@ -42,6 +42,9 @@ _STYLESHEET = re.compile(r'<link rel="stylesheet" href="(/static/[^"]+)"')
 
 
 def _run(argv: list[str], **kw) -> subprocess.CompletedProcess:
+    # Never the test process's PYTHONPATH (trial -j sets it to its own sys.path): pip would find
+    # the dependencies there and not install them, and the installed copy would not be alone.
+    kw.setdefault("env", {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")})
     proc = subprocess.run(argv, capture_output=True, text=True, **kw)
     if proc.returncode != 0:
         raise AssertionError(f"{' '.join(argv)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
