@@ -35,6 +35,8 @@ class Config:
     submission_key: str | None = None
     codename_words: int = 7
     max_upload_size: int = 500 * MiB
+    # Kept free on the store's file system: uploads that would eat into it are refused at once.
+    disk_reserve: str = "2GB,5%"  # the larger of 2 GB and 5% (see deaddrop.store.disk_space)
     crypto_threads: int = 4
     stream_threads: int = 256  # mostly idle pumps waiting for a slow Tor upload
     uploads_per_source: int = 2  # uploads in flight per source identity (not per session)
@@ -88,6 +90,12 @@ class Config:
             raise ConfigError("--retention-days must be between 1 and 36500")
         if self.max_upload_size < 1024:
             raise ConfigError("--max-upload-size must be at least 1024 bytes")
+        from deaddrop.store.disk_space import DiskReserve
+
+        try:
+            DiskReserve.parse(self.disk_reserve)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         if not 1 <= self.crypto_threads <= 256:
             raise ConfigError("--crypto-threads must be between 1 and 256")
         if not 10 <= self.journalist_connection_max_age <= 7 * 86400:

@@ -29,6 +29,7 @@ from deaddrop.sources import Newsroom, SourceQueues
 from deaddrop.store import queries
 from deaddrop.store._atomic import write_atomically
 from deaddrop.store.db import SCHEMA_VERSION, Database
+from deaddrop.store.disk_space import DiskReserve, DiskSpace
 from deaddrop.store.files import Store
 from deaddrop.web._common.connections import ConnectionLimits, budget_for, raise_fd_limit
 from deaddrop.web._common.sessions import SessionStore
@@ -132,10 +133,11 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
     queues = SourceQueues.build(crypto_pool, config.crypto_threads, message_pool, config.message_threads,
                                 stream_pool, config.stream_threads, config.uploads_per_source)
 
+    store = Store(config.data_dir)
     newsroom = Newsroom(
         reactor=reactor,
         db=db,
-        store=Store(config.data_dir),
+        store=store,
         keyring=keyring,
         kdf=CodenameKdf(Peppers.load_or_create(config.data_dir), config.kdf_cost),
         crypto_pool=crypto_pool,
@@ -146,6 +148,8 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
         events=events,
         queues=queues,
         message_pool=message_pool,
+        # Uploads are written (encrypted) to the store's temp folder, on the store's file system.
+        disk=DiskSpace(store.tmp, DiskReserve.parse(config.disk_reserve)),
     )
     report = newsroom.recover_blocking()
     _log.info(

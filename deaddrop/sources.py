@@ -29,6 +29,7 @@ from deaddrop.crypto.upload_slots import UploadSlots
 from deaddrop.events import SecurityEvents
 from deaddrop.store import queries
 from deaddrop.store.db import Database
+from deaddrop.store.disk_space import DiskSpace
 from deaddrop.store.files import Store
 from deaddrop.web._common.throttle import FailureThrottle
 
@@ -145,6 +146,7 @@ class Newsroom:
     events: SecurityEvents
     queues: SourceQueues
     message_pool: WorkerPool  # text-only parts: never behind slow file uploads
+    disk: DiskSpace | None = None  # admits uploads against free space (None: not checked)
     clock: Callable[[], float] = time.time
     identity_logins: FailureThrottle = field(
         default_factory=lambda: FailureThrottle(IDENTITY_LOGINS_PER_MINUTE, 60.0))

@@ -75,6 +75,8 @@ class _Harness:
 
 _GET = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
 _POST_HEAD = b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: %d\r\n\r\n"
+_UPLOAD_HEAD = (b"POST /submit HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b\r\n"
+                b"Content-Length: %d\r\n\r\n")
 
 
 class ListenerCapTests(unittest.TestCase):
@@ -205,10 +207,11 @@ class DeadlineTests(unittest.TestCase):
         h.clock.advance(BodyPolicy().header_timeout + 0.01)
         self.assertTrue(transport.aborted)
 
-    def _drip_body(self, policy: BodyPolicy, chunk: int, every: float, seconds: float) -> tuple[bool, float]:
-        h = _Harness(self, policy=policy)
+    def _drip_body(self, policy: BodyPolicy, chunk: int, every: float, seconds: float,
+                   head: bytes = _POST_HEAD % 10**9, **site_options) -> tuple[bool, float]:
+        h = _Harness(self, policy=policy, **site_options)
         protocol, transport = h.connect()
-        protocol.dataReceived(_POST_HEAD % 10**9)
+        protocol.dataReceived(head)
         elapsed = 0.0
         while elapsed < seconds and not transport.aborted:
             h.clock.advance(every)
@@ -253,6 +256,37 @@ class DeadlineTests(unittest.TestCase):
         aborted, after = self._drip_body(policy, 3000, 1.0, 600)  # 3 KB/s, above the floor
         self.assertTrue(aborted)
         self.assertAlmostEqual(after, policy.form_body_deadline, delta=1)
+
+    def _drip_upload(self, announced: int, chunk: int, every: float, seconds: float) -> tuple[bool, float]:
+        """A multipart upload announcing ``announced`` bytes, sent ``chunk`` bytes every ``every`` s."""
+        return self._drip_body(BodyPolicy(), chunk, every, seconds, head=_UPLOAD_HEAD % announced,
+                               start_upload=lambda request, boundary, length: _SwallowedUpload(),
+                               multipart_limit=lambda: 1 << 45)
+
+    def test_a_large_upload_gets_the_time_its_size_needs_at_a_slow_tor_rate(self):
+        # 6 GB at 300 KB/s takes 5.6 hours: far past the 2 hours any body gets, yet a source's
+        # upload over a slow circuit (issue 21).
+        aborted, _ = self._drip_upload(6 * 10**9, 3_000_000, 10.0, 5 * 3600)
+        self.assertFalse(aborted)
+
+    def test_a_small_upload_still_has_the_two_hour_deadline(self):
+        aborted, after = self._drip_upload(100 * 10**6, 30_000, 10.0, 4 * 3600)  # 3 KB/s, above the floor
+        self.assertTrue(aborted)
+        self.assertAlmostEqual(after, BodyPolicy().body_deadline, delta=10)
+
+
+class _SwallowedUpload:
+    """Stands for the multipart parser: takes the body and drops it."""
+
+    def feed(self, data: bytes) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
 
 
 def _reactor_turn(clock: Clock) -> None:

@@ -139,6 +139,13 @@ class SessionStore:
             self._anonymous.move_to_end(key)
         return session
 
+    def is_live(self, session: Session) -> bool:
+        """Whether ``session`` is still in the store and within its timeouts (seeing it does not
+        count as activity)."""
+        now = self._clock()
+        return (self._sessions.get(session.token_hash) is session
+                and now - session.last_seen <= self.idle_timeout and now - session.created <= self.absolute_timeout)
+
     def bind(self, session: Session, owner: Hashable) -> None:
         """Record whose login ``session`` is (None: nobody's any more). An owner keeps at most
         ``max_per_owner`` sessions: their oldest ends to make room."""

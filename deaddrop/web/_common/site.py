@@ -35,8 +35,11 @@ class BodyPolicy:
     # A request's line and headers must all arrive within this time of the connection opening
     # (or of the previous response): a client waiting longer is only holding a socket.
     header_timeout: float = 20.0
-    # No request body may take longer than this, however steadily it arrives.
+    # No request body may take longer than this, however steadily it arrives; an upload that
+    # announces more bytes than this allows at ``upload_floor_rate`` gets that much longer (5 GB
+    # over a Tor circuit takes hours; the slot sharing in upload_slots ends trickles sooner).
     body_deadline: float = 2 * 3600.0
+    upload_floor_rate: float = 32 * 1024
     # Form and JSON bodies are at most ``max_form_bytes``: a minute is plenty even over Tor,
     # and a connection dribbling one must not hold a socket for the uploads' deadline.
     form_body_deadline: float = 60.0
@@ -85,6 +88,8 @@ def _set_read_size(transport: Any, size: int) -> None:
 
 class DeadDropRequest(server.Request):
     upload: MultipartUpload | None = None
+    # Who the interface found logged in when the upload started (its one session check).
+    upload_login: Any = None
     _refused = False
     _body_bytes = 0
 
@@ -313,6 +318,8 @@ class DeadDropChannel(http.HTTPChannel):
             deadline = policy.body_deadline
             if not self._is_multipart():
                 deadline = min(deadline, policy.form_body_deadline)
+            elif self.length is not None and self.length > 0:
+                deadline = max(deadline, self.length / policy.upload_floor_rate)
             self._body_deadline = self.callLater(deadline, self._too_slow)
         super().allHeadersReceived()
 

@@ -23,7 +23,10 @@ from deaddrop.crypto.streaming import EncryptionFailed
 from deaddrop.events import EventGate, SecurityEvents
 from deaddrop.settings import InstanceSettings
 from deaddrop.source_texts import SourceTexts
-from deaddrop.sources import EncryptedPart, LoginThrottled, Newsroom, SourceIdentity, StorageFailed, is_disk_full
+from deaddrop.store.disk_space import NoRoom
+from deaddrop.sources import (
+    EncryptedPart, LoginThrottled, Newsroom, SourceIdentity, SourceNotFound, StorageFailed, is_disk_full,
+)
 from deaddrop.web._common.circuits import CircuitCloser, NoCloser, circuit_of
 from deaddrop.web._common.connections import ConnectionLimits
 from deaddrop.web._common.deferreds import shield
@@ -59,6 +62,11 @@ FORM_LIFETIME = 3600.0
 _MAX_CODENAME_CHARS = 1024
 # Why an upload was refused before its files were read (UploadError.reason).
 _EXPIRED = "expired"
+_CLOSED = "closed"  # the newsroom deleted the source while its upload was arriving
+_NO_ROOM = "no-room"  # the disk cannot take the upload and keep its reserve
+# A refusal for want of space names the largest file that fits: the body's other parts (the
+# message, the form's fields and boundaries) are allowed this much.
+_FORM_ALLOWANCE = MAX_MESSAGE_CHARS * 4 + (64 << 10)
 _IN_FLIGHT = "in-flight"
 _BUSY = "busy"
 _STILL_RECEIVING = "Another submission from you is still being received. Please wait for it to finish."
@@ -100,8 +108,12 @@ class SourceInterface(HtmlResponses):
     _throttled_events: EventGate = field(default_factory=lambda: EventGate(10.0))
     # "source.flood", per reason, at most once every 10 s (see _flood).
     _flood_events: EventGate = field(default_factory=lambda: EventGate(10.0))
+    # "source.upload.no_room" at most once every 10 minutes: the admin needs to hear, not count.
+    _disk_events: EventGate = field(default_factory=lambda: EventGate(600.0))
     # Requests per Tor circuit, shared by every listener of this site.
     request_rate: CircuitRequestRate = field(default_factory=CircuitRequestRate)
+    # Uploads still arriving, per source id: a source the newsroom deletes has them ended.
+    _uploads: dict[int, set[MultipartUpload]] = field(default_factory=dict)
 
     cookie: SessionCookie = field(init=False)
 
@@ -164,6 +176,10 @@ class SourceInterface(HtmlResponses):
             session.data.clear()
             session.data["closed"] = True
             self.sessions.bind(session, None)
+        # Uploads it started under a live session stop here: their ciphertext is discarded and
+        # the page that answers says the conversation was closed (the typed message kept).
+        for upload in list(self._uploads.get(source_id, ())):
+            upload.cancel(UploadError(403, "The conversation was closed.", _CLOSED))
 
     def _refuse_anonymous(self, request: Any, post: bool) -> Any:
         session = self._session(request)
@@ -461,8 +477,10 @@ class SourceInterface(HtmlResponses):
             return self._refused_upload_page(request, e, upload.fields_so_far())
         except EncryptionFailed as e:
             return self._storage_failed(request, e, upload.fields_so_far().get("msg", ""))
-        login = self._current_login(request)
-        if login is None:  # the session ended while the body was arriving
+        # The login checked once, when the upload started: a session that ended while the body
+        # was arriving (expiry, a logout in another tab) does not lose what was sent.
+        login: SourceLogin | None = request.upload_login
+        if login is None:  # not reached: a body without a login fails at its first file byte or end
             _discard(self.newsroom, result)
             return self._refused_upload_page(request, UploadError(403, "expired", _EXPIRED), result.fields)
         message = result.fields.get("msg", "")
@@ -480,7 +498,10 @@ class SourceInterface(HtmlResponses):
             problem = (400, ctx._(msgs.NO_FILES))
         if problem is not None:
             _discard(self.newsroom, result)
-            page = yield self._lookup_page(request, login, status=problem[0], message=message, error=problem[1])
+            live = self._still_logged_in(request, login)
+            if live is None:  # nothing stored: the login page, the message carried in it
+                return self._refused_upload_page(request, UploadError(problem[0], "expired", _EXPIRED), result.fields)
+            page = yield self._lookup_page(request, live, status=problem[0], message=message, error=problem[1])
             return page
         page = yield self._store_submission(request, login, message, result)
         return page
@@ -504,11 +525,36 @@ class SourceInterface(HtmlResponses):
             self._flood("busy")
             request.setHeader(b"retry-after", b"60")
             return self._form_again(request, 503, message, msgs.BUSY)  # the message stays in the form
-        session = login.session
-        session.flash(msgs.received(i18n.negotiate(request), bool(message.strip()), len(result.files)), "ok")
-        if session.data.pop("first_visit", False):
+        except SourceNotFound:  # deleted by the newsroom while this was on its way: nothing kept
+            _discard(self.newsroom, result, parts)
+            return self._error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED,
+                               kept=message if _same_origin(request) else "")
+        thanks = msgs.received(i18n.negotiate(request), bool(message.strip()), len(result.files))
+        live = self._still_logged_in(request, login)
+        if live is None:
+            return self._received_after_logout(request, thanks)
+        session = live.session
+        session.flash(thanks, "ok")
+        if login.session.data.pop("first_visit", False) or session.data.pop("first_visit", False):
             session.data["show_next"] = True
         return self._redirect(request, "/lookup")
+
+    def _still_logged_in(self, request: Any, login: SourceLogin) -> SourceLogin | None:
+        """``login``'s session if it is still live, else this browser's current login to the same
+        source (logged in again meanwhile), else None (expired, logged out, or closed)."""
+        if self.sessions.is_live(login.session) and self._identity(login.session) == login.identity:
+            return login
+        current = self._current_login(request)
+        if current is not None and current.identity == login.identity:
+            return current
+        return None
+
+    def _received_after_logout(self, request: Any, thanks: str) -> bytes:
+        """Stored, but the session ended while the body was arriving: say both, and offer to log in."""
+        ctx = dataclasses.replace(self._form_ctx(request, "login"), flashes=[("ok", thanks)])
+        set_html(request, 200)
+        notice = ctx._(msgs.RECEIVED_AFTER_LOGOUT, minutes=ctx.number(self.session_minutes))
+        return render_sync(pages.login(ctx, notice=notice))
 
     def _storage_failed(self, request: Any, e: EncryptionFailed | StorageFailed, message: str = "") -> Any:
         _log.error("a submission could not be stored (disk full: {full})", full=e.disk_full)
@@ -530,6 +576,10 @@ class SourceInterface(HtmlResponses):
         message = fields.get("msg", "") if _same_origin(request) else ""
         have_message = "msg" in fields
         session = self._session(request)
+        if error.reason == _CLOSED:
+            return self._error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED, kept=message)
+        if error.reason == _NO_ROOM:
+            return self._no_room_page(request, message, have_message)
         if error.reason == _EXPIRED or self._current_login(request) is None:
             if session is not None and session.data.get("closed"):
                 return self._error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED, kept=message)
@@ -550,6 +600,26 @@ class SourceInterface(HtmlResponses):
             request.setHeader(b"retry-after", b"60")
             return self._form_again(request, 503, message, msgs.BUSY)
         return self._form_again(request, error.status, message, msgs.BAD_FORM if have_message else msgs.BAD_FORM_LOST)
+
+    def _no_room_page(self, request: Any, message: str, have_message: bool) -> bytes:
+        """The disk cannot take these files and keep its reserve: say what size fits now."""
+        disk = self.newsroom.disk
+        largest = min(self.settings.max_upload_size, disk.largest_upload() - _FORM_ALLOWANCE if disk else 0)
+        if largest < 100_000:
+            return self._form_again(request, 507, message, msgs.NO_ROOM_AT_ALL)
+        # Rounded down to what the page shows (tenths of a MB below 10 MB, whole MB above): a
+        # file of the size named must fit.
+        step = 100_000 if largest < 10_000_000 else 1_000_000
+        largest -= largest % step
+        size = self._ctx(request, None).size(largest)
+        return self._form_again(request, 507, message, msgs.NO_ROOM if have_message else msgs.NO_ROOM_LOST,
+                                size=size)
+
+    def _disk_refused(self) -> None:
+        folded = self._disk_events.admit()
+        if folded is not None:  # folded like the flood events: refusals must not flood the log
+            _log.warn("uploads refused: the disk has too little free space beyond --disk-reserve")
+            self.events.emit("source.upload.no_room", repeated=folded or None)
 
     @app.route("/delete", methods=["POST"])
     @login_required
@@ -639,7 +709,9 @@ class SourceInterface(HtmlResponses):
             file_fields=frozenset({"fh"}),
         )
         files_refused = None
-        login = self._current_login(request)
+        # The one session check of an upload, before its first byte: whatever happens to the
+        # session later (expiry, a logout in another tab), what this login started is received.
+        login = request.upload_login = self._current_login(request)
         session = login.session if login else None
         pumps = self.newsroom.queues.uploads
         if login is None:
@@ -648,15 +720,24 @@ class SourceInterface(HtmlResponses):
             files_refused = UploadError(429, _STILL_RECEIVING, _IN_FLIGHT)
         elif length is not None and length > self._multipart_limit():
             files_refused = UploadError(413, "That upload is too large.", REASON_FILES_TOO_LARGE)
-        tickets: list[Any] = []
+        tickets: list[Any] = []  # the pump slot and the disk space held for this body
         circuit = circuit_of(request)
         progress = pumps.progress()
+        disk = self.newsroom.disk
 
         def open_sink(filename: str, pause: Callable[[], None], resume: Callable[[], None]) -> Any:
             # Each file being received holds a pump thread. Counted per source identity, not per
             # session (logging in again gives a codename no more), per Tor circuit, and in total;
             # when all are taken the slowest upload may be ended to make room. Text-only
             # messages take none: they are encrypted on a pool of their own.
+            if disk is not None and not tickets:
+                # Before the first file byte: the whole body's space (its Content-Length, or the
+                # limit if it has none), less what it writes as it goes.
+                try:
+                    tickets.append(disk.admit(self._multipart_limit() if length is None else length, progress))
+                except NoRoom:
+                    self._disk_refused()
+                    raise UploadError(507, "Not enough free disk space.", _NO_ROOM)
             try:
                 tickets.append(pumps.try_acquire(
                     login.identity.source_id, circuit if circuit.is_tor else None, progress,
@@ -677,9 +758,15 @@ class SourceInterface(HtmlResponses):
                                  csrf_token=session.csrf_token if session else None,
                                  files_refused=files_refused, on_fail=answer_now, progress=progress)
 
+        in_flight = self._uploads.setdefault(login.identity.source_id, set()) if login else set()
+        in_flight.add(upload)
+
         def done(result: Any) -> Any:
             for ticket in tickets:
                 ticket.release()
+            in_flight.discard(upload)
+            if login is not None and not in_flight and self._uploads.get(login.identity.source_id) is in_flight:
+                del self._uploads[login.identity.source_id]
             return result
 
         upload.result.addBoth(done)

@@ -54,6 +54,17 @@ BAD_FORM = N_("The form could not be read. Nothing was stored. Your message is s
               "again.")
 BAD_FORM_LOST = N_("The form could not be read. Nothing was stored. To get back the message you typed, use your "
                    "browser's Back button.")
+NO_ROOM = N_("The drop box has too little free space for files this large right now: it can take at most {size} "
+             "at the moment. Nothing was stored. Your message is still below: send it again with smaller files, "
+             "or without them.")
+NO_ROOM_LOST = N_("The drop box has too little free space for files this large right now: it can take at most "
+                  "{size} at the moment. Nothing was stored. To get back the message you typed, use your browser's "
+                  "Back button.")
+NO_ROOM_AT_ALL = N_("The drop box has no room for files at the moment. Nothing was stored. You can send your "
+                    "message without files, or try again later.")
+RECEIVED_AFTER_LOGOUT = N_("Your session ended while your submission was arriving (for your safety, you are logged "
+                           "out {minutes} minutes after logging in, or when you log out in another tab). It was "
+                           "received all the same. Log in again to send more or to read replies.")
 NOTHING_RECEIVED = N_("Submissions must be sent with the form on your page.")
 OUT_OF_SPACE = N_("The server has run out of space. Nothing was stored. Please try again later.")
 NOT_STORED = N_("The server could not store your submission. Nothing was stored. Please try again later.")

@@ -1,0 +1,142 @@
+"""Disk admission: an upload is taken only if the disk can hold it and still keep a reserve.
+
+A full disk is an outage (SQLite cannot grow its journal, logs stop, replies cannot be stored),
+and a file that fails at 90% after an hour over Tor is an hour of a source's nerve lost. So
+before the first file byte is encrypted, the body's ``Content-Length`` (an upper bound on its
+ciphertext, give or take the small overhead counted below) is compared with the free space of
+the store's file system less ``--disk-reserve`` less what uploads already in flight will still
+write. An upload that does not fit is refused at once, and the refusal names the largest size
+that fits now.
+
+The free space is read per admission (one ``statvfs``, no I/O); bytes an upload has already
+written show up in it, so an upload in flight counts only what it has yet to write.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+# Ciphertext per plaintext byte: gzip stored blocks (5 bytes per 65,535) and OpenPGP partial
+# lengths (a byte or so per 8 KiB) stay well under 1/4096; a session key packet, the MDC and
+# the headers stay well under the fixed allowance.
+_OVERHEAD_DIVISOR = 4096
+_FIXED_OVERHEAD = 1 << 20
+# Body bytes fed to the encryptor but perhaps not yet on disk: its buffer (1 MiB), the pipe to
+# gpg (1 MiB) and gpg's own buffers. Until written they are still counted as needed.
+_NOT_YET_WRITTEN = 4 << 20
+
+DEFAULT_RESERVE = "2GB,5%"
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(|b|k|kb|kib|m|mb|mib|g|gb|gib|t|tb|tib)\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
+          "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
+
+
+class NoRoom(Exception):
+    """Not enough free space beyond the reserve; ``largest`` bytes of upload would fit now."""
+
+    def __init__(self, largest: int) -> None:
+        super().__init__(f"not enough free disk space (an upload of {largest} bytes would fit)")
+        self.largest = largest
+
+
+@dataclass(frozen=True)
+class DiskReserve:
+    """``--disk-reserve``: a size (``2GB``, ``500MiB``, bytes), a share (``5%``) of the file
+    system, or both separated by a comma: then the larger of the two is kept free."""
+
+    size: int = 0
+    percent: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str) -> "DiskReserve":
+        size, percent = 0, 0.0
+        items = [item.strip() for item in str(text).split(",")]
+        if not 1 <= len(items) <= 2:
+            raise ValueError(f"--disk-reserve {text!r}: give a size (2GB), a share (5%) or both (2GB,5%)")
+        for item in items:
+            if item.endswith("%"):
+                try:
+                    value = float(item[:-1])
+                except ValueError:
+                    value = -1.0
+                if not 0 <= value < 100:
+                    raise ValueError(f"--disk-reserve {text!r}: a share must be between 0% and 100%")
+                percent = max(percent, value)
+                continue
+            match = _SIZE.match(item)
+            if match is None:
+                raise ValueError(f"--disk-reserve {text!r}: {item!r} is not a size such as 2GB, 500MB or 5%")
+            size = max(size, int(float(match.group(1)) * _UNITS[match.group(2).lower()]))
+        return cls(size, percent)
+
+    def bytes_for(self, total: int) -> int:
+        """The bytes to keep free on a file system of ``total`` bytes."""
+        return max(self.size, int(total * self.percent / 100))
+
+
+class Written(Protocol):
+    """How many bytes of its body an upload has fed to encryption so far."""
+
+    total: int
+
+
+class Reservation:
+    def __init__(self, space: "DiskSpace", need: int, written: Written | None) -> None:
+        self._space = space
+        self.need = need
+        self._written = written
+
+    def remaining(self) -> int:
+        """What this upload may still write (what it wrote is already off the free space)."""
+        written = self._written.total if self._written is not None else 0
+        return max(0, self.need - max(0, written - _NOT_YET_WRITTEN))
+
+    def release(self) -> None:
+        self._space._held.pop(self, None)
+
+
+class DiskSpace:
+    """Admits uploads against the free space of the file system holding ``path``."""
+
+    def __init__(self, path: str, reserve: DiskReserve,
+                 statvfs: Callable[[str], os.statvfs_result] = os.statvfs) -> None:
+        self.path = path
+        self.reserve = reserve
+        self._statvfs = statvfs
+        self._held: dict[Reservation, None] = {}
+
+    @staticmethod
+    def needed_for(body_bytes: int) -> int:
+        """Disk space a body of ``body_bytes`` can take once encrypted, at most."""
+        return body_bytes + body_bytes // _OVERHEAD_DIVISOR + _FIXED_OVERHEAD
+
+    def room(self) -> int:
+        """Bytes that uploads may still take: free space less the reserve and less what uploads
+        in flight have yet to write (may be negative)."""
+        st = self._statvfs(self.path)
+        free, total = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+        return free - self.reserve.bytes_for(total) - sum(r.remaining() for r in self._held)
+
+    def largest_upload(self) -> int:
+        """The largest body that would be admitted now (0: none)."""
+        room = self.room() - _FIXED_OVERHEAD
+        return max(0, room * _OVERHEAD_DIVISOR // (_OVERHEAD_DIVISOR + 1))
+
+    def admit(self, body_bytes: int, written: Written | None = None) -> Reservation:
+        """Hold the space a body of ``body_bytes`` needs, or raise ``NoRoom``. ``written``
+        tells how much of it has been fed to encryption (what is written frees the hold)."""
+        need = self.needed_for(body_bytes)
+        if need > self.room():
+            raise NoRoom(self.largest_upload())
+        reservation = Reservation(self, need, written)
+        self._held[reservation] = None
+        return reservation
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._held)
+
+
+__all__ = ["DiskReserve", "DiskSpace", "NoRoom", "Reservation", "DEFAULT_RESERVE"]

@@ -1,0 +1,282 @@
+"""Issue 21: large submissions over slow Tor.
+
+An upload that started under a live session is received whatever happens to the session while
+its body arrives; a source deleted meanwhile gets the calm "closed" page and nothing is kept;
+the disk is never filled: an upload that would eat into ``--disk-reserve`` is refused at once
+with the size that fits now, and nothing acknowledged is lost.
+
+Uploads are sent at a throttled rate, as over a Tor circuit, by a client on the test's reactor.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sqlite3
+from typing import Any
+
+from twisted.internet import reactor
+from twisted.internet.defer import Deferred, inlineCallbacks
+from twisted.internet.protocol import ClientFactory, Protocol
+from twisted.internet.task import deferLater
+from twisted.trial import unittest
+
+from tests._support import Browser, multipart_body, security_events, short_tempdir, start_server, test_svs, wait_until
+from tests.integration.test_disk_full import fill, free_bytes, mount_tmpfs
+from tests.integration.test_source_flow import gunzip_with_name, stored_files
+
+RECEIVED_ANYWAY = "Your session ended while your submission was arriving"
+CLOSED = "The newsroom has closed the conversation for this codename"
+MB = 1_000_000
+
+
+class _Upload(Protocol):
+    def __init__(self, request: bytes, body: bytes, chunk: int, every: float) -> None:
+        self.request, self.body, self.chunk, self.every = request, body, chunk, every
+        self.sent = 0
+        self.answer = b""
+        self.done: Deferred = Deferred()
+        self._call: Any = None
+
+    def connectionMade(self) -> None:
+        self.transport.write(self.request)
+        self._send()
+
+    def _send(self) -> None:
+        self._call = None
+        if self.answer or self.sent >= len(self.body):
+            return  # answered already: a browser stops sending too
+        piece = self.body[self.sent:self.sent + self.chunk]
+        self.transport.write(piece)
+        self.sent += len(piece)
+        self._call = reactor.callLater(self.every, self._send)
+
+    def dataReceived(self, data: bytes) -> None:
+        self.answer += data
+
+    def connectionLost(self, reason: Any) -> None:
+        if self._call is not None and self._call.active():
+            self._call.cancel()
+        self.done.callback(self)
+
+
+def throttled_upload(browser: Browser, lookup_html: str, message: str, files: list[tuple[str, bytes]],
+                     rate: int, every: float = 0.05, announce: int | None = None) -> Deferred:
+    """POST /submit as the browser would, at about ``rate`` bytes a second. Fires with the
+    protocol: ``.answer`` (the raw response), ``.sent`` (body bytes sent before the answer).
+    ``announce``: the Content-Length to claim (a body larger than the one sent)."""
+    body, content_type = multipart_body([("csrf_token", browser.csrf(lookup_html)), ("msg", message)], files)
+    cookie = "; ".join(f"{c.name}={c.value}" for c in browser.cookies)
+    head = (f"POST /submit HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {announce or len(body)}\r\nConnection: close\r\n\r\n").encode()
+    protocol = _Upload(head, body, max(1, int(rate * every)), every)
+    factory = ClientFactory.forProtocol(lambda: protocol)
+    port = int(browser.base_url.rsplit(":", 1)[1])
+    reactor.connectTCP("127.0.0.1", port, factory)
+    return protocol.done
+
+
+def status_and_html(answer: bytes) -> tuple[int, str]:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body.decode("utf-8", "replace")
+
+
+def source_id(data_dir: str) -> int:
+    db = sqlite3.connect(os.path.join(data_dir, "db.sqlite"))
+    try:
+        return db.execute("SELECT id FROM sources").fetchone()[0]
+    finally:
+        db.close()
+
+
+def decrypt_documents(data_dir: str) -> list[tuple[str, bytes]]:
+    svs = test_svs()
+    out = []
+    for path in stored_files(data_dir):
+        if not path.endswith("-msg.gpg"):
+            with open(path, "rb") as f:
+                out.append(gunzip_with_name(svs.decrypt(f.read())))
+    return out
+
+
+class SessionDuringUploadTests(unittest.TestCase):
+    timeout = 120
+
+    @inlineCallbacks
+    def test_an_upload_started_under_a_live_session_outlives_its_expiry(self):
+        # A session idle for 2 s expires (120 minutes in production); the upload takes ~5 s.
+        server = yield start_server(self, source_session_idle=2.0)
+        browser = Browser(server.source_url)
+        self.addCleanup(browser.close)
+        yield browser.create_source()
+        response, html = yield browser.get("/lookup")
+        payload = os.urandom(1_500_000)
+        d = throttled_upload(browser, html, "sent across the expiry", [("evidence.pdf", payload)], rate=300_000)
+        yield deferLater(reactor, 3.0, lambda: None)
+        # The session really is over: another tab is sent to log in again.
+        response, page = yield browser.get("/lookup")
+        self.assertIn("you were logged out", page)
+        upload = yield d
+        status, page = status_and_html(upload.answer)
+        self.assertEqual(status, 200, page[:600])
+        self.assertIn("Thank you. We received your message and 1 document.", page)
+        self.assertIn(RECEIVED_ANYWAY, page)
+        self.assertIn('action="/login"', page)  # and it can log in again from there
+        self.assertEqual(decrypt_documents(server.data_dir), [("evidence.pdf", payload)])
+        self.assertEqual(os.listdir(os.path.join(server.data_dir, "tmp")), [])
+
+    @inlineCallbacks
+    def test_an_upload_outlives_a_logout_in_another_tab_and_a_fresh_login_gets_the_notice(self):
+        server = yield start_server(self)
+        browser = Browser(server.source_url)
+        self.addCleanup(browser.close)
+        codename = yield browser.create_source()
+        response, html = yield browser.get("/lookup")
+        payload = os.urandom(600_000)
+        d = throttled_upload(browser, html, "", [("memo.txt", payload)], rate=400_000)
+        yield deferLater(reactor, 0.5, lambda: None)
+        yield browser.get("/logout")
+        upload = yield d
+        status, page = status_and_html(upload.answer)
+        self.assertEqual(status, 200, page[:600])
+        self.assertIn("Thank you. We received 1 document.", page)
+        self.assertIn(RECEIVED_ANYWAY, page)
+        self.assertEqual(decrypt_documents(server.data_dir), [("memo.txt", payload)])
+        # Logged in again: the source's page works as before.
+        response, page = yield browser.login(codename)
+        self.assertIn("Send more and read replies", page)
+
+    @inlineCallbacks
+    def test_a_source_deleted_during_its_upload_gets_the_calm_page_and_nothing_is_kept(self):
+        server = yield start_server(self)
+        browser = Browser(server.source_url)
+        self.addCleanup(browser.close)
+        yield browser.create_source()
+        response, html = yield browser.get("/lookup")
+        body_size = 2_000_000
+        d = throttled_upload(browser, html, "TYPED-BEFORE-DELETION", [("leak.zip", os.urandom(body_size))],
+                             rate=400_000)
+        tmp = os.path.join(server.data_dir, "tmp")
+        yield wait_until(lambda: os.listdir(tmp))  # its ciphertext is being written
+        yield server.service.newsroom.delete_source(source_id(server.data_dir))
+        upload = yield d
+        status, page = status_and_html(upload.answer)
+        self.assertEqual(status, 403, page[:600])
+        self.assertIn(CLOSED, page)
+        self.assertIn("TYPED-BEFORE-DELETION", page)  # they can copy what they typed
+        self.assertNotIn("you were logged out", page)
+        self.assertLess(upload.sent, body_size, "the answer came only after the whole body")
+        yield wait_until(lambda: not os.listdir(tmp))
+        self.assertEqual(stored_files(server.data_dir), [])
+        db = sqlite3.connect(os.path.join(server.data_dir, "db.sqlite"))
+        self.addCleanup(db.close)
+        self.assertEqual(db.execute("SELECT COUNT(*) FROM submissions").fetchone()[0], 0)
+
+
+class DiskAdmissionTests(unittest.TestCase):
+    """A small tmpfs holds the data dir; ``--disk-reserve 8MB`` is kept free."""
+
+    timeout = 120
+    RESERVE = 8 * MB
+
+    @inlineCallbacks
+    def setUp(self):
+        work = short_tempdir("dd-room-")
+        self.addCleanup(shutil.rmtree, work, True)
+        self.mnt = os.path.join(work, "mnt")
+        mount_tmpfs(self, self.mnt, "64m")
+        self.server = yield start_server(self, data_dir=os.path.join(self.mnt, "data"), disk_reserve="8MB")
+        self.browser = Browser(self.server.source_url)
+        self.addCleanup(self.browser.close)
+        yield self.browser.create_source()
+        self.sent: list[tuple[str, bytes]] = []
+        yield self.submit_ok("first", [("first.bin", os.urandom(200_000))])
+        # Leave about 14 MB above the reserve.
+        fill(os.path.join(self.mnt, "filler"), leave=self.RESERVE + 14 * MB)
+
+    @inlineCallbacks
+    def submit_ok(self, message: str, files: list[tuple[str, bytes]]):
+        response, html = yield self.browser.submit(message, files)
+        self.assertEqual(response.code, 200, html[:600])
+        self.assertIn("Thank you. We received", html)
+        self.sent += files
+
+    def largest_named(self, html: str) -> float:
+        match = re.search(r"it can take at most ([\d.,]+) MB at the moment", html)
+        self.assertIsNotNone(match, html[:1500])
+        return float(match.group(1).replace(",", ""))
+
+    @inlineCallbacks
+    def test_an_upload_that_would_eat_into_the_reserve_is_refused_at_once(self):
+        response, html = yield self.browser.get("/lookup")
+        body_size = 30 * MB
+        upload = yield throttled_upload(self.browser, html, "KEPT-WHEN-REFUSED", [("big.iso", os.urandom(body_size))],
+                                        rate=4 * MB)
+        status, page = status_and_html(upload.answer)
+        self.assertEqual(status, 507, page[:600])
+        self.assertIn("Nothing was stored", page)
+        self.assertIn("KEPT-WHEN-REFUSED", page)
+        self.assertLess(upload.sent, 2 * MB, "refused only after the body was read")
+        largest = self.largest_named(page)
+        self.assertTrue(10 <= largest <= 14, largest)
+        self.assertEqual(os.listdir(os.path.join(self.server.data_dir, "tmp")), [])
+
+        # What the page names does fit; the disk keeps its reserve; everything acknowledged decrypts.
+        yield self.submit_ok("", [("fits.bin", os.urandom(int(largest * MB) - 100_000))])
+        self.assertGreaterEqual(free_bytes(self.mnt), self.RESERVE)
+        self.assertEqual(sorted(decrypt_documents(self.server.data_dir)), sorted(self.sent))
+        events = [e for e in security_events(self.server) if e["event"] == "source.upload.no_room"]
+        self.assertEqual(len(events), 1)
+
+    @inlineCallbacks
+    def test_uploads_in_flight_count_against_the_space_they_will_need(self):
+        response, html = yield self.browser.get("/lookup")
+        first = os.urandom(9 * MB)
+        # 9 MB of the ~14 MB, arriving slowly: held while it arrives.
+        d = throttled_upload(self.browser, html, "", [("slow.bin", first)], rate=2 * MB)
+        tmp = os.path.join(self.server.data_dir, "tmp")
+        yield wait_until(lambda: os.listdir(tmp))
+        # 9 MB more would fit the free space as it is now, but not with the first one's rest.
+        other = Browser(self.server.source_url)
+        self.addCleanup(other.close)
+        yield other.create_source()
+        response, page = yield other.submit("second", [("second.bin", os.urandom(9 * MB))])
+        self.assertEqual(response.code, 507, page[:600])
+        self.assertLess(self.largest_named(page), 6)
+        upload = yield d
+        status, page = status_and_html(upload.answer)
+        self.assertIn(status, (200, 303), page[:600])
+        self.sent.append(("slow.bin", first))
+        self.assertGreaterEqual(free_bytes(self.mnt), self.RESERVE)
+        self.assertEqual(sorted(decrypt_documents(self.server.data_dir)), sorted(self.sent))
+        self.assertEqual(os.listdir(tmp), [])
+
+    @inlineCallbacks
+    def test_a_message_without_files_is_still_taken_with_the_disk_at_its_reserve(self):
+        fill(os.path.join(self.mnt, "filler2"), leave=self.RESERVE)
+        response, page = yield self.browser.submit("only words", [("too-much.bin", os.urandom(MB))])
+        self.assertEqual(response.code, 507, page[:600])
+        self.assertIn("The drop box has no room for files at the moment", page)
+        self.assertIn("only words", page)
+        yield self.submit_ok("only words", [])
+
+
+class LimitTests(unittest.TestCase):
+    timeout = 60
+
+    @inlineCallbacks
+    def test_a_five_gigabyte_limit_is_stated_and_a_larger_upload_is_refused_at_once_with_the_message_kept(self):
+        server = yield start_server(self, max_upload_size=5 * 10**9)
+        browser = Browser(server.source_url)
+        self.addCleanup(browser.close)
+        yield browser.create_source()
+        response, html = yield browser.get("/lookup")
+        self.assertIn("files of up to 5,000 MB in total", html)
+        upload = yield throttled_upload(browser, html, "KEPT-OVER-THE-LIMIT", [("huge.img", os.urandom(2 * MB))],
+                                        rate=4 * MB, announce=6 * 10**9)
+        status, page = status_and_html(upload.answer)
+        self.assertEqual(status, 413, page[:600])
+        self.assertIn("at most 5,000 MB in total", page)
+        self.assertIn("KEPT-OVER-THE-LIMIT", page)
+        self.assertLess(upload.sent, MB)
+        self.assertEqual(os.listdir(os.path.join(server.data_dir, "tmp")), [])

@@ -1,0 +1,107 @@
+"""Disk admission (issue 21): ``--disk-reserve`` parsing and the accounting of uploads in flight.
+
+The file system is a stand-in ``statvfs`` here; tests/integration/test_large_uploads.py fills a
+real tmpfs."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from twisted.python import usage
+from twisted.trial import unittest
+
+from deaddrop.config import Config, ConfigError
+from deaddrop.store.disk_space import DiskReserve, DiskSpace, NoRoom
+from deaddrop.tap import Options
+from tests._support import test_svs
+
+GB, MB = 10**9, 10**6
+
+
+@dataclass
+class FakeFs:
+    free: int
+    total: int = 100 * GB
+
+    def __call__(self, path: str) -> os.statvfs_result:
+        blocks, avail = self.total // 4096, self.free // 4096
+        return os.statvfs_result((4096, 4096, blocks, avail, avail, 0, 0, 0, 0, 255))
+
+
+@dataclass
+class Written:
+    total: int = 0
+
+
+class ReserveTests(unittest.TestCase):
+    def test_sizes_shares_and_both(self):
+        self.assertEqual(DiskReserve.parse("2GB"), DiskReserve(2 * GB, 0.0))
+        self.assertEqual(DiskReserve.parse("500MiB"), DiskReserve(500 << 20, 0.0))
+        self.assertEqual(DiskReserve.parse("123456"), DiskReserve(123456, 0.0))
+        self.assertEqual(DiskReserve.parse("5%"), DiskReserve(0, 5.0))
+        self.assertEqual(DiskReserve.parse(" 2gb , 5% "), DiskReserve(2 * GB, 5.0))
+
+    def test_the_larger_of_size_and_share_wins(self):
+        default = DiskReserve.parse(Config.disk_reserve)
+        self.assertEqual(default.bytes_for(10 * GB), 2 * GB)  # a small disk keeps 2 GB
+        self.assertEqual(default.bytes_for(1000 * GB), 50 * GB)  # a big one keeps 5%
+
+    def test_bad_values_say_what_is_expected(self):
+        for bad in ("", "lots", "2XB", "-1GB", "150%", "1GB,2GB,3GB", "x%"):
+            with self.assertRaises(ValueError) as caught:
+                DiskReserve.parse(bad)
+            self.assertIn("--disk-reserve", str(caught.exception))
+
+    def test_options_take_it_and_five_gigabyte_uploads(self):
+        options = Options()
+        options.parseOptions(["--submission-key", test_svs().public_key_path, "--tor", "none",
+                              "--disk-reserve", "10GB,3%", "--max-upload-size", str(5 * GB)])
+        self.assertEqual(options.config.disk_reserve, "10GB,3%")
+        self.assertEqual(options.config.max_upload_size, 5 * GB)
+        with self.assertRaises(usage.UsageError) as caught:
+            Options().parseOptions(["--submission-key", test_svs().public_key_path, "--tor", "none",
+                                    "--disk-reserve", "plenty"])
+        self.assertIn("--disk-reserve", str(caught.exception))
+        with self.assertRaises(ConfigError):
+            Config(submission_key=test_svs().public_key_path, tor="none", disk_reserve="1%,2%,3%").validated()
+
+
+class AdmissionTests(unittest.TestCase):
+    def space(self, free: int, reserve: str = "1GB") -> tuple[DiskSpace, FakeFs]:
+        fs = FakeFs(free)
+        return DiskSpace("/data/tmp", DiskReserve.parse(reserve), statvfs=fs), fs
+
+    def test_an_upload_that_fits_beyond_the_reserve_is_admitted_and_one_that_does_not_is_refused(self):
+        space, _ = self.space(free=5 * GB)
+        space.admit(3 * GB).release()
+        with self.assertRaises(NoRoom) as caught:
+            space.admit(4 * GB)
+        largest = caught.exception.largest
+        self.assertLess(largest, 4 * GB)
+        self.assertGreater(largest, 4 * GB - 3 * MB)  # overhead: ~1/4096 and 1 MiB
+        space.admit(largest).release()  # the size it names is admitted
+        with self.assertRaises(NoRoom):
+            space.admit(largest + 4096)
+
+    def test_uploads_in_flight_hold_what_they_have_yet_to_write(self):
+        space, fs = self.space(free=5 * GB)
+        written = Written()
+        first = space.admit(3 * GB, written)
+        with self.assertRaises(NoRoom):
+            space.admit(2 * GB)  # fits the free space, not with the first one's 3 GB to come
+        # As the first writes, its bytes leave the free space and its hold shrinks alike.
+        written.total = 2 * GB
+        fs.free -= 2 * GB
+        with self.assertRaises(NoRoom):
+            space.admit(2 * GB)
+        first.release()
+        fs.free += 1 * GB  # the rest never came (the upload failed; its part file removed)
+        space.admit(2 * GB)
+        self.assertEqual(space.in_flight, 1)
+
+    def test_nothing_is_admitted_when_the_disk_is_within_its_reserve(self):
+        space, _ = self.space(free=900 * MB)
+        self.assertEqual(space.largest_upload(), 0)
+        with self.assertRaises(NoRoom) as caught:
+            space.admit(1)
+        self.assertEqual(caught.exception.largest, 0)
