@@ -28,7 +28,7 @@ from deaddrop.crypto.pool import forbid_reactor_thread
 from deaddrop.sources import KeyNotReady, Newsroom, SourceNotFound
 from deaddrop.store import journalist_queries as jq
 
-__all__ = ["Desk", "KeyNotReady", "SourceNotFound"]
+__all__ = ["Desk", "KeyNotReady", "SourceFilter", "SourceNotFound"]
 
 _ARMOR_BEGIN = "-----BEGIN PGP MESSAGE-----"
 _ARMOR_END = "-----END PGP MESSAGE-----"
@@ -135,8 +135,23 @@ def parse_source_cursor(text: str) -> tuple[int, float, str]:
     return key
 
 
-def _page_and_total(conn: sqlite3.Connection, limit: int, offset: int) -> tuple[list, int]:
-    return jq.visible_sources(conn, limit, offset), jq.count_visible_sources(conn)
+@dataclass(frozen=True)
+class SourceFilter:
+    """What the journalist narrowed the source list to: a part of the designation, starred,
+    with unread submissions (each optional; all together narrow further)."""
+
+    designation: str | None = None
+    starred: bool = False
+    unread: bool = False
+
+    @property
+    def active(self) -> bool:
+        return bool(self.designation) or self.starred or self.unread
+
+
+def _page_and_total(conn: sqlite3.Connection, limit: int, offset: int, only: SourceFilter) -> tuple[list, int]:
+    narrow = (only.designation, only.starred, only.unread)
+    return jq.visible_sources(conn, limit, offset, *narrow), jq.count_visible_sources(conn, *narrow)
 
 
 def _after_and_total(conn: sqlite3.Connection, after: tuple[int, float, str] | None, limit: int) -> tuple[list, int]:
@@ -156,10 +171,16 @@ class Desk:
     # -- sources ---------------------------------------------------------------------------
 
     @inlineCallbacks
-    def sources(self, page: int = 1, per_page: int = -1):
+    def sources(self, page: int = 1, per_page: int = -1, only: SourceFilter = SourceFilter()):
         """-> (one page of sources in listing order, how many there are); ``page`` from 1."""
-        rows, total = yield self.db.run(_page_and_total, per_page, max(0, (page - 1) * per_page))
+        rows, total = yield self.db.run(_page_and_total, per_page, max(0, (page - 1) * per_page), only)
         return [SourceView.from_row(r) for r in rows], total
+
+    @inlineCallbacks
+    def sources_among(self, uuids: list[str]):
+        """The visible sources among ``uuids`` (a journalist's selection), in listing order."""
+        rows = yield self.db.run(jq.visible_sources_by_uuid, [u for u in dict.fromkeys(uuids) if valid_uuid(u)])
+        return [SourceView.from_row(r) for r in rows]
 
     @inlineCallbacks
     def sources_after(self, cursor: str | None, limit: int):
@@ -170,6 +191,13 @@ class Desk:
         rows, total = yield self.db.run(_after_and_total, after, limit + 1)
         sources = [SourceView.from_row(r) for r in rows[:limit]]
         return sources, total, source_cursor(sources[-1]) if len(rows) > limit else None
+
+    @inlineCallbacks
+    def sources_by_id(self, after_id: int, limit: int):
+        """-> up to ``limit`` sources after row id ``after_id`` (see ``jq.visible_sources_by_id``):
+        one short transaction each, for walking every source without holding them all."""
+        rows = yield self.db.run(jq.visible_sources_by_id, after_id, limit)
+        return [SourceView.from_row(r) for r in rows]
 
     @inlineCallbacks
     def source(self, uuid: str):
@@ -296,6 +324,26 @@ class Desk:
             raise NotFound()
         yield self.db.run(jq.mark_seen, journalist_id, list(subs.values()), list(reps.values()))
 
+    @inlineCallbacks
+    def mark_sources(self, sources: list[SourceView], journalist_id: int, read: bool):
+        """Every submission of these sources read (by this journalist) or unread again (for all)."""
+        ids = yield self.db.run(jq.submission_ids_of, [s.id for s in sources])
+        yield self._mark(ids, journalist_id, read)
+        return len(ids)
+
+    @inlineCallbacks
+    def mark_submissions(self, source: SourceView, uuids: list[str], journalist_id: int, read: bool):
+        """The chosen submissions of ``source`` read or unread again. -> how many there were."""
+        wanted = set(uuids)
+        ids = [i.id for i in (yield self.submissions(source)) if i.uuid in wanted]
+        yield self._mark(ids, journalist_id, read)
+        return len(ids)
+
+    def _mark(self, submission_ids: list[int], journalist_id: int, read: bool):
+        if read:
+            return self.db.run(jq.mark_seen, journalist_id, submission_ids)
+        return self.db.run(jq.mark_unseen, submission_ids)
+
     # -- deletion --------------------------------------------------------------------------
 
     @inlineCallbacks
@@ -304,6 +352,16 @@ class Desk:
         fid, names = yield self.db.run_and_scrub(jq.delete_submissions, source.id, [u for u in uuids if valid_uuid(u)])
         for name in names:
             yield self.newsroom.crypto_pool.run(self.store.remove, fid, name)
+        return len(names)
+
+    @inlineCallbacks
+    def delete_conversation(self, source: SourceView):
+        """Every submission and reply of ``source`` (rows, then files); the source, its key and
+        its designation stay, so the conversation can start again. -> how many files went."""
+        fid, names = yield self.db.run_and_scrub(jq.delete_conversation, source.id)
+        if fid is not None:
+            for name in names:
+                yield self.newsroom.crypto_pool.run(self.store.remove, fid, name)
         return len(names)
 
     @inlineCallbacks

@@ -53,3 +53,19 @@ class StoreTests(unittest.TestCase):
         self.assertEqual(open(path, "rb").read(), b"y")
         self.assertEqual(os.stat(path).st_mode & 0o777, 0o600)
         self.assertEqual([n for n in os.listdir(self.data) if n.startswith(".tmp-")], [])
+
+
+class SourceWalkPlanTests(unittest.TestCase):
+    """The whole source list is read in batches by row id: each batch must cost a batch."""
+
+    def test_a_batch_reads_row_ids_from_where_the_last_ended(self):
+        import sqlite3
+
+        from deaddrop.store import journalist_queries as jq, migrations
+
+        conn = sqlite3.connect(":memory:")
+        migrations.upgrade(conn)
+        plan = " / ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + jq.SOURCES_BY_ID_SQL, (0, 250)))
+        self.assertIn("USING INTEGER PRIMARY KEY (rowid>?)", plan)
+        self.assertNotIn("TEMP B-TREE", plan)  # no sort of every visible source per batch
+        conn.close()

@@ -135,11 +135,33 @@ _SOURCE_COLUMNS = (
 _LISTING_ORDER = "s.is_starred DESC, s.last_updated DESC, s.uuid DESC"
 
 
-def visible_sources(conn: sqlite3.Connection, limit: int = -1, offset: int = 0) -> list[Row]:
-    """Sources that submitted something (``pending = 0``), in listing order; one page of them."""
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _source_filter(designation: str | None, starred: bool, unread: bool) -> tuple[str, list[Any]]:
+    """The WHERE clause of the source list: visible sources, narrowed by the journalist's filters."""
+    where, args = ["s.pending = 0"], []
+    if designation:
+        # Designations are ASCII words, so LIKE's ASCII-only case folding is the right one.
+        where.append("s.designation LIKE ? ESCAPE '\\'")
+        args.append(f"%{_escape_like(designation)}%")
+    if starred:
+        where.append("s.is_starred = 1")
+    if unread:
+        where.append("EXISTS (SELECT 1 FROM submissions x WHERE x.source_id = s.id AND x.seen = 0)")
+    return " AND ".join(where), args
+
+
+def visible_sources(conn: sqlite3.Connection, limit: int = -1, offset: int = 0, designation: str | None = None,
+                    starred: bool = False, unread: bool = False) -> list[Row]:
+    """Sources that submitted something (``pending = 0``), in listing order; one page of them,
+    optionally only those whose designation contains ``designation``, starred, or with unread
+    submissions."""
+    where, args = _source_filter(designation, starred, unread)
     return conn.execute(
-        f"SELECT {_SOURCE_COLUMNS} FROM sources s WHERE s.pending = 0 ORDER BY {_LISTING_ORDER} LIMIT ? OFFSET ?",
-        (limit, offset),
+        f"SELECT {_SOURCE_COLUMNS} FROM sources s WHERE {where} ORDER BY {_LISTING_ORDER} LIMIT ? OFFSET ?",
+        (*args, limit, offset),
     ).fetchall()
 
 
@@ -159,8 +181,34 @@ def visible_sources_after(conn: sqlite3.Connection, after: tuple[int, float, str
     ).fetchall()
 
 
-def count_visible_sources(conn: sqlite3.Connection) -> int:
-    return conn.execute("SELECT COUNT(*) FROM sources WHERE pending = 0").fetchone()[0]
+def visible_sources_by_id(conn: sqlite3.Connection, after_id: int, limit: int) -> list[Row]:
+    """Up to ``limit`` visible sources whose row id is above ``after_id``, by row id.
+
+    For walking the whole list in short transactions: a row id never changes, so a walk sees
+    every source that exists from its start to its end exactly once, however often sources
+    are starred or write meanwhile (the listing order moves them about)."""
+    return conn.execute(SOURCES_BY_ID_SQL, (after_id, limit)).fetchall()
+
+
+# NOT INDEXED: with an index on ``pending`` SQLite would read every visible source and sort
+# them for each batch; walking the row ids reads just the batch.
+SOURCES_BY_ID_SQL = (f"SELECT {_SOURCE_COLUMNS} FROM sources s NOT INDEXED WHERE s.pending = 0 AND s.id > ?"
+                     " ORDER BY s.id LIMIT ?")
+
+
+def count_visible_sources(conn: sqlite3.Connection, designation: str | None = None, starred: bool = False,
+                          unread: bool = False) -> int:
+    where, args = _source_filter(designation, starred, unread)
+    return conn.execute(f"SELECT COUNT(*) FROM sources s WHERE {where}", args).fetchone()[0]
+
+
+def visible_sources_by_uuid(conn: sqlite3.Connection, uuids: list[str]) -> list[Row]:
+    """The visible sources among ``uuids``, in listing order (what a journalist selected)."""
+    if not uuids:
+        return []
+    marks = ",".join("?" * len(uuids))
+    return conn.execute(f"SELECT {_SOURCE_COLUMNS} FROM sources s WHERE s.pending = 0 AND s.uuid IN ({marks})"
+                        f" ORDER BY {_LISTING_ORDER}", uuids).fetchall()
 
 
 def visible_source(conn: sqlite3.Connection, uuid: str) -> Row | None:
@@ -243,6 +291,20 @@ def mark_seen(conn: sqlite3.Connection, journalist_id: int | None, submission_id
             conn.execute("INSERT OR IGNORE INTO reply_seen(reply_id, journalist_id) VALUES (?, ?)", (rid, journalist_id))
 
 
+def mark_unseen(conn: sqlite3.Connection, submission_ids: Iterable[int]) -> None:
+    """Unread again, for everyone: as if nobody had opened them (who had is forgotten too)."""
+    for sid in submission_ids:
+        conn.execute("UPDATE submissions SET seen = 0 WHERE id = ?", (sid,))
+        conn.execute("DELETE FROM submission_seen WHERE submission_id = ?", (sid,))
+
+
+def submission_ids_of(conn: sqlite3.Connection, source_ids: list[int]) -> list[int]:
+    ids: list[int] = []
+    for source_id in source_ids:
+        ids += [r[0] for r in conn.execute("SELECT id FROM submissions WHERE source_id = ?", (source_id,))]
+    return ids
+
+
 def ids_for_uuids(conn: sqlite3.Connection, table: str, uuids: list[str]) -> dict[str, int]:
     """uuid -> id for visible sources' submissions or replies (``table`` is fixed by the caller)."""
     assert table in ("submissions", "replies")
@@ -266,6 +328,17 @@ def delete_submissions(conn: sqlite3.Connection, source_id: int, uuids: list[str
         if row is not None:
             conn.execute("DELETE FROM submissions WHERE source_id = ? AND uuid = ?", (source_id, uuid))
             names.append(row["filename"])
+    return source_filesystem_id(conn, source_id), names
+
+
+def delete_conversation(conn: sqlite3.Connection, source_id: int) -> tuple[str | None, list[str]]:
+    """Delete every submission and reply of one source, keeping the source and its key.
+    -> (filesystem id, the stored file names to remove)."""
+    names = [r["filename"] for r in conn.execute("SELECT filename FROM submissions WHERE source_id = ?", (source_id,))]
+    names += [r["filename"] for r in conn.execute(
+        "SELECT filename FROM replies WHERE source_id = ? AND deleted_by_source = 0", (source_id,))]
+    conn.execute("DELETE FROM submissions WHERE source_id = ?", (source_id,))
+    conn.execute("DELETE FROM replies WHERE source_id = ?", (source_id,))
     return source_filesystem_id(conn, source_id), names
 
 

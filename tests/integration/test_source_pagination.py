@@ -6,14 +6,23 @@ the workstation client.
 """
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import re
+import socket
 import sqlite3
+import ssl
+import time
 import uuid as uuidlib
 
 from twisted.internet import reactor
 from twisted.internet.defer import inlineCallbacks
+from twisted.internet.task import deferLater
+from twisted.internet.threads import deferToThread
 from twisted.trial import unittest
+
+from deaddrop.web.journalist import api as api_module
 
 from deaddrop.workstation import cli as ws_cli
 from deaddrop.workstation.api import JournalistApi
@@ -54,6 +63,47 @@ def listing_order(server) -> list[str]:
     return [r[0] for r in sorted(rows, key=lambda r: (r[1], r[2], r[0]), reverse=True)]
 
 
+class SlowReader:
+    """A blocking HTTPS client with a small receive buffer that asks for the whole source list,
+    reads the headers, and then reads nothing more until told to."""
+
+    def __init__(self, server, cert: tuple[str, str], token: str) -> None:
+        self.host, self.port = "127.0.0.1", int(server.journalist_url.rsplit(":", 1)[1])
+        key_pem, cert_pem = cert
+        self.context = ssl.create_default_context(cafile=server.server_cert)
+        self.context.load_cert_chain(cert_pem, key_pem)
+        self.token = token
+        self.response = None
+
+    def send(self) -> None:
+        raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)  # before connect: no autotuning
+        raw.connect((self.host, self.port))
+        conn = http.client.HTTPSConnection(self.host, self.port, context=self.context, timeout=60)
+        conn.sock = self.context.wrap_socket(raw, server_hostname=self.host)
+        conn.request("GET", "/api/v1/sources", headers={"Authorization": f"Token {self.token}", "Connection": "close"})
+        self.conn = conn
+        self.response = conn.getresponse()  # the status line and headers only
+        assert self.response.status == 200, self.response.status
+
+    def read_all(self) -> bytes:
+        try:
+            return self.response.read()
+        finally:
+            self.conn.close()
+
+
+@inlineCallbacks
+def settled(measure, quiet: float = 1.0, limit: float = 20.0):
+    """Poll ``measure()`` until it has not changed for ``quiet`` seconds. -> its value then."""
+    value, since, started = measure(), time.monotonic(), time.monotonic()
+    while time.monotonic() - since < quiet and time.monotonic() - started < limit:
+        yield deferLater(reactor, 0.05, lambda: None)
+        if measure() != value:
+            value, since = measure(), time.monotonic()
+    return value
+
+
 class SourcePaginationTests(unittest.TestCase):
     timeout = 120
 
@@ -90,17 +140,68 @@ class SourcePaginationTests(unittest.TestCase):
         self.assertEqual((last["total"], last["per_page"], last["next"]), (23, 7, None))
 
     @inlineCallbacks
-    def test_api_default_page_is_bounded_and_says_where_the_next_one_is(self):
-        seed_sources(self.server, 130)
-        response, _ = yield self.api.request("GET", "/api/v1/sources")
+    def test_api_without_per_page_streams_every_source(self):
+        """SecureDrop's clients ask for ``/sources`` and expect everyone (issue 22)."""
+        seed_sources(self.server, 130, starred_every=7)
+        response, body = yield self.api.request("GET", "/api/v1/sources")
         self.assertEqual(response.code, 200)
-        status, data = yield self.api.json("GET", "/api/v1/sources")
+        self.assertEqual(response.headers.getRawHeaders(b"content-type"), [b"application/json"])
+        self.assertIsNone(response.headers.getRawHeaders(b"content-length"))  # written as it is read
+        self.assertIsNone(response.headers.getRawHeaders(b"link"))
+        data = json.loads(body)
+        self.assertEqual(set(data), {"sources"})
+        self.assertEqual(sorted(s["uuid"] for s in data["sources"]), sorted(listing_order(self.server)))
+        self.assertIn("journalist_designation", data["sources"][0])
+        # The same sources, field for field, as the pages give them.
+        seen, _, _ = yield self.follow_pages("/api/v1/sources?per_page=1000")
+        status, page = yield self.api.json("GET", "/api/v1/sources?per_page=1000")
+        self.assertEqual(sorted(data["sources"], key=lambda s: s["uuid"]),
+                         sorted(page["sources"], key=lambda s: s["uuid"]))
+
+    @inlineCallbacks
+    def test_api_pages_are_bounded_and_say_where_the_next_one_is(self):
+        seed_sources(self.server, 130)
+        response, _ = yield self.api.request("GET", "/api/v1/sources?per_page=100")
+        self.assertEqual(response.code, 200)
+        status, data = yield self.api.json("GET", "/api/v1/sources?per_page=100")
         self.assertEqual((len(data["sources"]), data["per_page"], data["total"]), (100, 100, 130))
         self.assertEqual(response.headers.getRawHeaders(b"link"), [f'<{data["next"]}>; rel="next"'.encode()])
         # SecureDrop's shape is kept: a page is still {"sources": [...]} with the same fields.
         self.assertIn("journalist_designation", data["sources"][0])
         seen, _, _ = yield self.follow_pages(data["next"])
         self.assertEqual([s["uuid"] for s in data["sources"]] + seen, listing_order(self.server))
+        # ``after`` alone is a page too (of the default size), as before.
+        status, data = yield self.api.json("GET", f"/api/v1/sources?after={data['next_cursor']}")
+        self.assertEqual((data["per_page"], len(data["sources"])), (100, 30))
+
+    @inlineCallbacks
+    def test_the_streamed_list_waits_for_a_slow_reader(self):
+        """The server reads the next batch of sources only as the client takes the last one:
+        a client that stops reading holds the server to a transport buffer, not the whole list."""
+        seed_sources(self.server, 12_000)
+        conn = sqlite3.connect(os.path.join(self.server.data_dir, "db.sqlite"))
+        with conn:  # about a public key's size each: some 30 MB of JSON in all
+            conn.execute("UPDATE sources SET public_key = ?", ("K" * 2400,))
+        conn.close()
+        desk = self.server.service.desk
+        batches = []
+        real = desk.sources_by_id
+
+        def counted(after, limit):
+            batches.append(after)
+            return real(after, limit)
+
+        self.patch(desk, "sources_by_id", counted)
+        reader = SlowReader(self.server, self.cert, self.api.token)
+        yield deferToThread(reader.send)
+        stalled = yield settled(lambda: len(batches))
+        total_batches = -(-12_000 // api_module.STREAM_BATCH)
+        # Socket buffers on both sides hold a few MB: a handful of batches, not all 48.
+        self.assertLess(stalled, total_batches // 3, f"{stalled} of {total_batches} batches read while paused")
+        body = yield deferToThread(reader.read_all)
+        data = json.loads(body)
+        self.assertEqual(len(data["sources"]), 12_000)
+        self.assertEqual(len(batches), total_batches + 1)  # the last read finds none left
 
     @inlineCallbacks
     def test_a_cursor_neither_skips_nor_repeats_when_sources_come_and_go(self):

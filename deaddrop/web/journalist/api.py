@@ -18,6 +18,7 @@ from typing import Any
 
 from klein import Klein
 from twisted.internet.defer import inlineCallbacks
+from twisted.web.http_headers import Headers
 
 from deaddrop.events import SecurityEvents
 from deaddrop.journalist_desk import (
@@ -28,6 +29,7 @@ from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.guards import token_required
 from deaddrop.web._common.site import log_failure_safely
 from deaddrop.web.journalist._files import FileResponse
+from deaddrop.web.journalist._stream import stream_json_list
 from deaddrop.web.journalist.cert_binding import issued_for, refuse_mismatch
 
 PREFIX = "/api/v1"
@@ -47,6 +49,27 @@ def iso(ts: float | None) -> str | None:
 
 SOURCES_PER_PAGE = 100
 MAX_SOURCES_PER_PAGE = 1000
+# Sources per database read while the whole list streams (a few hundred KiB of JSON).
+STREAM_BATCH = 250
+
+
+class _SecureDropSpelling(Headers):
+    """Response headers with the names spelled as SecureDrop's server spells them.
+
+    Header names are case-insensitive, but SecureDrop's client library looks the download's
+    checksum up as ``headers["Etag"]`` in a plain dict, and Twisted writes the name as ``ETag``.
+    Only the spelling on the wire changes; everything else about the headers is Twisted's own.
+    """
+
+    _SPELLING = {b"ETag": b"Etag"}
+
+    def getAllRawHeaders(self):
+        for name, values in super().getAllRawHeaders():
+            yield self._SPELLING.get(name, name), values
+
+
+def _spell_as_securedrop(request: Any) -> None:
+    request.responseHeaders = _SecureDropSpelling(dict(request.responseHeaders.getAllRawHeaders()))
 
 
 def _query_text(request: Any, name: bytes) -> str | None:
@@ -257,13 +280,23 @@ class JournalistAPI:
     @token_required
     @inlineCallbacks
     def sources(self, request: Any, journalist: Journalist):
-        """One page of sources, in SecureDrop's shape plus where the next page is.
+        """Every source, streamed, as SecureDrop answers; or, asked for pages, one page.
+
+        Without ``per_page`` or ``after``: ``{"sources": [...]}`` with every source, in the
+        order they first wrote, written as the client reads it (see ``_stream``), so the whole
+        list costs the server one batch of memory however many sources there are.
 
         ``?per_page=N`` (1..1000, default 100) and ``?after=CURSOR`` (the ``next_cursor`` of the
-        previous page). ``next`` is the next page's URL, or null on the last page; the same URL
-        is in the ``Link`` header (rel="next"). Clients that know nothing of pages get the first
-        page: the most recently active sources, starred first.
+        previous page): one page in listing order (starred first, then the most recently active)
+        plus ``total``, ``per_page``, ``next_cursor`` and ``next``, the next page's URL or null
+        on the last page; the same URL is in the ``Link`` header (rel="next").
         """
+        if b"per_page" not in request.args and b"after" not in request.args:
+            request.setHeader(b"content-type", b"application/json")
+            return (yield stream_json_list(
+                request, "sources", self.desk.sources_by_id,
+                lambda s: json.dumps(self.source_json(s), sort_keys=True).encode("utf-8"),
+                lambda s: s.id, 0, STREAM_BATCH))
         per_page = _query_int(request, b"per_page", SOURCES_PER_PAGE, 1, MAX_SOURCES_PER_PAGE)
         after = _query_text(request, b"after")
         try:
@@ -291,6 +324,25 @@ class JournalistAPI:
         yield shield(self.desk.delete_source(source))
         self.events.emit("journalist.source.deleted", username=journalist.username)
         return self._json(request, {"message": "Source and submissions deleted"})
+
+    @app.route("/sources/<uuid>/conversation", methods=["DELETE"])
+    @token_required
+    @inlineCallbacks
+    def delete_conversation(self, request: Any, journalist: Journalist, uuid: str):
+        """Every submission and reply of the source goes; the source, its key and designation stay."""
+        source = yield self._source(uuid)
+        yield shield(self.desk.delete_conversation(source))
+        self.events.emit("journalist.conversation.deleted", username=journalist.username)
+        return self._json(request, {"message": "Source data deleted"})
+
+    @app.route("/sources/<uuid>/flag", methods=["POST"])
+    @token_required
+    @inlineCallbacks
+    def flag(self, request: Any, journalist: Journalist, uuid: str):
+        """Accepted and ignored, as in SecureDrop 2.x: sources here get a key as soon as they
+        first write, so there is nothing to flag them for."""
+        yield self._source(uuid)
+        return self._json(request, {"message": "Source flagged for reply"})
 
     @app.route("/sources/<uuid>/add_star", methods=["POST"])
     @token_required
@@ -357,6 +409,7 @@ class JournalistAPI:
             download = yield self.desk.open_submission(source, submission, journalist.id)
         except NotFound:
             raise ApiError(404, "Not Found", "The file is gone.") from None
+        _spell_as_securedrop(request)
         return FileResponse(download, etag=True, unsatisfiable=self._unsatisfiable)
 
     def _unsatisfiable(self, request: Any) -> bytes:
@@ -437,6 +490,7 @@ class JournalistAPI:
             download = yield self.desk.open_reply(source, reply, journalist.id)
         except NotFound:
             raise ApiError(404, "Not Found", "This reply was deleted by the source.") from None
+        _spell_as_securedrop(request)
         return FileResponse(download, etag=True, unsatisfiable=self._unsatisfiable)
 
     # -- seen
