@@ -222,6 +222,7 @@ def _add_status_file(top: DeadDropService, config: Config, reactor: Any, io_pool
         "journalist_ca": found[0] if found else None,
         "journalist_crl": found[1] if found else None,
         "journalist_tls_cert": os.path.abspath(cert) if cert else None,
+        "journalist_tls_key": os.path.abspath(config.journalist_tls_key) if config.journalist_tls_key else None,
     }
 
     def describe() -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from cryptography import x509
 
-from deaddrop.admin import _tor_commands
+from deaddrop.admin import _file_checks, _tor_commands
 from deaddrop.admin._datadir import initialised_data_dir
 from deaddrop.admin._output import Output
 from deaddrop.runtime_status import status_path
@@ -35,7 +35,8 @@ CRL_WARNING_DAYS = 7
 def register(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser(
         "status", parents=[common_parent],
-        help="is the server running; onion and Tor; counts; free disk; submission key; CRL and certificate expiry")
+        help="is the server running; onion and Tor; counts; free disk; submission key; CRL and certificate expiry; "
+        "modes and owners of every private path")
     p.set_defaults(func=_status)
 
 
@@ -204,7 +205,9 @@ def instance_status(data_dir: str) -> dict[str, Any]:
     now = time.time()
     server = server_status(data_dir, now)
     reported = server.pop("reported")
-    status = _tor_commands.tor_status(data_dir)
+    owner = _file_checks.expected_owner(data_dir, server["pid"])
+    status = _tor_commands.tor_status(data_dir, owner)
+    status["checks"][:0] = _file_checks.private_path_checks(data_dir, owner, reported.get("journalist_tls_key"))
     if server["running"] and reported.get("source_onion"):
         status["source_onion"] = reported["source_onion"]  # as published by the running server
     status["tor_state"] = reported.get("tor_state") if server["running"] else "not running"

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from typing import Any
 
 from deaddrop.admin._datadir import initialised_data_dir
+from deaddrop.admin._file_checks import path_check
 from deaddrop.admin._output import AdminError
 from deaddrop.tor import keys
 
@@ -44,18 +44,13 @@ def _data_dir(args) -> str:
 # -- status -----------------------------------------------------------------------------------
 
 
-def _mode_check(name: str, path: str, want: int) -> dict[str, Any]:
-    st = os.stat(path)
-    mode = stat.S_IMODE(st.st_mode)
-    if mode & 0o077 & ~want:
-        detail = f"{path} has mode {mode:04o}; expected {want:04o} (chmod {want:o})"
-        return {"name": name, "ok": False, "detail": detail}
-    if st.st_uid != os.geteuid():
-        return {"name": name, "ok": False, "detail": f"{path} is owned by uid {st.st_uid}, not by this user"}
-    return {"name": name, "ok": True, "detail": f"{path} mode {mode:04o}"}
+def _mode_check(name: str, path: str, want: int, owner: int | None = None) -> dict[str, Any]:
+    found = path_check(name, path, want, os.geteuid() if owner is None else owner)
+    assert found is not None
+    return found
 
 
-def _key_checks(name: str, directory: str) -> tuple[list[dict[str, Any]], keys.OnionKey | None]:
+def _key_checks(name: str, directory: str, owner: int | None) -> tuple[list[dict[str, Any]], keys.OnionKey | None]:
     path = os.path.join(directory, keys.SECRET_KEY_FILE)
     if not os.path.exists(path):
         return [], None
@@ -63,7 +58,7 @@ def _key_checks(name: str, directory: str) -> tuple[list[dict[str, Any]], keys.O
         key = keys.read_onion_key(directory)
     except keys.OnionKeyError as e:
         return [{"name": name, "ok": False, "detail": str(e)}], None
-    return [_mode_check(name, path, 0o600)], key
+    return [_mode_check(name, path, 0o600, owner)], key
 
 
 def _tor_process(data_dir: str) -> dict[str, Any]:
@@ -97,16 +92,17 @@ def _last_tor_event(data_dir: str) -> dict[str, Any] | None:
     return None
 
 
-def tor_status(data_dir: str) -> dict[str, Any]:
-    """The Tor part of ``deaddrop-admin status``: addresses, process, file checks."""
+def tor_status(data_dir: str, owner: int | None = None) -> dict[str, Any]:
+    """The Tor part of ``deaddrop-admin status``: addresses, process, file checks (each file
+    owned by ``owner``, by default the user running this)."""
     checks: list[dict[str, Any]] = []
     tor_dir = keys.tor_dir(data_dir)
     if os.path.isdir(tor_dir):
-        checks.append(_mode_check("tor_dir", tor_dir, 0o700))
+        checks.append(_mode_check("tor_dir", tor_dir, 0o700, owner))
     else:
         checks.append({"name": "tor_dir", "ok": True, "detail": f"{tor_dir} not created yet (the server creates it)"})
 
-    source_checks, source_key = _key_checks("source_key", keys.service_dir(data_dir, keys.SOURCE))
+    source_checks, source_key = _key_checks("source_key", keys.service_dir(data_dir, keys.SOURCE), owner)
     checks += source_checks
     source_onion = None
     onion_file = keys.source_onion_file(data_dir)
@@ -127,7 +123,7 @@ def tor_status(data_dir: str) -> dict[str, Any]:
     elif source_key is not None:
         checks.append({"name": "source_onion", "ok": True, "detail": "not published yet"})
 
-    journalist_checks, journalist_key = _key_checks("journalist_key", keys.service_dir(data_dir, keys.JOURNALIST))
+    journalist_checks, journalist_key = _key_checks("journalist_key", keys.service_dir(data_dir, keys.JOURNALIST), owner)
     checks += journalist_checks
     try:
         clients = keys.list_clients(data_dir)
@@ -141,7 +137,7 @@ def tor_status(data_dir: str) -> dict[str, Any]:
     else:
         for name in clients:
             path = os.path.join(keys.clients_dir(data_dir), name + ".auth")
-            checks.append(_mode_check(f"client:{name}", path, 0o600))
+            checks.append(_mode_check(f"client:{name}", path, 0o600, owner))
 
     return {
         "data_dir": data_dir,

@@ -41,6 +41,18 @@ def connect(path: str) -> sqlite3.Connection:
     return conn
 
 
+def make_private(path: str) -> None:
+    """The database holds journalists' TOTP secrets and passphrase hashes: mode 0600, and its
+    WAL and shared-memory files with it (SQLite gives them the database file's mode)."""
+    if not os.path.exists(path):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    for name in (path, path + "-wal", path + "-shm"):
+        try:
+            os.chmod(name, 0o600)
+        except OSError:
+            pass  # absent, or not ours: SQLite says so if it matters, `status` reports the owner
+
+
 def scrub_wal(conn: sqlite3.Connection) -> bool:
     """Copy the WAL into the database and truncate it to zero bytes.
 
@@ -124,6 +136,7 @@ class Database:
     def open(self) -> str | None:
         """Blocking: call before the reactor runs (or from a thread). Creates or upgrades the
         schema (after a backup copy of an older one: -> its path) and refuses a newer one."""
+        make_private(self.path)
         self._conn = connect(self.path)
         try:
             return upgrade_with_backup(self._conn, self.path)

@@ -75,6 +75,7 @@ class Store:
         os.makedirs(os.path.dirname(final), mode=0o700, exist_ok=True)
         if os.path.exists(final):
             raise FileExistsError(final)
+        os.chmod(temp_path, 0o600)  # gpg made it under the process umask (022 outside systemd)
         rename_durably(temp_path, final)
         self.even_mtimes(filesystem_id)
         return final
