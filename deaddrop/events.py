@@ -44,6 +44,16 @@ ALLOWED_FIELDS = frozenset(
 
 _log = Logger(namespace="deaddrop.security")
 
+# Called with every record emitted in this process, after it is written (the test suite checks
+# each against docs/monitoring.md).
+_observers: list[Callable[[dict[str, Any]], None]] = []
+
+
+def add_observer(observer: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+    """Have ``observer(record)`` called with every event this process emits; -> its remover."""
+    _observers.append(observer)
+    return lambda: _observers.remove(observer)
+
 
 class EventGate:
     """At most one event per key every ``every`` seconds; the next one says how many it stands
@@ -105,6 +115,8 @@ class SecurityEvents:
             with self._lock:
                 os.write(self._fd, line.encode("utf-8") + b"\n")
         _log.info("security event {event}: {line}", event=event, line=line)
+        for observer in list(_observers):
+            observer(record)
         return record
 
     def close(self) -> None:

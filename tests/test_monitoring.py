@@ -18,6 +18,7 @@ from twisted.trial import unittest
 
 import deaddrop
 from deaddrop.events import ALLOWED_FIELDS, SecurityEvents
+from tests import _event_catalogue
 
 ROOT = Path(__file__).resolve().parents[1]
 WAZUH = ROOT / "docs" / "wazuh"
@@ -143,8 +144,8 @@ class WazuhRulesTests(unittest.TestCase):
             (("crl.reload_failed",), dict(reason="bad_signature"), 100734),
             (("crl.reloaded",), dict(count=2), 100733),
             (("tor.control.lost",), dict(reason="control_lost", detail="lost"), 100741),
-            (("tor.restart.failed",), dict(reason="exited", detail="tor exited"), 100741),
-            (("tor.fatal",), dict(reason="no_binary", detail="tor not found"), 100742),
+            (("tor.restart.failed",), dict(reason="exit_1", detail="tor exited"), 100741),
+            (("tor.fatal",), dict(reason="binary_missing", detail="tor not found"), 100742),
             (("source.login.throttled",), {}, 100720),
             (("source.flood",), dict(reason="requests", repeated=41), 100722),
             (("admin.journalist.added",), dict(target="carol"), 100750),
@@ -168,3 +169,83 @@ class WazuhRulesTests(unittest.TestCase):
         frequency_parents = {r.if_matched_sid for r in self.rules.values() if r.frequency}
         for event in ["journalist.login.fail", "journalist.login.throttled", "tls.client_cert.refused"]:
             self.assertTrue(any(r.id in frequency_parents for r in rules_for(event)), f"no frequency rule for {event}")
+
+
+NOT_EVENTS = {"source.sock", "tor.pid", "crl.pem"}  # file names the scan below would take for events
+FROM_TOR = {"BAD_DESC", "QUERY_REJECTED", "UPLOAD_REJECTED", "NOT_FOUND", "UNEXPECTED", "QUERY_NO_HSDIR",
+            "QUERY_RATE_LIMITED"}  # HS_DESC reasons Tor gives, passed on as they are
+
+
+def string_literals() -> set[str]:
+    found = set()
+    for path in Path(deaddrop.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                found.add(node.value)
+    return found
+
+
+class EventCatalogueTests(unittest.TestCase):
+    """docs/monitoring.md lists exactly the events, keys and reasons DeadDrop emits.
+
+    Every event emitted while the suite runs is checked against the doc as it is emitted
+    (tests/_event_catalogue.py, installed by tests/__init__.py): an unlisted event, key or
+    reason fails the test that emitted it. Here: that check itself, and the doc against the code."""
+
+    def test_the_allow_list_in_the_doc_is_the_codes(self):
+        self.assertEqual(_event_catalogue.allow_list_in_doc(_event_catalogue.DOC.read_text("utf-8")),
+                         set(ALLOWED_FIELDS))
+
+    def test_every_event_the_code_names_is_listed_and_every_listed_one_exists(self):
+        pattern = re.compile(r"^(journalist|admin|tls|crl|tor|source|submission|retention)\.[a-z0-9_.]+$")
+        named = {s for s in string_literals() if pattern.match(s)} - NOT_EVENTS
+        self.assertIn("retention.deleted", named)  # the scan works
+        listed = set(_event_catalogue.catalogue())
+        self.assertEqual(sorted(named - listed), [], "events the code names that docs/monitoring.md does not list")
+        self.assertEqual(sorted(listed - named), [], "events docs/monitoring.md lists that the code never names")
+
+    def test_every_listed_reason_is_one_the_code_gives(self):
+        literals = string_literals()
+        for name, entry in _event_catalogue.catalogue().items():
+            for reason in entry.reasons:
+                if reason in FROM_TOR or reason.endswith("_N"):
+                    continue
+                self.assertIn(reason, literals, f"{name}: docs/monitoring.md lists the reason {reason!r}, "
+                                                "which the code never gives")
+        self.assertTrue(any("signal_{" in line for line in
+                            (Path(deaddrop.__file__).parent / "tor" / "_process.py").read_text().splitlines()))
+
+    def test_an_unlisted_event_key_or_reason_fails_the_test_that_emits_it(self):
+        events = SecurityEvents(None)
+        events.emit("journalist.login.fail", username="alice", reason="bad_totp")  # listed
+        events.emit("tor.exited", reason="signal_9", detail="killed")  # a listed pattern
+        self.assertEqual(self.flushLoggedErrors(_event_catalogue.UnlistedEvent), [])
+        events.emit("journalist.login.vanished", username="alice")
+        events.emit("journalist.login.ok", username="alice", count=3)
+        events.emit("journalist.login.fail", username="alice", reason="bad_mood")
+        events.emit("tor.exited", reason="signal_x", detail="killed")
+        logged = [str(f.value) for f in self.flushLoggedErrors(_event_catalogue.UnlistedEvent)]
+        self.assertEqual(logged, [
+            "the event 'journalist.login.vanished' is not listed in docs/monitoring.md",
+            "journalist.login.ok: the key 'count' is not listed for it in docs/monitoring.md",
+            "journalist.login.fail: the reason 'bad_mood' is not listed for it in docs/monitoring.md",
+            "tor.exited: the reason 'signal_x' is not listed for it in docs/monitoring.md",
+        ])
+
+    def test_the_doc_table_is_read_strictly(self):
+        text = _event_catalogue.DOC.read_text("utf-8")
+        for broken, why in [
+            (text.replace("| `journalist.totp.reused` | username |", "| `journalist.totp.reused` | usernme |"),
+             "'usernme' is not a key"),
+            (text.replace("| `source.flood` | reason, repeated | the source side",
+                          "| `source.flood` | reason, repeated | no reasons here; the source side").replace(
+                "`busy`", "busy").replace("`requests`", "requests").replace("`circuit_closed`", "x").replace(
+                "`upload_ended`", "x").replace("`abandoned`", "x"), "a reason key, but no reason listed"),
+            (text + "", None),
+        ]:
+            if why is None:
+                _event_catalogue.parse(broken)
+                continue
+            with self.assertRaises(_event_catalogue.CatalogueError) as caught:
+                _event_catalogue.parse(broken)
+            self.assertIn(why, str(caught.exception))
