@@ -42,9 +42,12 @@ class RecordingEvents:
     def emit(self, event, **fields):
         from deaddrop.events import ALLOWED_FIELDS
 
+        from tests._event_catalogue import check
+
         unknown = set(fields) - ALLOWED_FIELDS
         assert not unknown, f"fields not allowed: {unknown}"
         self.records.append((event, {k: v for k, v in fields.items() if v is not None}))
+        check(dict(self.records[-1][1], event=event))  # as SecurityEvents does: listed in docs/monitoring.md
 
     def named(self, name):
         return [fields for event, fields in self.records if event == name]
@@ -119,6 +122,7 @@ class FakeTor(LineReceiver):
         self.onions = []
         self.circuits = ["155", "70000", "48879"]  # open rendezvous circuits, by id
         self.add_onion_error = None
+        self.unanswered: set[str] = set()  # commands Tor never answers (it is about to die)
 
     def reply(self, *lines):
         for line in lines[:-1]:
@@ -131,6 +135,8 @@ class FakeTor(LineReceiver):
     def lineReceived(self, line):
         text = line.decode()
         self.commands.append(text)
+        if text in self.unanswered:
+            return
         word = text.split(" ", 1)[0]
         if word == "PROTOCOLINFO":
             self.reply("PROTOCOLINFO 1", "AUTH METHODS=NULL", 'VERSION Tor="0.4.9.11"', "OK")
@@ -878,6 +884,138 @@ class SupervisionTests(_Base):
         self.assertNoResult(d)
         h.uploaded(address)
         self.assertEqual(self.successResultOf(d), address)
+
+
+class BootstrapSupervisionTests(_Base):
+    """Tor dying before it was ever ready is relaunched too; only the bootstrap timeout, counted
+    from the start, is fatal."""
+
+    def test_killed_during_bootstrap_is_relaunched(self):
+        h = self.harness(bootstrap=(45, "loading_keys", "Loading authority key certs"))
+        h.launch_ready()
+        self.assertEqual(h.service.state, "bootstrapping")
+        h.process.exit(sig=9)
+        h.settle()
+        self.assertEqual(h.fatal, [])
+        self.assertEqual(h.events.named("tor.fatal"), [])
+        self.assertEqual(h.events.named("tor.exited"), [
+            {"reason": "signal_9", "detail": "Tor exited during startup (killed by SIGKILL): "
+                                             "it printed no error; see its log lines above"}])
+        self.assertEqual(h.events.named("tor.restart"), [{"delay": 1.0, "detail": "relaunch"}])
+        self.assertEqual(h.service.state, "restarting")
+        h.bootstrap = (100, "done", "Done")
+        h.advance(1)
+        self.assertEqual(len(h.reactor.processes), 2)
+        h.listener_up()
+        self.assertEqual(h.service.state, "ready")
+        h.uploaded(h.service.onion_address)
+        self.assertEqual(self.successResultOf(h.service.when_onion_ready()), h.service.onion_address)
+        self.assertEqual(h.fatal, [])
+
+    def test_killed_before_its_control_port_opened_is_relaunched(self):
+        h = self.harness()
+        h.start()
+        h.process.exit(sig=15)
+        h.settle()
+        self.assertEqual(h.fatal, [])
+        self.assertEqual(h.events.named("tor.exited")[0]["reason"], "signal_15")
+        h.advance(1)
+        h.listener_up()
+        self.assertEqual(h.service.state, "ready")
+
+    def test_exit_after_its_control_port_opened_is_relaunched(self):
+        h = self.harness(bootstrap=(10, "conn_done", "Connected to a relay"))
+        h.launch_ready()
+        h.process.say("[err] Assertion failed somewhere inside Tor")
+        h.process.exit(1)
+        h.settle()
+        self.assertEqual(h.fatal, [])
+        self.assertEqual(h.events.named("tor.exited")[0]["reason"], "exit_1")
+        h.advance(1)
+        self.assertEqual(len(h.reactor.processes), 2)
+
+    def test_control_connection_lost_during_bootstrap_is_relaunched(self):
+        h = self.harness(bootstrap=(45, "loading_keys", "Loading authority key certs"),
+                         tuning=Tuning(control_grace=2.0))
+        h.launch_ready()
+        h.tor.transport.loseConnection()
+        h.settle()
+        h.advance(2)
+        self.assertEqual(h.fatal, [])
+        self.assertEqual(h.events.named("tor.control.lost")[0]["reason"], "control_lost")
+        self.assertEqual(h.process.signals, ["TERM"])
+        h.process.exit(0)
+        h.bootstrap = (100, "done", "Done")
+        h.advance(1)
+        h.listener_up()
+        self.assertEqual(h.service.state, "ready")
+
+    def test_a_command_cut_off_by_tors_death_is_not_fatal(self):
+        """Killed while a command was in flight: the command fails first (the control connection
+        closes), then the exit status arrives. Neither is fatal."""
+        h = self.harness()
+        h.start()
+        original = h.connect
+
+        def connect(endpoint):
+            d = original(endpoint)
+            h.tor.unanswered = {"GETINFO status/bootstrap-phase"}
+            return d
+
+        h.service._connect = connect
+        h.listener_up()
+        self.assertEqual(h.tor.commands[-1], "GETINFO status/bootstrap-phase")
+        h.tor.transport.loseConnection()
+        h.settle()
+        self.assertEqual(h.fatal, [])
+        h.process.exit(sig=9)
+        h.settle()
+        self.assertEqual(h.fatal, [])
+        self.assertEqual(h.events.named("tor.exited")[0]["reason"], "signal_9")
+        h.service._connect = original
+        h.advance(1)
+        h.listener_up()
+        self.assertEqual(h.service.state, "ready")
+
+    def test_the_bootstrap_timeout_counts_from_the_start_across_relaunches(self):
+        h = self.harness(bootstrap=(45, "loading_keys", "Loading authority key certs"),
+                         tuning=Tuning(retry_initial=1.0, retry_max=60.0))
+        h.launch_ready()
+        for _ in range(3):  # killed three times: relaunched after 1, 2, 4 s
+            h.advance(10)
+            h.process.exit(sig=9)
+            h.settle()
+            h.advance(h.events.named("tor.restart")[-1]["delay"])
+            h.listener_up()
+        self.assertEqual(len(h.reactor.processes), 4)
+        self.assertEqual(h.fatal, [])
+        self.assertEqual([e["delay"] for e in h.events.named("tor.restart")], [1.0, 2.0, 4.0])
+        self.assertEqual(len(h.events.named("tor.restart.failed")), 2)  # the relaunches that died
+        h.advance(180 - 37 - 0.5)
+        self.assertEqual(h.fatal, [])
+        h.advance(0.5)
+        self.assertEqual(h.fatal, [
+            "Tor did not finish bootstrapping within 180 s (stuck at 45%: Loading authority key certs); "
+            "Tor ended 3 times before it was ready (last: killed by SIGKILL)"])
+        self.assertEqual(h.events.named("tor.fatal")[0]["reason"], "bootstrap_timeout")
+        self.assertEqual(h.process.signals, ["TERM"])
+        h.process.exit(0)
+        h.advance(300)
+        self.assertEqual(len(h.fatal), 1)
+        self.assertEqual(len(h.reactor.processes), 4)
+
+    def test_the_bootstrap_timeout_may_fall_while_waiting_to_relaunch(self):
+        h = self.harness(tuning=Tuning(retry_initial=100.0, retry_max=100.0))
+        h.start()
+        h.advance(170)
+        h.process.exit(sig=9)
+        h.settle()
+        h.advance(10)
+        self.assertEqual(len(h.fatal), 1)
+        self.assertEqual(h.fatal, ["Tor did not become ready within 180 s (no working control connection); "
+                                   "Tor ended 1 time before it was ready (last: killed by SIGKILL)"])
+        h.advance(200)
+        self.assertEqual(len(h.reactor.processes), 1)  # the relaunch that was due never comes
 
 
 # -- fatal errors -----------------------------------------------------------------------------

@@ -183,6 +183,11 @@ class TorProcessProtocol(ProcessProtocol):
         self._exit_waiters: list = []
 
     @property
+    def saw_listener(self) -> bool:
+        """Tor opened its control port: it accepted its configuration and was running."""
+        return self._saw_listener
+
+    @property
     def pid(self) -> int | None:
         return getattr(self.transport, "pid", None)
 

@@ -1,10 +1,13 @@
 """The Tor service: launch or attach, bootstrap, publish the onions, supervise, republish.
 
 One *attempt* is one Tor process (``launch``) or one control connection (``control:``) from
-start to end. An attempt that fails before any attempt was ever ready is fatal (``on_fatal``
-with one line, once); after that, failures are logged as security events and a new attempt is
-started with exponential back-off, reusing the same onion keys. The web listeners are never
-touched by any of this.
+start to end. When an attempt ends, whether during the first bootstrap or long after, the
+failure is logged as a security event and a new attempt is started with exponential back-off,
+reusing the same onion keys; the web listeners are never touched by any of this. Only two
+things are fatal (``on_fatal`` with one line, once), and only before Tor was ever ready: the
+bootstrap timeout (no bootstrap within ``bootstrap_timeout`` seconds of the service's start,
+however many attempts that took), and a failure that no relaunch can mend (a missing binary, a
+torrc Tor refuses, a control port that is not there when attaching, an onion Tor refuses).
 """
 from __future__ import annotations
 
@@ -20,7 +23,9 @@ from twisted.internet.defer import Deferred, DeferredLock, ensureDeferred, gathe
 from twisted.internet.utils import getProcessOutputAndValue
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+from twisted.internet.error import ConnectionDone, ConnectionLost
 from txtorcon import TorProtocolError
+from txtorcon.torcontrolprotocol import TorDisconnectError
 
 from deaddrop.tor import _control, keys
 from deaddrop.tor._config import ControlEndpoint, normalise_target
@@ -163,6 +168,10 @@ class TorOnionService(service.Service):
         self._failures = 0
         self._ever_ready = False
         self._fatal_called = False
+        self._startup_deadline = None  # the bootstrap timeout, from the start until first ready
+        # The latest bootstrap state of any attempt, for the timeout's message.
+        self._last_progress: tuple[int | None, str | None, str | None] = (None, None, None)
+        self._last_exit: str | None = None
         self._stopping = False
         self._retry_call = None
         self._previous_gone: Deferred | None = None
@@ -222,6 +231,8 @@ class TorOnionService(service.Service):
             loop.clock = self._reactor
             loop.start(period, now=False).addErrback(self._loop_failed)
             self._loops.append(loop)
+        if not self._ever_ready and self._bootstrap_timeout is not None:
+            self._startup_deadline = self._reactor.callLater(self._bootstrap_timeout, self._startup_timed_out)
         self._start_attempt()
 
     def stopService(self):
@@ -235,6 +246,7 @@ class TorOnionService(service.Service):
         if self._retry_call is not None and self._retry_call.active():
             self._retry_call.cancel()
         self._retry_call = None
+        self._cancel_startup_deadline()
         waits = []
         attempt = self._attempt
         if attempt is not None:
@@ -253,7 +265,7 @@ class TorOnionService(service.Service):
 
     def _start_attempt(self) -> None:
         self._retry_call = None
-        if self._stopping:
+        if self._stopping or self._fatal_called:
             return
         self._attempts += 1
         attempt = _Attempt(self._attempts)
@@ -323,7 +335,8 @@ class TorOnionService(service.Service):
         except _Aborted:
             return
         except TorStartError as e:
-            self._fail(attempt, e.reason, str(e))
+            # A launched Tor whose control port never answered may only have hung: try again.
+            self._fail(attempt, e.reason, str(e), retry=e.reason == "control_unreachable" and self._mode == "launch")
         except keys.OnionKeyError as e:
             self._fail(attempt, "onion_key", str(e))
         except TorProtocolError as e:
@@ -333,13 +346,52 @@ class TorOnionService(service.Service):
         except Exception as e:
             if not attempt.alive:
                 return  # the connection closed under us because the attempt ended
+            if isinstance(e, (TorDisconnectError, ConnectionDone, ConnectionLost)):
+                # Tor went away in the middle of a command (killed while bootstrapping): its
+                # exit, or the lost control connection, ends the attempt and it is tried again.
+                return
             self._fail(attempt, "error", f"{type(e).__name__}: {_one_line(str(e))}")
 
     def _arm_deadline(self, attempt: _Attempt) -> None:
+        """A relaunch (Tor was ready before) must bootstrap within the timeout, or it is ended
+        and tried again. Until Tor was first ready, the service's own deadline applies."""
+        if not self._ever_ready or self._bootstrap_timeout is None:
+            return
         attempt.deadline = self._reactor.callLater(self._bootstrap_timeout, self._bootstrap_timed_out, attempt)
         attempt.timers.append(attempt.deadline)
 
+    def _cancel_startup_deadline(self) -> None:
+        if self._startup_deadline is not None and self._startup_deadline.active():
+            self._startup_deadline.cancel()
+        self._startup_deadline = None
+
+    def _startup_timed_out(self) -> None:
+        """No attempt bootstrapped within the timeout of the start: the one fatal failure of a
+        Tor that keeps dying or never connects."""
+        self._startup_deadline = None
+        if self._ever_ready or self._stopping:
+            return
+        limit = f"{self._bootstrap_timeout:g}"
+        progress, summary, warning = self._last_progress
+        if progress is None:
+            message = f"Tor did not become ready within {limit} s (no working control connection)"
+        else:
+            message = f"Tor did not finish bootstrapping within {limit} s (stuck at {progress}%: {summary})"
+            if warning:
+                message += f"; last problem: {warning}"
+        if self._last_exit is not None:
+            ended = self._failures
+            message += f"; Tor ended {ended} time{'s' if ended != 1 else ''} before it was ready (last: {self._last_exit})"
+        if self._retry_call is not None and self._retry_call.active():
+            self._retry_call.cancel()
+        self._retry_call = None
+        attempt = self._attempt
+        if attempt is not None:
+            self._end_attempt(attempt, message)
+        self._fatal("bootstrap_timeout", _one_line(message))
+
     def _bootstrap_timed_out(self, attempt: _Attempt) -> None:
+        """A relaunch did not bootstrap in time: end it, try again."""
         limit = f"{self._bootstrap_timeout:g}"
         if attempt.progress is None:
             message = f"Tor did not become ready within {limit} s (no working control connection)"
@@ -350,7 +402,7 @@ class TorOnionService(service.Service):
             )
             if attempt.warning:
                 message += f"; last problem: {attempt.warning}"
-        self._fail(attempt, "bootstrap_timeout", message)
+        self._fail(attempt, "bootstrap_timeout", message, retry=True)
 
     def _arm_stall_timer(self, attempt: _Attempt) -> None:
         if attempt.stall_timer is not None and attempt.stall_timer.active():
@@ -500,7 +552,8 @@ class TorOnionService(service.Service):
         attempt.connect_tries += 1
         if attempt.connect_tries >= self._tuning.connect_tries:
             self._fail(
-                attempt, "control_unreachable", f"cannot connect to the control port of the Tor we launched: {why}"
+                attempt, "control_unreachable", f"cannot connect to the control port of the Tor we launched: {why}",
+                retry=True,
             )
             return
         attempt.timers.append(
@@ -528,6 +581,7 @@ class TorOnionService(service.Service):
         if info["warning"]:
             attempt.warning = _one_line(info["warning"])
         progress, summary = info["progress"], info["summary"]
+        self._last_progress = (progress, summary, attempt.warning)
         if progress != attempt.progress:
             attempt.progress, attempt.summary = progress, summary
             self._arm_stall_timer(attempt)
@@ -567,12 +621,16 @@ class TorOnionService(service.Service):
         if not attempt.alive:
             return
         how = describe_exit(exit_reason)
+        self._last_exit = how
         if attempt.ready:
             message = f"Tor exited unexpectedly ({how})" + (f": {summary}" if summary else "")
         else:
             why = summary or "it printed no error; see its log lines above"
             message = f"Tor exited during startup ({how}): {why}"
-        self._fail(attempt, exit_reason, message, event="tor.exited")
+        # Killed, or ended after it was up and running: relaunch. Exited by itself before even
+        # opening its control port: it refused its configuration, which a relaunch repeats.
+        running = exit_reason.startswith("signal_") or (attempt.process is not None and attempt.process.saw_listener)
+        self._fail(attempt, exit_reason, message, event="tor.exited", retry=running)
 
     def _control_lost(self, attempt: _Attempt) -> None:
         if not attempt.alive or self._stopping:
@@ -586,7 +644,9 @@ class TorOnionService(service.Service):
 
     def _control_lost_confirmed(self, attempt: _Attempt) -> None:
         if attempt.alive:
-            self._fail(attempt, "control_lost", "the Tor control connection was lost", event="tor.control.lost")
+            self._last_exit = "control connection lost"
+            self._fail(attempt, "control_lost", "the Tor control connection was lost", event="tor.control.lost",
+                       retry=True)
 
     # -- ending attempts ------------------------------------------------------------------
 
@@ -623,18 +683,22 @@ class TorOnionService(service.Service):
 
             self._previous_gone = gone.addBoth(cancel_kill)
 
-    def _fail(self, attempt: _Attempt, reason: str, message: str, event: str | None = None) -> None:
+    def _fail(self, attempt: _Attempt, reason: str, message: str, event: str | None = None,
+              retry: bool = False) -> None:
+        """End ``attempt`` and try again with back-off; fatal only if Tor was never ready and
+        ``retry`` is False (a failure no relaunch mends)."""
         if not attempt.alive:
             return
         message = _one_line(message)
         was_ready = attempt.ready
         self._end_attempt(attempt, message)
-        if self._stopping:
+        if self._stopping or self._fatal_called:
             return
-        if not self._ever_ready:
+        if not self._ever_ready and not retry:
             self._fatal(reason, message)
             return
-        if was_ready:
+        if was_ready or self._failures == 0:
+            # The first failure of a run says what happened; its failed retries say so in turn.
             self._events.emit(event or "tor.control.lost", reason=reason, detail=message)
         else:
             self._events.emit("tor.restart.failed", reason=reason, detail=message)
@@ -646,6 +710,7 @@ class TorOnionService(service.Service):
         if self._fatal_called:
             return
         self._fatal_called = True
+        self._cancel_startup_deadline()
         self._events.emit("tor.fatal", reason=reason, detail=message)
         _log.error("Tor cannot be started: {message}", message=message)
         waiters, self._ready_waiters = self._ready_waiters, []
@@ -667,6 +732,7 @@ class TorOnionService(service.Service):
         attempt.ready = True
         attempt.ready_at = self._now()
         self._ever_ready = True
+        self._cancel_startup_deadline()
         self.state = "ready"
         self._events.emit("tor.ready", detail=f"attempt {attempt.number}")
 

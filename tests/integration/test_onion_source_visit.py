@@ -6,7 +6,7 @@ fixture's low-memory wrapper). A source visits through the fixture's client tor 
 treq: ``/generate``, ``/create``, ``/lookup``, ``/submit`` (a message and a file), and the stored
 files decrypt with the test SVS key to what was sent. Then: the address survives a restart
 (SIGTERM, start again), and a ``kill -9`` of the server's Tor is survived (the web service keeps
-serving, ``tor.exited`` is logged, the onion comes back). And ``--tor control:unix:PATH``
+serving, ``tor.exited`` is logged, the onion comes back), during its bootstrap as after publication. And ``--tor control:unix:PATH``
 against a separately run Tor (control socket + cookie, as Debian's): published, served, and that
 Tor is left running when the server stops.
 
@@ -36,6 +36,7 @@ from twisted.trial import unittest
 
 from deaddrop.tor import keys
 from tests._support import Browser, kill_gpg_agent, short_tempdir, test_svs
+from tests import _event_catalogue as event_catalogue
 from tests.integration import tornet
 from tests.integration.test_source_flow import gunzip_with_name, stored_files
 
@@ -171,6 +172,9 @@ class OnionServer:
                 records = [json.loads(line) for line in f if line.strip()]
         except FileNotFoundError:
             return []
+        # The server runs in a child process: its events are checked against the doc here.
+        unlisted = [p for r in records for p in event_catalogue.problems(r)]
+        assert not unlisted, unlisted
         return [r for r in records if (name is None or r.get("event") == name)
                 and all(r.get(k) == v for k, v in fields.items())]
 
@@ -440,14 +444,37 @@ class OnionSourceVisitTests(unittest.TestCase):
         self.assert_decrypts(server, [message, "after the restart"], [("leak.pdf", document)])
         await server.stop()
 
-    def test_server_survives_sigkill_of_its_tor(self):
+    def test_server_survives_sigkill_of_its_tor_during_bootstrap_and_after_publication(self):
         return ensureDeferred(self._sigkill())
 
     async def _sigkill(self):
         server = self.server()
         tor = await self.client_tor()
         server.start()
+
+        # During bootstrap: killed as soon as Tor reports progress, long before it is ready.
+        deadline = time.monotonic() + 90
+        while not server.events("tor.bootstrap"):
+            if server.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError("no bootstrap progress:\n" + server.log_text(since_start=True)[-3000:])
+            await sleep(0.01)
+        first = server.tor_pid()
+        self.assertIsNotNone(first, "no child of twistd runs DATA/tor/torrc")
+        os.kill(first, signal.SIGKILL)
+        t_boot = time.monotonic()
+        await server.wait_until(lambda: server.events("tor.exited"), 15, "tor.exited during bootstrap")
+        names = [e["event"] for e in server.events()]
+        self.assertNotIn("tor.ready", names[:names.index("tor.exited")])  # it was still bootstrapping
+        self.assertEqual(server.events("tor.exited")[0]["reason"], "signal_9")
+        # The server did not stop; its source interface serves while Tor is relaunched.
+        self.assertIsNone(server.proc.poll())
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/generate", timeout=10) as response:
+            self.assertEqual(response.status, 200)
+        await server.wait_until(lambda: server.tor_pid() not in (None, first), 30, "the relaunch")
+        self.assertTrue(server.events("tor.restart"))
         address = await server.wait_published(0)
+        TIMINGS["recovery (SIGKILL during bootstrap -> descriptor uploaded)"] = time.monotonic() - t_boot
+        self.assertEqual(self.events_named(server, "tor.fatal"), [])
         browser = self.browser(address, tor)
         await self.reach(browser, tor)
 
