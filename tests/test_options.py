@@ -95,6 +95,40 @@ class SessionOptionTests(unittest.TestCase):
                 self.parse("--source-session-minutes", bad)
 
 
+class RefusedValuesTests(unittest.TestCase):
+    """The option table says which values are refused: each is, with a line naming the option."""
+
+    def parse(self, *argv: str) -> Config:
+        options = Options()
+        options.parseOptions(["--submission-key", test_svs().public_key_path, "--tor", "none", *argv])
+        return options.config
+
+    def refused(self, *argv: str) -> str:
+        with self.assertRaises(usage.UsageError) as caught:
+            self.parse(*argv)
+        return str(caught.exception)
+
+    def test_source_session_minutes_below_5(self):
+        self.assertEqual(self.parse("--source-session-minutes", "5").source_session_minutes, 5)
+        self.assertIn("--source-session-minutes must be between 5 and 10080", self.refused("--source-session-minutes", "4"))
+
+    def test_no_submission_key_says_how_to_make_one(self):
+        options = Options()
+        with self.assertRaises(usage.UsageError) as caught:
+            options.parseOptions(["--tor", "none"])
+        self.assertIn("no submission key: on the offline Secure Viewing Station run `deaddrop-svs --home DIR init`",
+                      str(caught.exception))
+
+    def test_a_source_listener_beyond_loopback_with_tor(self):
+        message = self.refused("--tor", "launch", "--source-listen", "tcp:8080")
+        self.assertIn("--source-listen tcp:8080 is not loopback", message)
+        self.assertEqual(self.parse("--source-listen", "tcp:8080").source_listen, "tcp:8080")  # --tor none
+
+    def test_max_upload_size_below_1024(self):
+        self.assertEqual(self.parse("--max-upload-size", "1024").max_upload_size, 1024)
+        self.assertIn("--max-upload-size must be at least 1024 bytes", self.refused("--max-upload-size", "1023"))
+
+
 class EnvironmentTests(unittest.TestCase):
     def test_every_option_maps_flags_and_tor_options_too(self):
         argv = argv_from_environment({

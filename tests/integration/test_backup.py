@@ -297,3 +297,85 @@ class BackupMemoryTests(unittest.TestCase):
         self.assertGreater(os.path.getsize(archive), 160 * 1024 * 1024)
         self.assertLess(backup_peak, 120 * 1024, f"backup peak RSS {backup_peak} KiB")
         self.assertLess(restore_peak, 120 * 1024, f"restore peak RSS {restore_peak} KiB")
+
+
+# Run as ``python -c AUDITED REPORT ARGV...``: deaddrop-admin with an audit hook that records
+# every file it opens for writing, every database it opens and every program it starts.
+AUDITED = r"""
+import json, os, sys
+report, argv = sys.argv[1], sys.argv[2:]
+seen = {"writes": [], "databases": [], "programs": []}
+WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+def hook(event, args):
+    if event == "open":
+        path, mode, flags = args
+        if isinstance(path, (str, bytes)) and ((mode and any(c in str(mode) for c in "wax+")) or (flags or 0) & WRITE):
+            seen["writes"].append(os.fsdecode(path))
+    elif event == "sqlite3.connect":
+        seen["databases"].append(str(args[0]))
+    elif event == "subprocess.Popen":
+        seen["programs"].append([os.fsdecode(a) for a in args[1]])
+sys.addaudithook(hook)
+from deaddrop.admin.cli import main
+code = main(argv)
+with open(report, "w") as f:
+    json.dump(dict(seen, code=code), f)
+"""
+
+
+class BackupPlaintextTests(unittest.TestCase):
+    """No unencrypted temporary file: the backup's plaintext (the database snapshot, the peppers,
+    the keyring...) only ever goes to gpg's stdin; the one file written is gpg's ciphertext."""
+
+    timeout = 120
+
+    @inlineCallbacks
+    def test_a_backup_writes_no_plaintext_to_any_file(self):
+        import sys
+
+        from tests._support import initialised_data_dir
+
+        data_dir = yield initialised_data_dir(self)
+        admin = AdminKey(self)
+        work = short_tempdir("dd-bkp-")
+        self.addCleanup(shutil.rmtree, work, True)
+        archive, report = os.path.join(work, "b.gpg"), os.path.join(work, "report.json")
+        scratch = os.path.join(work, "tmp")  # TMPDIR: anything tempfile makes lands here
+        os.makedirs(scratch)
+        env = dict(os.environ, TMPDIR=scratch)
+        proc = yield deferToThread(subprocess.run, [
+            sys.executable, "-c", AUDITED, report, "backup", "--data-dir", data_dir, "--out", archive,
+            "--to-key", admin.public], capture_output=True, text=True, env=env)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(report) as f:
+            seen = json.load(f)
+        self.assertEqual(seen["code"], 0)
+
+        # Files the command itself wrote: the security log's line, the report, /dev/null (gpg's
+        # stdout), and one temporary file for gpg's error messages (unnamed where the file
+        # system allows, else unlinked at once): nothing that could hold the backup.
+        log = os.path.join(data_dir, "logs", "security.jsonl")
+        written = sorted(set(seen["writes"]) - {log, report, report + ".tmp", os.devnull, scratch})
+        self.assertLessEqual(len(written), 1, written)
+        self.assertTrue(all(os.path.dirname(path) == scratch for path in written), written)
+        # The database: read in place and copied into memory, never into a file.
+        opened = {name.removeprefix("file:").split("?")[0] for name in seen["databases"]}
+        self.assertEqual(opened, {":memory:", os.path.join(data_dir, "db.sqlite")})
+        # Programs: gpg, and the only one that writes a file encrypts to the admin's key.
+        writers = [argv for argv in seen["programs"] if "--output" in argv]
+        self.assertEqual(len(writers), 1, seen["programs"])
+        [gpg] = writers
+        self.assertIn("--encrypt", gpg)
+        self.assertEqual(gpg[gpg.index("--output") + 1], archive + ".part")
+        self.assertEqual(gpg[gpg.index("--recipient-file") + 1], admin.public)
+        self.assertTrue(all(os.path.basename(argv[0]).startswith(("gpg", "gpgconf")) for argv in seen["programs"]),
+                        seen["programs"])
+        # Left behind: the archive (ciphertext), the report; TMPDIR empty.
+        self.assertEqual(sorted(os.listdir(work)), ["b.gpg", "report.json", "tmp"])
+        self.assertEqual(os.listdir(scratch), [])
+        with open(archive, "rb") as f:
+            blob = f.read()
+        with open(os.path.join(data_dir, "pepper-filesystem-id"), "rb") as f:
+            self.assertNotIn(f.read(), blob)
+        self.assertNotIn(b"CREATE TABLE", blob)
+        self.assertIn(b"CREATE TABLE", admin.decrypt(archive))  # the snapshot is in it, encrypted

@@ -209,7 +209,11 @@ class JournalistTLS:
 
     def _poll(self) -> None:
         if self._crl_path is not None and _stat(self._crl_path) != self._crl_stat:
-            self.reload_crl()
+            if self._same_crl_as_in_force():
+                # Only its times changed (the daily file-time normalisation): nothing to reload.
+                self._crl_stat = _stat(self._crl_path)
+            else:
+                self.reload_crl()
         self._check_crl_expiry()
         self._close_old_and_expired()
 
@@ -248,6 +252,18 @@ class JournalistTLS:
         days = max(0, (next_update - now).days)
         self._emit(state, expires=_iso(next_update), days_left=days,
                    detail="write a new CRL on the CA machine (deaddrop-admin crl) and copy it to the server")
+
+    def _same_crl_as_in_force(self) -> bool:
+        assert self._crl_path is not None
+        if self._crl is None:
+            return False
+        try:
+            data = Path(self._crl_path).read_bytes()
+        except OSError:
+            return False
+        in_force = self._crl.public_bytes(serialization.Encoding.PEM if data.lstrip().startswith(b"-----BEGIN")
+                                          else serialization.Encoding.DER)
+        return data.strip() == in_force.strip()
 
     def _read_crl(self) -> tuple[x509.CertificateRevocationList | None, str]:
         assert self._crl_path is not None
