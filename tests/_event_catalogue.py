@@ -16,6 +16,7 @@ from typing import Any
 from twisted.python import log
 
 from deaddrop.events import ALLOWED_FIELDS, add_observer
+from tests._markdown import table_rows
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "monitoring.md"
 ALWAYS = frozenset({"timestamp", "event", "program"})
@@ -45,17 +46,10 @@ def _reason_pattern(written: str) -> re.Pattern:
 
 
 def _rows(text: str) -> list[list[str]]:
-    lines = text.splitlines()
-    start = lines.index("| event | fields | meaning |")
-    rows = []
-    for line in lines[start + 2:]:
-        if not line.startswith("|"):
-            break
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) != 3:
-            raise CatalogueError(f"not three cells: {line}")
-        rows.append(cells)
-    return rows
+    try:
+        return table_rows(text, "| event | fields | meaning |")
+    except ValueError as e:
+        raise CatalogueError(str(e)) from None
 
 
 def _names(cell: str) -> list[str]:

@@ -12,23 +12,16 @@ from pathlib import Path
 
 from twisted.trial import unittest
 
+from tests._markdown import table_rows
+
 DOC = Path(__file__).resolve().parents[1] / "docs" / "promises.md"
 _TEST_ID = re.compile(r"`(tests(?:\.[A-Za-z_][A-Za-z0-9_]*)+)`")
 
 
 def rows(text: str) -> list[tuple[str, str, list[str]]]:
     """(promise, where, test ids) for each row of the table."""
-    found = []
-    lines = text.splitlines()
-    start = lines.index("| promise | where | held by |")
-    for line in lines[start + 2:]:
-        if not line.startswith("|"):
-            break
-        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
-        if len(cells) != 3:
-            raise AssertionError(f"not a row of three cells: {line}")
-        found.append((cells[0], cells[1], _TEST_ID.findall(cells[2])))
-    return found
+    return [(promise, where, _TEST_ID.findall(held_by))
+            for promise, where, held_by in table_rows(text, "| promise | where | held by |")]
 
 
 def resolve(test_id: str):
