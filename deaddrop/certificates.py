@@ -12,6 +12,8 @@ from cryptography import x509
 # The server logs a security event, and ``status`` warns, this long before the CRL expires:
 # at expiry the journalist listener fails closed and refuses everyone.
 CRL_WARNING = datetime.timedelta(days=7)
+# The same for the journalist listener's own certificate: browsers refuse it once it has expired.
+SERVER_CERT_WARNING = datetime.timedelta(days=30)
 
 
 def crl_next_update(path: str) -> datetime.datetime | None:

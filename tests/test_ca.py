@@ -345,6 +345,21 @@ class CLITests(unittest.TestCase):
         code, r = self.run_json("cert", "server", "--ca-dir", self.ca_dir, "--host", "x", "--out", out)
         self.assertIn("refusing to overwrite", r["error"])
 
+    def test_cert_server_lives_90_days_by_default_and_never_more_than_397(self) -> None:
+        self.run_cli("ca", "init", "--ca-dir", self.ca_dir)
+        for days, lifetime in ((None, 90), ("397", 397)):
+            out = os.path.join(self.tmp, f"server-{lifetime}.pem")
+            code, r = self.run_json("cert", "server", "--ca-dir", self.ca_dir, "--host", "10.8.0.1", "--out", out,
+                                    *(("--days", days) if days else ()))
+            self.assertEqual(code, 0, r)
+            leaf = x509.load_pem_x509_certificates(Path(out).read_bytes())[0]
+            self.assertEqual((leaf.not_valid_after_utc - leaf.not_valid_before_utc).days, lifetime)
+        code, r = self.run_json("cert", "server", "--ca-dir", self.ca_dir, "--host", "10.8.0.1", "--days", "398",
+                                "--out", os.path.join(self.tmp, "long.pem"))
+        self.assertNotEqual(code, 0)
+        self.assertIn("between 1 and 397", r["error"])
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "long.pem")))
+
     def test_revoke_prints_the_next_step_for_the_ca_in_use(self) -> None:
         data = os.path.join(self.tmp, "data")
         self.run_cli("ca", "init", "--data-dir", data)

@@ -53,7 +53,9 @@ def register(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
                    help="an address or DNS name journalists use to reach the server (repeatable)")
     p.add_argument("--out", default="server.pem",
                    help="the certificate to write (default: server.pem); its key goes to OUT-STEM.key")
-    p.add_argument("--days", type=int, default=365, help="validity in days (default: 365)")
+    p.add_argument("--days", type=int, default=ca.SERVER_DAYS,
+                   help=f"validity in days (default: {ca.SERVER_DAYS}, at most {ca.SERVER_MAX_DAYS}); "
+                        "'deaddrop-admin status' warns 30 days before the end")
     p.set_defaults(func=_cert_server)
 
     p = cert_sub.add_parser("list", parents=[common_parent],
@@ -117,7 +119,9 @@ def _cert_server(args: argparse.Namespace, out: Output) -> int:
                   f"expires {r['not_after']})\n"
                   f"  wrote {r['cert']} (certificate + CA)\n  wrote {r['key']} (its key: keep it secret)\n"
                   f"  on the server: --journalist-tls-cert {os.path.basename(r['cert'])} "
-                  f"--journalist-tls-key {os.path.basename(r['key'])}")
+                  f"--journalist-tls-key {os.path.basename(r['key'])}\n"
+                  f"  renew it before then: copy a new pair over these files (temporary name, then mv) and the "
+                  f"server picks it up without a restart; 'deaddrop-admin status' warns 30 days before")
     return 0
 
 

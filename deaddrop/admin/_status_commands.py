@@ -148,7 +148,7 @@ def certificates(data_dir: str, reported: dict[str, Any], now: datetime.datetime
     crl = reported.get("journalist_crl") or _existing(os.path.join(data_dir, "ca", "crl.pem"))
     server_cert = reported.get("journalist_tls_cert") or _existing(os.path.join(data_dir, "tls", "server.pem"))
     horizon = now + datetime.timedelta(days=EXPIRY_WARNING_DAYS)
-    result: dict[str, Any] = {"crl": None, "expiring_certificates": [], "problems": []}
+    result: dict[str, Any] = {"crl": None, "server_certificate": None, "expiring_certificates": [], "problems": []}
     if crl and os.path.isfile(crl):
         try:
             next_update = crl_expiry(crl)
@@ -166,6 +166,10 @@ def certificates(data_dir: str, reported: dict[str, Any], now: datetime.datetime
             except (OSError, ValueError) as e:
                 result["problems"].append(f"cannot read the {label} {path}: {e}")
                 continue
+            if path == server_cert:
+                result["server_certificate"] = {"path": path, "expires": _iso(expiry.timestamp()),
+                                                "days_left": (expiry - now).days, "expired": expiry <= now,
+                                                "expires_soon": expiry <= horizon}
             if expiry <= horizon:
                 result["expiring_certificates"].append({"what": label, "path": path, "expires": _iso(expiry.timestamp())})
     result["expiring_certificates"] += _issued_expiring(os.path.join(data_dir, "ca"), now, horizon)
@@ -227,6 +231,13 @@ def instance_status(data_dir: str) -> dict[str, Any]:
         when = "expired at" if crl["expired"] else "expires at"
         status["checks"].append({"name": "crl", "ok": False, "detail": f"the CRL {when} {crl['next_update']}: issue a "
                                  "new one (deaddrop-admin crl) and copy it to the server, or journalists cannot connect"})
+    server_cert = certs["server_certificate"]
+    status["server_certificate"] = server_cert
+    if server_cert and server_cert["expires_soon"]:
+        when = "expired at" if server_cert["expired"] else "expires at"
+        status["checks"].append({"name": "server_certificate", "ok": False, "detail": (
+            f"the journalist listener's certificate {server_cert['path']} {when} {server_cert['expires']}: issue a "
+            "new one (deaddrop-admin cert server) and copy it over it, or journalists' browsers refuse the server")})
     return status
 
 

@@ -38,6 +38,9 @@ from deaddrop.store._atomic import write_atomically
 ALGORITHMS = ("p256", "ed25519")
 CA_KEY, CA_CERT, CA_CRL, STATE = "ca.key", "ca.pem", "crl.pem", "state.json"
 CA_DAYS = 3650
+# The journalist listener's certificate: Mozilla's "modern" profile allows 90 days; browsers take
+# no more than 397 from any CA. ``deaddrop-admin status`` warns 30 days before the end.
+SERVER_DAYS, SERVER_MAX_DAYS = 90, 397
 # Backdate notBefore / lastUpdate: the offline machine's clock may run ahead of the server's,
 # and a CRL that is "not yet valid" makes OpenSSL refuse every journalist.
 CLOCK_SKEW = datetime.timedelta(minutes=5)
@@ -166,7 +169,7 @@ def issue_client_cert(ca_dir: str, name: str, out_p12: str, password: bytes | No
     return result
 
 
-def issue_server_cert(ca_dir: str, hosts: list[str], out_cert: str, days: int = 365) -> dict[str, Any]:
+def issue_server_cert(ca_dir: str, hosts: list[str], out_cert: str, days: int = SERVER_DAYS) -> dict[str, Any]:
     """Sign the journalist listener's TLS certificate with the same CA as the journalists'.
 
     Writes ``out_cert`` (the certificate followed by the CA's, PEM) and ``STEM.key`` (the
@@ -175,8 +178,9 @@ def issue_server_cert(ca_dir: str, hosts: list[str], out_cert: str, days: int = 
     """
     if not hosts:
         raise AdminError("give at least one --host (the address or name journalists use)")
-    if days < 1:
-        raise AdminError("--days must be at least 1")
+    if not 1 <= days <= SERVER_MAX_DAYS:
+        raise AdminError(f"--days must be between 1 and {SERVER_MAX_DAYS}: browsers refuse a server certificate "
+                         f"that lives longer (the default, {SERVER_DAYS}, is Mozilla's \"modern\" profile)")
     sans = [_host_name(h) for h in dict.fromkeys(hosts)]
     ca_key, ca_cert = _load_ca(ca_dir)
     _check_out_dir(out_cert)

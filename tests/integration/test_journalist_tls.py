@@ -5,6 +5,8 @@ import datetime
 import json
 import os
 import signal
+import socket
+import ssl
 import stat
 from pathlib import Path
 from typing import Any, Callable
@@ -18,6 +20,7 @@ from OpenSSL.crypto import X509
 from twisted.internet import defer, reactor, task
 from twisted.internet.endpoints import TCP4ClientEndpoint, wrapClientTLS
 from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.threads import deferToThread
 from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
 from twisted.trial import unittest
 from twisted.web.client import Agent, HTTPConnectionPool
@@ -98,6 +101,25 @@ class _KeptOpen(Protocol):
     def connectionLost(self, reason: Any) -> None:
         self.closed = True
         self.lost.callback(None)
+
+
+def _handshake(port: int, server_cert: str, client: tuple[str, str], *, max_version: ssl.TLSVersion | None = None,
+               group: str | None = None) -> tuple[str | None, bytes]:
+    """A blocking stdlib (system OpenSSL) client, as a browser would be: (protocol, response)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.load_verify_locations(server_cert)
+    ctx.load_cert_chain(client[1], client[0])
+    if max_version is not None:
+        ctx.maximum_version = max_version
+    if group is not None:
+        ctx.set_ecdh_curve(group)  # the only group this client offers
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, ctx.wrap_socket(raw) as conn:
+        conn.sendall(b"GET / HTTP/1.1\r\nHost: journalist\r\nConnection: close\r\n\r\n")
+        received = b""
+        while chunk := conn.recv(65536):
+            received += chunk
+        return conn.version(), received
 
 
 class JournalistTLSTests(unittest.TestCase):
@@ -194,6 +216,30 @@ class JournalistTLSTests(unittest.TestCase):
         ca.revoke(self.ca_dir, "alice")
         ca.write_crl(self.ca_dir, self.crl_path)
         yield None
+
+    # -- Mozilla's "modern" profile: TLS 1.3 only; key exchange on X25519, P-256 and P-384 only
+
+    def handshake(self, **kw: Any) -> defer.Deferred:
+        return deferToThread(_handshake, self.port.getHost().port, self.server_cert, self.alice, **kw)
+
+    @defer.inlineCallbacks
+    def test_tls12_clients_are_refused(self) -> Any:
+        with self.assertRaises(ssl.SSLError) as caught:
+            yield self.handshake(max_version=ssl.TLSVersion.TLSv1_2)
+        self.assertIn("VERSION", str(caught.exception).upper())
+        version, response = yield self.handshake()
+        self.assertEqual(version, "TLSv1.3")
+        self.assertIn(b"alice True", response)
+
+    @defer.inlineCallbacks
+    def test_key_exchange_only_on_the_modern_groups(self) -> Any:
+        for group in ("X25519", "prime256v1", "secp384r1"):
+            version, response = yield self.handshake(group=group)
+            self.assertEqual(version, "TLSv1.3", group)
+            self.assertIn(b"alice True", response, group)
+        for group in ("X448", "secp521r1", "ffdhe2048", "ffdhe4096"):
+            with self.assertRaises(ssl.SSLError, msg=group):
+                yield self.handshake(group=group)
 
     # -- tests
 
@@ -305,6 +351,49 @@ class JournalistTLSTests(unittest.TestCase):
         yield None
 
     @defer.inlineCallbacks
+    def test_a_renewed_server_certificate_is_picked_up_without_restart(self) -> Any:
+        self.tls.service.startService()
+        self.addCleanup(self.tls.service.stopService)
+        old_serial = format(_load_cert(self.server_cert).serial_number, "x")
+        renewed = os.path.join(self.tmp, "renewed.pem")
+        r = ca.issue_server_cert(self.ca_dir, ["127.0.0.1"], renewed)
+        # A half-done copy (the new key, the old certificate) is refused; the pair in use stays.
+        os.replace(r["key"], self.server_key)
+        self.clock.advance(tls.POLL_SECONDS)
+        self.assertEqual([e["reason"] for e in self.read_events(tls.SERVER_CERT_RELOAD_FAILED)], ["Error"])
+        version, response = yield self.handshake()
+        self.assertIn(b"alice True", response)
+        self.assertEqual((yield self._served_serial()), old_serial)
+        os.replace(renewed, self.server_cert)
+        self.clock.advance(tls.POLL_SECONDS)
+        [reloaded] = self.read_events(tls.SERVER_CERT_RELOADED)
+        self.assertEqual(reloaded["serial"], r["serial"])
+        self.assertEqual((yield self._served_serial()), r["serial"])
+
+    @defer.inlineCallbacks
+    def _served_serial(self) -> Any:
+        # A blocking client: off the reactor thread, which serves the other end.
+        pem = yield deferToThread(ssl.get_server_certificate, ("127.0.0.1", self.port.getHost().port))
+        return format(x509.load_pem_x509_certificate(pem.encode()).serial_number, "x")
+
+    @defer.inlineCallbacks
+    def test_server_certificate_expiry_is_reported_30_days_ahead_then_at_expiry(self) -> Any:
+        self.tls.service.startService()
+        self.addCleanup(self.tls.service.stopService)
+        not_after = _load_cert(self.server_cert).not_valid_after_utc
+        self.clock.advance((not_after - datetime.timedelta(days=31)).timestamp())
+        self.clock.advance(tls.POLL_SECONDS)
+        self.assertEqual(self.read_events(tls.SERVER_CERT_EXPIRES_SOON), [])
+        self.clock.advance(datetime.timedelta(days=1, minutes=1).total_seconds())
+        soon = self.read_events(tls.SERVER_CERT_EXPIRES_SOON)
+        self.assertEqual([(e["expires"], e["days_left"]) for e in soon], [(not_after.isoformat(), 29)])
+        self.clock.advance(3600)  # once per certificate
+        self.assertEqual(len(self.read_events(tls.SERVER_CERT_EXPIRES_SOON)), 1)
+        self.clock.advance(datetime.timedelta(days=30).total_seconds())
+        self.assertEqual([e["expires"] for e in self.read_events(tls.SERVER_CERT_EXPIRED)], [not_after.isoformat()])
+        yield None
+
+    @defer.inlineCallbacks
     def test_sighup_reloads_and_chains_the_previous_handler(self) -> Any:
         seen: list[int] = []
         original = signal.signal(signal.SIGHUP, lambda signum, frame: seen.append(signum))
@@ -381,25 +470,6 @@ class Ed25519CATests(JournalistTLSTests):
     algorithm = "ed25519"
 
 
-class TLS12ClientTests(JournalistTLSTests):
-    """The same behaviour for TLS 1.2 clients, where a refusal happens at another handshake step."""
-
-    client_max_version = SSL.TLS1_2_VERSION
-
-    @defer.inlineCallbacks
-    def test_negotiates_tls12(self) -> Any:
-        seen = []
-        original = tls.peer_common_name
-
-        def spy(transport: Any) -> Any:
-            seen.append(transport.getHandle().get_protocol_version_name())
-            return original(transport)
-
-        self.patch(tls, "peer_common_name", spy)
-        self.assertEqual((yield self.fetch(self.alice)), (200, "alice True"))
-        self.assertEqual(seen, ["TLSv1.2"])
-
-
 class ServerCertificateTests(unittest.TestCase):
     def test_created_once_with_private_key_and_sans(self) -> None:
         data = self.mktemp()
@@ -422,3 +492,48 @@ class ServerCertificateTests(unittest.TestCase):
         tls.ensure_server_certificate(data)
         key = serialization.load_pem_private_key(Path(key_path).read_bytes(), None)
         self.assertEqual(_load_cert(cert_path).public_key(), key.public_key())
+
+    def test_lives_90_days_and_is_remade_in_its_last_30(self) -> None:
+        data = self.mktemp()
+        key_path, cert_path = tls.ensure_server_certificate(data)
+        cert = _load_cert(cert_path)
+        self.assertEqual((cert.not_valid_after_utc - cert.not_valid_before_utc).days, 90)
+        # The same key, 31 days from its end: kept; 29 days from its end: made again.
+        key = serialization.load_pem_private_key(Path(key_path).read_bytes(), None)
+        for days_left, remade in ((31, False), (29, True)):
+            _write_cert_pair_at(key_path, cert_path, key, _self_signed(key, days_left))
+            before = Path(cert_path).read_bytes()
+            tls.ensure_server_certificate(data)
+            self.assertEqual(Path(cert_path).read_bytes() != before, remade, days_left)
+        fresh = _load_cert(cert_path)
+        self.assertEqual(fresh.public_key(), key.public_key())  # journalists may have pinned the key
+        self.assertGreater(fresh.not_valid_after_utc - datetime.datetime.now(datetime.timezone.utc),
+                           datetime.timedelta(days=89))
+
+    def test_an_admins_certificate_is_never_replaced(self) -> None:
+        # Issued by the newsroom's CA and nearly expired: status and an event warn; the server
+        # must not swap it for a self-signed one that browsers would refuse.
+        tmp = self.mktemp()
+        ca_dir = os.path.join(tmp, "ca")
+        ca.init_ca(ca_dir)
+        data = os.path.join(tmp, "data")
+        os.makedirs(os.path.join(data, "tls"))
+        cert_path = os.path.join(data, "tls", "server.pem")
+        ca.issue_server_cert(ca_dir, ["10.8.0.1"], cert_path, days=10)
+        before = Path(cert_path).read_bytes()
+        tls.ensure_server_certificate(data)
+        self.assertEqual(Path(cert_path).read_bytes(), before)
+
+
+def _self_signed(key: Any, days_left: int) -> x509.Certificate:
+    now = datetime.datetime.now(datetime.timezone.utc)
+    name = x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, "localhost")])
+    return (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=days_left)).sign(key, hashes.SHA256()))
+
+
+def _write_cert_pair_at(key_path: str, cert_path: str, key: Any, cert: x509.Certificate) -> None:
+    Path(key_path).write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                 serialization.NoEncryption()))
+    Path(cert_path).write_bytes(cert.public_bytes(serialization.Encoding.PEM))

@@ -70,6 +70,10 @@ class InstalledCopyTests(unittest.TestCase):
 
     def _build(self) -> tuple[Path, Path]:
         """-> (sdist, wheel), from a copy of the checkout (the build writes into its tree)."""
+        import importlib.util
+
+        self.assertIsNotNone(importlib.util.find_spec("build"),
+                             "the test extra holds 'build' now: pip install -e '.[test]' in this venv")
         source = Path(self.work, "src")
         shutil.copytree(ROOT, source, symlinks=True, ignore=_NOT_SOURCE)
         dist = Path(self.work, "dist")

@@ -90,6 +90,41 @@ class StatusTests(unittest.TestCase):
         self.assertEqual(data["submission_key_fingerprint"], test_svs().fingerprint)
 
     @inlineCallbacks
+    def test_warns_30_days_before_the_server_certificate_expires(self):
+        server = yield start_journalist_server(self)
+        tls_dir = os.path.join(server.data_dir, "tls")
+        code, data = yield self.status(server.data_dir)
+        self.assertEqual(code, 0, data["checks"])
+        self.assertEqual(data["server_certificate"]["days_left"], 89)  # a fresh one lives 90 days
+        # A pair from the CA with 31 days left: no warning; with 29: status fails and says what to do.
+        for days, code_expected in ((31, 0), (29, 1)):
+            fresh = os.path.join(short_tempdir(), "server.pem")
+            r = ca.issue_server_cert(server.ca_dir, ["127.0.0.1"], fresh, days=days)
+            os.replace(r["key"], os.path.join(tls_dir, "server.key"))
+            os.replace(fresh, os.path.join(tls_dir, "server.pem"))
+            code, data = yield self.status(server.data_dir)
+            self.assertEqual((code, data["server_certificate"]["expires_soon"]), (code_expected, bool(code_expected)))
+        [check] = [c for c in data["checks"] if c["name"] == "server_certificate"]
+        self.assertIn("expires at", check["detail"])
+        self.assertIn("deaddrop-admin cert server", check["detail"])
+        code, out, err = yield deferToThread(run_cli, "status", "--data-dir", server.data_dir)
+        self.assertIn("server TLS certificate", out)
+
+    @inlineCallbacks
+    def test_a_certificate_from_the_ca_in_the_data_dir_is_renewed_at_start_in_its_last_30_days(self):
+        server = yield start_journalist_server(self)
+        yield server.stop()
+        tls_dir = os.path.join(server.data_dir, "tls")
+        fresh = os.path.join(short_tempdir(), "server.pem")
+        r = ca.issue_server_cert(server.ca_dir, ["127.0.0.1"], fresh, days=20)
+        os.replace(r["key"], os.path.join(tls_dir, "server.key"))
+        os.replace(fresh, os.path.join(tls_dir, "server.pem"))
+        server = yield start_journalist_server(self, data_dir=server.data_dir)
+        code, data = yield self.status(server.data_dir)
+        self.assertEqual((code, data["server_certificate"]["days_left"]), (0, 89))
+        self.assertEqual(sorted(os.listdir(tls_dir)), ["server.key", "server.pem"])
+
+    @inlineCallbacks
     def test_a_stale_status_file_does_not_make_a_server_look_alive(self):
         server = yield start_journalist_server(self)
         yield server.stop()

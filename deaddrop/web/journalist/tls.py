@@ -39,7 +39,7 @@ from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from deaddrop.certificates import crl_expires_soon
+from deaddrop.certificates import SERVER_CERT_WARNING, crl_expires_soon
 from deaddrop.events import SecurityEvents
 from deaddrop.store._atomic import write_atomically
 
@@ -49,9 +49,15 @@ CRL_EXPIRES_SOON, CRL_EXPIRED = "crl.expires_soon", "crl.expired"
 CLOSED = "tls.connection.closed"
 POLL_SECONDS = 2.0
 MAX_CONNECTION_AGE = 3600.0
-SERVER_CERT_DAYS = 5 * 365
-# Applies to TLS 1.2 only (1.3 suites are all AEAD + forward secret): ECDHE + AEAD, nothing else.
-TLS12_CIPHERS = b"ECDHE+AESGCM:ECDHE+CHACHA20:!aNULL"
+# A certificate the server makes for itself (self-signed, or from a CA in DATA/ca) lives as long
+# as Mozilla's "modern" profile allows and is made again at a start within SERVER_CERT_WARNING of
+# its end.
+SERVER_CERT_DAYS = 90
+# Mozilla's "modern" TLS profile: TLS 1.3 only (its suites are all AEAD with forward secrecy),
+# key exchange on these groups only (no X448, P-521, finite-field or hybrid groups).
+TLS_GROUPS = b"X25519:P-256:P-384"
+SERVER_CERT_EXPIRES_SOON, SERVER_CERT_EXPIRED = "tls.server_cert.expires_soon", "tls.server_cert.expired"
+SERVER_CERT_RELOADED, SERVER_CERT_RELOAD_FAILED = "tls.server_cert.reloaded", "tls.server_cert.reload_failed"
 
 # OpenSSL X509_V_ERR_* codes -> the event's short reason.
 _REASONS = {
@@ -65,11 +71,14 @@ _log = Logger()
 
 
 def ensure_server_certificate(data_dir: str, hostnames: Iterable[str] = ("localhost",)) -> tuple[str, str]:
-    """``DATA/tls/server.key`` + ``server.pem``: created (self-signed P-256) unless present."""
+    """``DATA/tls/server.key`` + ``server.pem``: created (self-signed P-256) unless present, and
+    made again for the same key when it is self-signed and within ``SERVER_CERT_WARNING`` of its end."""
     tls_dir = os.path.join(data_dir, "tls")
     key_path, cert_path = os.path.join(tls_dir, "server.key"), os.path.join(tls_dir, "server.pem")
     if os.path.isfile(key_path) and os.path.isfile(cert_path):
-        return key_path, cert_path
+        # Only a certificate this function made (self-signed) is renewed; a CA's is the admin's.
+        if not expires_within(cert_path, SERVER_CERT_WARNING) or not signed_by(cert_path, cert_path):
+            return key_path, cert_path
     os.makedirs(tls_dir, mode=0o700, exist_ok=True)
     if os.path.isfile(key_path):  # keep an existing key: journalists may have pinned it
         key = serialization.load_pem_private_key(Path(key_path).read_bytes(), password=None)
@@ -104,6 +113,15 @@ def ensure_server_certificate(data_dir: str, hostnames: Iterable[str] = ("localh
     return key_path, cert_path
 
 
+def expires_within(cert_path: str, margin: datetime.timedelta) -> bool:
+    """Whether the first certificate in ``cert_path`` ends within ``margin`` from now."""
+    try:
+        cert = x509.load_pem_x509_certificates(Path(cert_path).read_bytes())[0]
+    except (OSError, ValueError, IndexError):
+        return False  # not ours to judge: loading it says what is wrong
+    return cert.not_valid_after_utc - datetime.datetime.now(datetime.timezone.utc) <= margin
+
+
 def signed_by(cert_path: str, ca_path: str) -> bool:
     """Whether the first certificate in ``cert_path`` was issued by the CA in ``ca_path``."""
     try:
@@ -121,9 +139,10 @@ class JournalistTLS:
     def __init__(self, key_path: str, cert_path: str, ca_path: str, crl_path: str | None,
                  events: SecurityEvents, reactor: Any = None, poll_interval: float = POLL_SECONDS, *,
                  max_connection_age: float = MAX_CONNECTION_AGE, explain_missing_certificate: bool = False) -> None:
-        self._key = serialization.load_pem_private_key(Path(key_path).read_bytes(), password=None)
-        # The certificate, then any chain after it (``cert server`` writes the CA after it).
-        self._cert, *self._chain = x509.load_pem_x509_certificates(Path(cert_path).read_bytes())
+        self._key_path, self._cert_path = key_path, cert_path
+        self._server_stat = (_stat(key_path), _stat(cert_path))
+        self._key, self._cert, self._chain, self._server_bytes = _read_server_pair(key_path, cert_path)
+        self._warned_server: tuple[int, str] | None = None
         self._max_age = max_connection_age
         self.explain_missing_certificate = explain_missing_certificate
         self._factories: list[_ObservingFactory] = []
@@ -151,6 +170,7 @@ class JournalistTLS:
                 self._emit(CRL_LOADED, count=len(crl), expires=_iso(crl.next_update_utc))
         self._context = self._build_context(self._crl)
         self._check_crl_expiry()
+        self._check_server_cert_expiry()
         self.service: IService = TimerService(poll_interval, self._poll)
         self.service.clock = reactor  # type: ignore[attr-defined]
 
@@ -207,6 +227,25 @@ class JournalistTLS:
 
     # -- internals
 
+    def reload_server_certificate(self) -> bool:
+        """Re-read the listener's key and certificate (a renewed ``cert server`` copied over them);
+        on any problem keep the pair in use. True if the new pair serves new handshakes."""
+        self._server_stat = (_stat(self._key_path), _stat(self._cert_path))
+        previous = self._key, self._cert, self._chain, self._server_bytes
+        try:
+            self._key, self._cert, self._chain, self._server_bytes = _read_server_pair(self._key_path, self._cert_path)
+            context = self._build_context(self._crl)
+        except Exception as e:
+            self._key, self._cert, self._chain, self._server_bytes = previous
+            # Often a copy in progress (key and certificate do not match yet): the next poll retries.
+            self._emit(SERVER_CERT_RELOAD_FAILED, reason=type(e).__name__)
+            return False
+        self._context = context
+        self._emit(SERVER_CERT_RELOADED, serial=format(self._cert.serial_number, "x"),
+                   expires=_iso(self._cert.not_valid_after_utc))
+        self._check_server_cert_expiry()
+        return True
+
     def _poll(self) -> None:
         if self._crl_path is not None and _stat(self._crl_path) != self._crl_stat:
             if self._same_crl_as_in_force():
@@ -214,7 +253,13 @@ class JournalistTLS:
                 self._crl_stat = _stat(self._crl_path)
             else:
                 self.reload_crl()
+        if (_stat(self._key_path), _stat(self._cert_path)) != self._server_stat:
+            if self._same_server_pair_as_in_force():
+                self._server_stat = (_stat(self._key_path), _stat(self._cert_path))
+            else:
+                self.reload_server_certificate()
         self._check_crl_expiry()
+        self._check_server_cert_expiry()
         self._close_old_and_expired()
 
     def _now(self) -> datetime.datetime:
@@ -265,6 +310,29 @@ class JournalistTLS:
                                           else serialization.Encoding.DER)
         return data.strip() == in_force.strip()
 
+    def _same_server_pair_as_in_force(self) -> bool:
+        """Whether the key and certificate files still hold the pair in use (only times changed)."""
+        try:
+            return (Path(self._key_path).read_bytes(), Path(self._cert_path).read_bytes()) == self._server_bytes
+        except OSError:
+            return False
+
+    def _check_server_cert_expiry(self) -> None:
+        """One security event per server certificate when it comes within 30 days of its end
+        (journalists' browsers then refuse the listener), one at its end."""
+        not_after, now = self._cert.not_valid_after_utc, self._now()
+        if not_after - now > SERVER_CERT_WARNING:
+            return
+        state = SERVER_CERT_EXPIRED if not_after <= now else SERVER_CERT_EXPIRES_SOON
+        key = (self._cert.serial_number, state)
+        if self._warned_server == key:
+            return
+        self._warned_server = key
+        self._emit(state, serial=format(self._cert.serial_number, "x"), expires=_iso(not_after),
+                   days_left=max(0, (not_after - now).days),
+                   detail="issue a new one on the CA machine (deaddrop-admin cert server) and copy it over "
+                          "the server's certificate and key; the server picks it up without a restart")
+
     def _read_crl(self) -> tuple[x509.CertificateRevocationList | None, str]:
         assert self._crl_path is not None
         try:
@@ -290,8 +358,8 @@ class JournalistTLS:
 
     def _build_context(self, crl: x509.CertificateRevocationList | None) -> SSL.Context:
         ctx = SSL.Context(SSL.TLS_METHOD)
-        ctx.set_min_proto_version(SSL.TLS1_2_VERSION)
-        ctx.set_cipher_list(TLS12_CIPHERS)
+        ctx.set_min_proto_version(SSL.TLS1_3_VERSION)
+        _set_groups(ctx)
         # No session resumption: a resumed session skips certificate verification, so a
         # session from before a revocation would outlive it.
         ctx.set_options(SSL.OP_NO_COMPRESSION | SSL.OP_CIPHER_SERVER_PREFERENCE | SSL.OP_NO_TICKET)
@@ -414,9 +482,32 @@ class _ObservingFactory(WrappingFactory):
         return None if inner is None else self.protocol(self, inner)
 
 
+def _set_groups(ctx: SSL.Context) -> None:
+    """Limit key exchange to ``TLS_GROUPS``. pyOpenSSL has no public call for a group list; its
+    binding of ``SSL_CTX_set1_curves_list`` does it (without it: P-256 alone, still "modern")."""
+    from OpenSSL._util import lib  # type: ignore[attr-defined]
+
+    set_list = getattr(lib, "SSL_CTX_set1_curves_list", None)
+    if set_list is None:
+        ctx.set_tmp_ecdh(ec.SECP256R1())
+        return
+    if set_list(ctx._context, TLS_GROUPS) != 1:  # type: ignore[attr-defined]
+        raise ValueError(f"OpenSSL refused the TLS groups {TLS_GROUPS.decode()}")
+
+
 def _is_missing_certificate(error: SSL.Error) -> bool:
     text = repr(error.args).lower()
     return any(marker in text for marker in _NO_CERT_ERRORS)
+
+
+def _read_server_pair(key_path: str, cert_path: str) -> tuple[Any, x509.Certificate, list[x509.Certificate],
+                                                              tuple[bytes, bytes]]:
+    """The key, the certificate, any chain after it (``cert server`` writes the CA after it), and
+    the two files' bytes."""
+    key_pem, cert_pem = Path(key_path).read_bytes(), Path(cert_path).read_bytes()
+    key = serialization.load_pem_private_key(key_pem, password=None)
+    cert, *chain = x509.load_pem_x509_certificates(cert_pem)
+    return key, cert, chain, (key_pem, cert_pem)
 
 
 def _crl_number(crl: x509.CertificateRevocationList) -> int:

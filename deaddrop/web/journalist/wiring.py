@@ -16,6 +16,7 @@ from twisted.application.internet import TimerService
 from twisted.application.service import Service
 from twisted.logger import Logger
 
+from deaddrop.certificates import SERVER_CERT_WARNING
 from deaddrop.config import Config
 from deaddrop.journalist_desk import Desk
 from deaddrop.journalists import Accounts
@@ -25,7 +26,7 @@ from deaddrop.web._common.sessions import SessionStore
 from deaddrop.web.journalist.api import JournalistAPI
 from deaddrop.web.journalist.app import COOKIE, JournalistInterface
 from deaddrop.web.journalist.gate import CertificateGate
-from deaddrop.web.journalist.tls import JournalistTLS, ensure_server_certificate, signed_by
+from deaddrop.web.journalist.tls import JournalistTLS, ensure_server_certificate, expires_within, signed_by
 
 _log = Logger()
 
@@ -45,18 +46,29 @@ NOT_FROM_CA_HELP = (
 
 def _server_certificate(config: Config, ca_path: str) -> tuple[str, str]:
     """``DATA/tls/server.{key,pem}``; when the CA itself lives in ``DATA/ca`` (the demo layout),
-    a missing certificate is issued by that CA, so journalists who trust it see no warning."""
+    a missing certificate is issued by that CA, so journalists who trust it see no warning, and
+    one within its last ``SERVER_CERT_WARNING`` is issued again."""
     tls_dir = config.path("tls")
     key_path, cert_path = os.path.join(tls_dir, "server.key"), os.path.join(tls_dir, "server.pem")
     demo_ca = config.path("ca")
-    if (not os.path.exists(cert_path) and not os.path.exists(key_path)
-            and os.path.isfile(os.path.join(demo_ca, "ca.key"))
-            and os.path.realpath(ca_path) == os.path.realpath(os.path.join(demo_ca, "ca.pem"))):
+    ca_here = (os.path.isfile(os.path.join(demo_ca, "ca.key"))
+               and os.path.realpath(ca_path) == os.path.realpath(os.path.join(demo_ca, "ca.pem")))
+    missing = not os.path.exists(cert_path) and not os.path.exists(key_path)
+    renew = (ca_here and os.path.isfile(cert_path) and signed_by(cert_path, ca_path)
+             and expires_within(cert_path, SERVER_CERT_WARNING))
+    if ca_here and (missing or renew):
         from deaddrop.admin import ca
 
         os.makedirs(tls_dir, mode=0o700, exist_ok=True)
+        # Issued beside the pair in use, then renamed over it: never a moment without one.
+        fresh_cert, fresh_key = os.path.join(tls_dir, "renewing.pem"), os.path.join(tls_dir, "renewing.key")
+        for leftover in (fresh_cert, fresh_key):
+            if os.path.exists(leftover):
+                os.remove(leftover)
         ca.issue_server_cert(demo_ca, [*_listen_hosts(config.journalist_listen), "localhost", "127.0.0.1"],
-                             cert_path, days=ca.CA_DAYS)
+                             fresh_cert)
+        os.replace(fresh_key, key_path)
+        os.replace(fresh_cert, cert_path)
         return key_path, cert_path
     return ensure_server_certificate(config.data_dir)
 
