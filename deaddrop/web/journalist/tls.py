@@ -238,7 +238,9 @@ class JournalistTLS:
         except Exception as e:
             self._key, self._cert, self._chain, self._server_bytes = previous
             # Often a copy in progress (key and certificate do not match yet): the next poll retries.
-            self._emit(SERVER_CERT_RELOAD_FAILED, reason=type(e).__name__)
+            reason = ("unreadable" if isinstance(e, OSError) else "key_mismatch" if isinstance(e, SSL.Error)
+                      else "corrupt" if isinstance(e, (ValueError, TypeError, IndexError)) else "error")
+            self._emit(SERVER_CERT_RELOAD_FAILED, reason=reason)
             return False
         self._context = context
         self._emit(SERVER_CERT_RELOADED, serial=format(self._cert.serial_number, "x"),
