@@ -28,7 +28,7 @@ ALLOWED_FIELDS = frozenset(
         "progress",  # Tor bootstrap percent
         "summary",  # Tor's own bootstrap summary text
         "onion",  # the instance's own onion address (public by design)
-        "kind",  # sub-kind, e.g. "message", "file" for submission.stored
+        "kind",  # sub-kind of an event
         "delay",  # seconds, e.g. a restart back-off
         "target",  # the account acted upon by an admin action
         "fingerprint",  # the submission key fingerprint (public)
@@ -39,6 +39,11 @@ ALLOWED_FIELDS = frozenset(
         "submissions",  # counts only, e.g. deleted by retention
         "replies",
         "sources",
+        "day",  # the UTC day a daily count is for (YYYY-MM-DD)
+        "messages",  # counts of one day (submissions.daily)
+        "files",
+        "not_stored",
+        "errors",
     }
 )
 

@@ -21,6 +21,7 @@ from deaddrop.crypto.gpg import Keyring
 from deaddrop.crypto.kdf import CodenameKdf, Peppers
 from deaddrop.crypto.pool import WorkerPool
 from deaddrop.crypto.streaming import EncryptionTarget
+from deaddrop.daily_report import DailyReport, SourceActivity
 from deaddrop.events import SecurityEvents
 from deaddrop.listeners import ListenerService
 from deaddrop.settings import InstanceSettings
@@ -150,6 +151,7 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
         message_pool=message_pool,
         # Uploads are written (encrypted) to the store's temp folder, on the store's file system.
         disk=DiskSpace(store.tmp, DiskReserve.parse(config.disk_reserve)),
+        activity=SourceActivity(),
     )
     report = newsroom.recover_blocking()
     _log.info(
@@ -189,6 +191,9 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
     add_journalist_interface(top, config, reactor)
     _add_tor(top, config, reactor)
     _add_retention(top, reactor)
+    top.daily_report = DailyReport(reactor, newsroom.activity, events, db)
+    top.daily_report.restore_saved_blocking()
+    top.daily_report.setServiceParent(top)
     _add_status_file(top, config, reactor, io_pool, fingerprint)
     _add_file_times(top, config, reactor, io_pool)
     return top

@@ -26,6 +26,7 @@ from deaddrop.crypto.kdf import CodenameKdf, Derived, unwrap_passphrase, wrap_pa
 from deaddrop.crypto.pool import WorkerPool, forbid_reactor_thread
 from deaddrop.crypto.streaming import EncryptionTarget, StreamEncryption
 from deaddrop.crypto.upload_slots import UploadSlots
+from deaddrop.daily_report import SourceActivity
 from deaddrop.events import SecurityEvents
 from deaddrop.store import queries
 from deaddrop.store.db import Database
@@ -148,6 +149,8 @@ class Newsroom:
     message_pool: WorkerPool  # text-only parts: never behind slow file uploads
     disk: DiskSpace | None = None  # admits uploads against free space (None: not checked)
     clock: Callable[[], float] = time.time
+    # What sources did today, counted, never logged when it happens (see daily_report).
+    activity: SourceActivity = field(default_factory=SourceActivity)
     identity_logins: FailureThrottle = field(
         default_factory=lambda: FailureThrottle(IDENTITY_LOGINS_PER_MINUTE, 60.0))
     # True while sources of the first KDF scheme remain: only then does a codename that matches
@@ -259,7 +262,8 @@ class Newsroom:
             return result
 
         def failed(f: Any) -> None:
-            _log.error("source key generation failed: {err}", err=f.getErrorMessage())
+            # Counted for the day's report, not logged now: the first submission happened now.
+            self.activity.failed(f"source key generation failed: {f.type.__name__}")
             return None
 
         d.addBoth(done)
@@ -383,12 +387,7 @@ class Newsroom:
                 self.store.discard_temp(part.temp_path)
             raise
         for part in parts:
-            try:
-                self.events.emit("submission.stored", kind="message" if part.kind == "msg" else "file")
-            except OSError as e:
-                # The submission is durable: a security log that cannot be appended to (disk
-                # full) must not turn its confirmation into an error page.
-                _log.error("security event submission.stored not written: {error}", error=os.strerror(e.errno or 0))
+            self.activity.stored(part.kind)
         return names
 
     def is_placed(self, filename: str) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import binascii
 import os
 import sqlite3
+import time
 
 from twisted.internet.defer import inlineCallbacks
 from twisted.internet.threads import deferToThread
@@ -16,6 +17,7 @@ from deaddrop.crypto import armor
 from deaddrop.crypto.gpg import Keyring
 from deaddrop.store import db, migrations
 from tests._support import kill_gpg_agent, short_tempdir, test_svs
+from tests._time_traces import find_in_tree, second_needles, wait_for_next_second
 
 DAY = 86400
 
@@ -119,6 +121,22 @@ class KeyringTraceTests(unittest.TestCase):
         self.assertGreaterEqual(len(paths), 5)
         for path in paths:
             self.assertEqual(os.stat(path).st_mtime % 86400, 0, path)
+
+    @inlineCallbacks
+    def test_a_key_pair_made_now_writes_the_second_nowhere(self):
+        # A source's key pair is made at its first submission: the keybox's blob time, the
+        # trust database and the agent's "protected-at" in the secret key files would each
+        # date that submission to the second.
+        keyring = Keyring(self.home)
+        yield deferToThread(keyring.generate_source_key, "p" * 40)  # the keyring exists already
+        first = yield deferToThread(wait_for_next_second)
+        info = yield deferToThread(keyring.generate_source_key, "q" * 40)
+        last = int(time.time())
+        self.assertTrue((yield deferToThread(keyring.has_secret_key, info.fingerprint)))
+        self.assertEqual(find_in_tree(self.home, second_needles(range(first, last + 1))), [])
+        # The key still works: a message to it decrypts with its passphrase.
+        ciphertext = yield deferToThread(keyring.encrypt, b"still usable", [info.fingerprint])
+        self.assertEqual((yield deferToThread(keyring.decrypt, ciphertext, "q" * 40)), b"still usable")
 
     def test_revocation_certificates_of_older_versions_are_removed(self):
         revocs = os.path.join(self.home, "openpgp-revocs.d")

@@ -21,10 +21,13 @@ from deaddrop.crypto.pool import forbid_reactor_thread
 # No passphrase caching: a source's passphrase must not outlive the request that used it.
 # s2k-count: the passphrase is already a 256-bit Argon2id output, so GnuPG's own iterated
 # hashing adds nothing, and letting the agent calibrate it costs seconds per key.
-_AGENT_CONF = "default-cache-ttl 0\nmax-cache-ttl 0\nallow-loopback-pinentry\ns2k-count 65536\n"
-
 # Fixed creation date (as SecureDrop does): a key must not reveal when its source arrived.
 _KEY_CREATION_DATE = "20130514T000000"
+# The agent stamps a secret key file with its own clock ("protected-at"), to the second, and a
+# key pair is made at a source's first submission: its clock starts at the fixed date instead
+# (it is restarted before each key generation, so it reads that date, give or take a second).
+_AGENT_CONF = ("default-cache-ttl 0\nmax-cache-ttl 0\nallow-loopback-pinentry\ns2k-count 65536\n"
+               f"faked-system-time {_KEY_CREATION_DATE}\n")
 
 
 class GpgError(Exception):
@@ -220,9 +223,13 @@ class Keyring:
             os.close(write_end)
             write_end = -1
             with self._lock.writing():
+                # gpg's own clock frozen at the fixed date (the keyring's blob times), the
+                # agent's freshly started there (the secret key files' "protected-at").
+                self.stop_agent()
                 proc = subprocess.run(
                     gpg_base_argv(self.gpg_binary, self.homedir)
-                    + ["--pinentry-mode", "loopback", "--passphrase-fd", str(read_end), "--status-fd", "1", "--gen-key"],
+                    + ["--faked-system-time", f"{_KEY_CREATION_DATE}!", "--pinentry-mode", "loopback",
+                       "--passphrase-fd", str(read_end), "--status-fd", "1", "--gen-key"],
                     input=params.encode("ascii"), pass_fds=(read_end,), capture_output=True,
                 )
                 self._generation += 1

@@ -23,6 +23,7 @@ import subprocess
 from twisted.internet.defer import inlineCallbacks
 from twisted.trial import unittest
 
+from deaddrop.daily_report import DayCounts
 from tests._support import Browser, LogCapture, RunningServer, short_tempdir, test_svs
 from tests.integration.test_source_flow import gunzip_with_name, stored_files
 
@@ -146,7 +147,13 @@ class DiskFullTests(unittest.TestCase):
         text = self.logs.text()
         self.assertNotIn("Traceback", text)
         self.assertNotIn("request failed", text)
-        self.assertIn("a submission could not be stored (disk full: True)", text)
+        # A refused submission is counted for the day's report, never logged when it happens
+        # (a line now would date the source's attempt).
+        for said_now in ("disk full", "disk is full", "could not be stored"):
+            self.assertNotIn(said_now, text)
+        failures = self.server.service.newsroom.activity.today.failures
+        self.assertGreater(failures["not stored: disk_full"], 0, failures)
+        self.assertEqual(set(failures) - {"not stored: disk_full", "the disk is full"}, set(), failures)
 
     # -- the store's file system fills up -------------------------------------------------
 
@@ -242,7 +249,7 @@ class DiskFullTests(unittest.TestCase):
         os.remove(filler)
         yield self.submit_ok("after the database disk was freed", [("late.bin", os.urandom(100_000))])
         yield newcomer.create_source()
-        self.assertIn("the disk is full: a request could not be completed", self.logs.text())
+        self.assertEqual(self.server.service.newsroom.activity.today.failures["the disk is full"], 1)
         self.assert_no_half_state()
         self.assert_everything_sent_decrypts()
         self.assert_clean_log()
@@ -274,7 +281,14 @@ class DiskFullTests(unittest.TestCase):
         yield self.submit_ok("stored although the event log is full", [("doc.bin", b"content")])
         self.assert_no_half_state()
         self.assert_everything_sent_decrypts()
+        # Nothing is logged when a source submits; the day's report, when it cannot be
+        # appended, says so in twistd's log and the server goes on.
+        self.assertNotIn("not written", self.logs.text())
+        activity = self.server.service.newsroom.activity
+        activity.restore(DayCounts("2000-01-01", messages=1))  # a day that has ended
+        [reported] = self.server.service.daily_report.report_ended_days()
+        self.assertEqual((reported.day, reported.messages), ("2000-01-01", 1))
         text = self.logs.text()
-        self.assertIn("security event submission.stored not written: No space left on device", text)
+        self.assertIn("security event submissions.daily not written: No space left on device", text)
         self.assertNotIn("request failed", text)
         self.assertNotIn("Traceback", text)

@@ -332,7 +332,7 @@ class JournalistApiTests(unittest.TestCase):
 
         events = security_events(self.server)
         names = [e["event"] for e in events]
-        for expected in ["crl.loaded", "journalist.login.ok", "submission.stored", "journalist.source.deleted"]:
+        for expected in ["crl.loaded", "journalist.login.ok", "journalist.source.deleted"]:
             self.assertIn(expected, names)
         self.assertEqual([e.get("username") for e in events if e["event"] == "journalist.login.ok"], ["alice"])
         log = open(os.path.join(self.server.data_dir, "logs", "security.jsonl")).read()

@@ -15,6 +15,7 @@ from twisted.internet.defer import inlineCallbacks
 from twisted.trial import unittest
 
 from tests._support import ApiClient, Browser, TotpDevice, add_journalist, issue_client_cert, start_journalist_server
+from tests._time_traces import find_in_tree
 from tests.integration.test_journalist_api import db_rows
 
 DAY = 86400
@@ -38,21 +39,8 @@ def needles_of(fid: str, designation: str, fingerprint: str, grips: list[str]) -
     return found
 
 
-def search(root: str, needles: dict[str, bytes]) -> list[str]:
-    hits = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            for label, needle in needles.items():
-                if needle.decode("latin-1") in name:
-                    hits.append(f"{label} in the name {os.path.join(dirpath, name)}")
-        for name in filenames:
-            path = os.path.join(dirpath, name)
-            if os.path.islink(path) or not os.path.isfile(path):
-                continue
-            with open(path, "rb") as f:
-                data = f.read()
-            hits += [f"{label} in {os.path.relpath(path, root)}" for label, needle in needles.items() if needle in data]
-    return hits
+# Every needle in a file's content or name under a directory (shared with the time searches).
+search = find_in_tree
 
 
 class SeizedDiskTests(unittest.TestCase):

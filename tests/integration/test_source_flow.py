@@ -85,8 +85,10 @@ class SourceFlowTests(unittest.TestCase):
                 for secret in forbidden:
                     self.assertNotIn(secret, content, f"{secret[:30]!r} found in {path}")
         log_text = self.logs.text()
-        self.assertIn("submission.stored", log_text)  # the capture works
+        self.assertIn("store recovery", log_text)  # the capture works
         self.assertNotIn("request failed", log_text)
+        # Source-side failures are counted for the day's report instead of logged: none here.
+        self.assertEqual(self.server.service.newsroom.activity.today.failures, {})
         # No access log on the source listener: no paths, no user agents.
         self.assertNotIn("UA-MARKER-5e1f", log_text)
         self.assertNotIn('"GET /', log_text)

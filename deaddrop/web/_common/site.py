@@ -210,7 +210,10 @@ class DeadDropRequest(server.Request):
         super().write(data)
 
     def processingFailed(self, reason: Any) -> None:
-        log_failure_safely(reason)
+        if self.channel is not None:
+            self.channel.site.report_failure(reason)
+        else:
+            log_failure_safely(reason)
         if self.finished or self.channel is None:
             return
         body = self.channel.site.render_error_page(500, "Something went wrong", "The server could not handle that request. Nothing you sent was stored unless you saw a confirmation.")
@@ -232,10 +235,15 @@ def _url_is_text(path: bytes, host: bytes | None) -> bool:
     return True
 
 
-def log_failure_safely(reason: Any) -> None:
-    """Log where a request failed, never the exception's text: it may quote request data."""
+def describe_failure(reason: Any) -> str:
+    """Where a request failed, never the exception's text: it may quote request data."""
     frames = [f"{filename.rsplit('/', 1)[-1]}:{line}" for _name, filename, line, *_ in reason.frames[-4:]]
-    _log.error("request failed: {type} at {frames}", type=reason.type.__name__, frames=" < ".join(reversed(frames)))
+    return f"{reason.type.__name__} at {' < '.join(reversed(frames))}"
+
+
+def log_failure_safely(reason: Any) -> None:
+    """Log where a request failed (see ``describe_failure``)."""
+    _log.error("request failed: {failure}", failure=describe_failure(reason))
 
 
 class _FirstBytes:
@@ -440,6 +448,7 @@ class DeadDropSite(server.Site):
         refuse_large_uploads_early: bool = True,
         request_rate: CircuitRequestRate | None = None,
         on_rate_limited: Callable[[Circuit], Any] = lambda circuit: None,
+        report_failure: Callable[[Any], None] = log_failure_safely,
     ) -> None:
         """``refuse_large_uploads_early=False``: an upload whose Content-Length is over the
         limit still goes to ``start_upload`` (with that length), which may read its text
@@ -458,6 +467,9 @@ class DeadDropSite(server.Site):
         # Requests per Tor circuit (None: not limited); a refusal is reported to on_rate_limited.
         self.request_rate = request_rate
         self.on_rate_limited = on_rate_limited
+        # A request that failed inside the server: logged now (journalists), or counted for
+        # the day's report (sources: a log line now would date what the source did).
+        self.report_failure = report_failure
 
     def takes_upload(self, method: bytes, target: bytes) -> bool:
         """Multipart bodies only for POST to ``upload_targets`` (any request if it is None)."""

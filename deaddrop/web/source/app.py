@@ -37,7 +37,7 @@ from deaddrop.web._common.pages import error_page_bytes, render_sync, set_html
 from deaddrop.web._common.responses import HtmlResponses
 from deaddrop.web._common.session_cookie import SessionCookie
 from deaddrop.web._common.sessions import Session, SessionStore
-from deaddrop.web._common.site import BodyPolicy, DeadDropRequest, DeadDropSite, log_failure_safely
+from deaddrop.web._common.site import BodyPolicy, DeadDropRequest, DeadDropSite, describe_failure
 from deaddrop.web._common.static import serve_static
 from deaddrop.web._common.request_rate import CircuitRequestRate
 from deaddrop.web._common.throttle import FailureThrottle
@@ -557,7 +557,8 @@ class SourceInterface(HtmlResponses):
         return render_sync(pages.login(ctx, notice=notice))
 
     def _storage_failed(self, request: Any, e: EncryptionFailed | StorageFailed, message: str = "") -> Any:
-        _log.error("a submission could not be stored (disk full: {full})", full=e.disk_full)
+        # Counted for the day's report (daily_report), never logged now: it would date the source.
+        self.newsroom.activity.not_stored("disk_full" if e.disk_full else "storage_failed")
         error = msgs.OUT_OF_SPACE if e.disk_full else msgs.NOT_STORED
         return self._form_again(request, 507 if e.disk_full else 500, message, error)
 
@@ -689,9 +690,9 @@ class SourceInterface(HtmlResponses):
         if failure.check(Busy):  # e.g. the reply decryption queue of /lookup
             return self._busy(request)
         if is_disk_full(failure.value):  # e.g. /create when SQLite cannot grow its WAL
-            _log.error("the disk is full: a request could not be completed")
+            self.newsroom.activity.failed("the disk is full")
             return self._error(request, 507, msgs.T_OUT_OF_SPACE, msgs.OUT_OF_SPACE)
-        log_failure_safely(failure)
+        self._report_failure(failure)
         return self._error(request, 500, msgs.T_SOMETHING_WRONG, msgs.SOMETHING_WRONG)
 
     # -- streaming uploads -------------------------------------------------------------------
@@ -776,6 +777,10 @@ class SourceInterface(HtmlResponses):
         # Read per request: admins can change the limit while the server runs.
         return self.settings.max_upload_size + MAX_MESSAGE_CHARS * 4 + (1 << 20)
 
+    def _report_failure(self, failure: Any) -> None:
+        """A source request failed: described (code positions only) in the day's report, not now."""
+        self.newsroom.activity.failed(describe_failure(failure))
+
     def site(self, reactor: Any = None, connection_limits: ConnectionLimits | None = None) -> DeadDropSite:
         return DeadDropSite(
             self.app.resource(),
@@ -795,6 +800,7 @@ class SourceInterface(HtmlResponses):
             # A circuit that keeps asking faster than that is flooding: closed like one that
             # keeps being throttled.
             on_rate_limited=self._rate_limited,
+            report_failure=self._report_failure,
         )
 
 

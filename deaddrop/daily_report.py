@@ -1,0 +1,194 @@
+"""What sources did, counted per day and reported once, after the day ended (``submissions.daily``).
+
+A log line written when a source acts dates that act to the second, on the server, in the
+journal and in every backup of the log; with few sources it points at one person. So nothing
+is logged at the moment of a source's action (create, log in, submit, read or delete a reply):
+the source side only bumps counters here, and one event a day, at midnight UTC, says how many
+messages and files arrived that day, how many submissions could not be stored and how many
+source requests failed. The line is written every day, also when every count is zero, so its
+presence says nothing either. The failures' descriptions (exception type and code position,
+never request data) go to twistd's log at the same time, for whoever debugs a 500.
+
+The day's counts live in memory. A clean shutdown keeps them in the database's settings
+table, and the next start reports a day that ended while the server was down; a crash loses
+that day's counts (never anything a source sent).
+"""
+from __future__ import annotations
+
+import collections
+import datetime
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from twisted.application.service import Service
+from twisted.logger import Logger
+
+from deaddrop.store import queries
+
+DAY = 86400
+EVENT = "submissions.daily"
+# The settings key under which a clean shutdown keeps the day's counts.
+SETTINGS_KEY = "daily_counts"
+# Distinct failure descriptions kept per day (each with its count); beyond that only counted.
+MAX_FAILURE_KINDS = 32
+
+_log = Logger()
+
+
+def day_of(timestamp: float) -> str:
+    """The UTC day of a time, as YYYY-MM-DD."""
+    return datetime.datetime.fromtimestamp(timestamp, datetime.timezone.utc).date().isoformat()
+
+
+@dataclass
+class DayCounts:
+    day: str
+    messages: int = 0
+    files: int = 0
+    not_stored: int = 0  # submissions the server could not store (disk full, storage errors)
+    errors: int = 0  # source requests that failed inside the server (500s)
+    failures: collections.Counter = field(default_factory=collections.Counter)
+
+    def as_json(self) -> str:
+        return json.dumps({"day": self.day, "messages": self.messages, "files": self.files,
+                           "not_stored": self.not_stored, "errors": self.errors,
+                           "failures": dict(self.failures)}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "DayCounts | None":
+        try:
+            data = json.loads(text)
+            counts = cls(str(data["day"]), int(data["messages"]), int(data["files"]),
+                         int(data.get("not_stored", 0)), int(data.get("errors", 0)),
+                         collections.Counter({str(k): int(v) for k, v in data.get("failures", {}).items()}))
+            datetime.date.fromisoformat(counts.day)
+            return counts
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+
+class SourceActivity:
+    """The counters the source side bumps. Never logs, never touches the disk."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self.today = DayCounts(day_of(clock()))
+        self._ended: list[DayCounts] = []
+
+    def _current(self) -> DayCounts:
+        day = day_of(self._clock())
+        if day != self.today.day:
+            # The midnight report has not run yet (the reactor was busy): keep the ended day apart.
+            self._ended.append(self.today)
+            self.today = DayCounts(day)
+        return self.today
+
+    def stored(self, kind: str) -> None:
+        """A message (``msg``) or a file (``doc``) was stored."""
+        counts = self._current()
+        if kind == "msg":
+            counts.messages += 1
+        else:
+            counts.files += 1
+
+    def not_stored(self, reason: str) -> None:
+        """A submission could not be stored (``reason``: a fixed word, e.g. ``disk_full``)."""
+        counts = self._current()
+        counts.not_stored += 1
+        self._describe(counts, f"not stored: {reason}")
+
+    def failed(self, description: str) -> None:
+        """A source request failed inside the server; ``description`` names only code, never data."""
+        counts = self._current()
+        counts.errors += 1
+        self._describe(counts, description)
+
+    @staticmethod
+    def _describe(counts: DayCounts, description: str) -> None:
+        if description in counts.failures or len(counts.failures) < MAX_FAILURE_KINDS:
+            counts.failures[description] += 1
+
+    def take_ended(self) -> list[DayCounts]:
+        """The days that have ended, oldest first; they are forgotten here."""
+        self._current()
+        ended, self._ended = self._ended, []
+        return ended
+
+    def restore(self, saved: DayCounts) -> None:
+        """Counts a clean shutdown kept: today's are added to, an ended day waits for its report."""
+        if saved.day == self.today.day:
+            today = self.today
+            today.messages += saved.messages
+            today.files += saved.files
+            today.not_stored += saved.not_stored
+            today.errors += saved.errors
+            today.failures.update(saved.failures)
+        elif saved.day < self.today.day:
+            self._ended.insert(0, saved)
+
+
+class DailyReport(Service):
+    """Emits ``submissions.daily`` for each ended day, just after midnight UTC."""
+
+    name = "daily-report"
+
+    def __init__(self, reactor: Any, activity: SourceActivity, events: Any, db: Any) -> None:
+        self._reactor = reactor
+        self.activity = activity
+        self._events = events
+        self._db = db
+        self._call: Any = None
+
+    def restore_saved_blocking(self) -> None:
+        """At start-up, before the reactor runs: take back what the last clean shutdown kept."""
+        stored = self._db.run_blocking(queries.get_settings).get(SETTINGS_KEY)
+        if stored is None:
+            return
+        saved = DayCounts.from_json(stored)
+        if saved is not None:
+            self.activity.restore(saved)
+        self._db.run_blocking(queries.delete_setting, SETTINGS_KEY)
+
+    def startService(self) -> None:
+        super().startService()
+        self.report_ended_days()
+        self._schedule()
+
+    def stopService(self) -> Any:
+        super().stopService()
+        if self._call is not None and self._call.active():
+            self._call.cancel()
+        self._call = None
+        ended = self.activity.take_ended()
+        if ended:  # the midnight report was still to run: report it next time
+            self.activity.restore(ended[0])
+        today = self.activity.today
+        # The database is still open here (it closes after the services stop).
+        return self._db.run(queries.set_setting, SETTINGS_KEY, today.as_json())
+
+    def _schedule(self) -> None:
+        now = self._reactor.seconds()
+        next_midnight = (int(now) // DAY + 1) * DAY
+        # A second past midnight: the clock has certainly moved into the new day.
+        self._call = self._reactor.callLater(next_midnight - now + 1, self._at_midnight)
+
+    def _at_midnight(self) -> None:
+        self._call = None
+        self.report_ended_days()
+        self._schedule()
+
+    def report_ended_days(self) -> list[DayCounts]:
+        """One ``submissions.daily`` line per ended day (what the midnight timer runs). -> them."""
+        ended = self.activity.take_ended()
+        for counts in ended:
+            try:
+                self._events.emit(EVENT, day=counts.day, messages=counts.messages, files=counts.files,
+                                  not_stored=counts.not_stored, errors=counts.errors)
+            except OSError as e:
+                _log.error("security event {event} not written: {error}", event=EVENT, error=e.strerror)
+            for description, n in sorted(counts.failures.items()):
+                _log.error("source requests on {day}: {n} x {description}", day=counts.day, n=n,
+                           description=description)
+        return ended
