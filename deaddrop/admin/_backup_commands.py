@@ -1,8 +1,10 @@
-"""``deaddrop-admin backup --out FILE --to-key KEY.asc`` and ``deaddrop-admin restore FILE``."""
+"""``deaddrop-admin backup --out FILE --to-key KEY.asc --sign-key KEY`` and
+``deaddrop-admin restore FILE --signer KEY.asc``."""
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import time
 from typing import Any
 
@@ -19,6 +21,11 @@ def register(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="FILE", help="the backup file to write (must not exist)")
     p.add_argument("--to-key", required=True, metavar="KEY.asc",
                    help="the OpenPGP public key the backup is encrypted to (keep its secret key offline)")
+    p.add_argument("--sign-key", required=True, metavar="KEY",
+                   help="the backup-signing key (fingerprint of a secret key in --gnupg-home): restore refuses "
+                        "an archive it did not sign")
+    p.add_argument("--gnupg-home", metavar="DIR", default=None,
+                   help="the GnuPG home holding the backup-signing key (default: gpg's own)")
     p.add_argument("--gpg-binary", default="gpg", help=argparse.SUPPRESS)
     p.set_defaults(func=_backup)
 
@@ -26,6 +33,8 @@ def register(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
         "restore", parents=[common_parent],
         help="restore a backup into a new or empty --data-dir (verifies it; decrypts with your gpg)")
     p.add_argument("archive", metavar="FILE", help="a file written by 'deaddrop-admin backup'")
+    p.add_argument("--signer", required=True, metavar="KEY.asc",
+                   help="the backup-signing key's public half: an archive it did not sign is refused")
     p.add_argument("--gnupg-home", metavar="DIR", default=None,
                    help="the GnuPG home holding the backup key's secret half (default: gpg's own)")
     p.add_argument("--gpg-binary", default="gpg", help=argparse.SUPPRESS)
@@ -44,7 +53,7 @@ def _backup(args: argparse.Namespace, out: Output) -> int:
     data_dir = initialised_data_dir(args.data_dir)
     started = time.monotonic()
     try:
-        report = make_backup(data_dir, args.out, args.to_key, args.gpg_binary)
+        report = make_backup(data_dir, args.out, args.to_key, args.sign_key, args.gnupg_home, args.gpg_binary)
     except BackupError as e:
         raise AdminError(str(e)) from None
     seconds = time.monotonic() - started
@@ -55,18 +64,28 @@ def _backup(args: argparse.Namespace, out: Output) -> int:
         events.close()
     out.result(
         {"out": report.path, "files": report.files, "bytes": report.bytes, "recipient": report.recipient,
-         "schema_version": report.schema_version, "seconds": round(seconds, 3)},
+         "signer": report.signer, "schema_version": report.schema_version, "seconds": round(seconds, 3),
+         "restore_command": restore_command(report.path)},
         f"wrote {report.path}: {report.files} files, {_size(report.bytes)} before encryption, in {seconds:.1f} s\n"
         f"  encrypted to {report.recipient} (check this fingerprint; only its secret key can restore it)\n"
-        f"  restore with: deaddrop-admin restore {report.path} --data-dir NEW_DIR",
+        f"  signed by {report.signer} (the backup-signing key; restore refuses what it did not sign)\n"
+        f"  restore with: {restore_command(report.path)}\n"
+        f"    BACKUP_GNUPG_HOME: the GnuPG home holding the secret key of {report.recipient}\n"
+        f"    SIGNER.asc: the public key of {report.signer}, kept apart from the backups "
+        f"(gpg{' --homedir ' + args.gnupg_home if args.gnupg_home else ''} --armor --export {report.signer})",
     )
     return 0
+
+
+def restore_command(archive: str) -> str:
+    return (f"deaddrop-admin restore {shlex.quote(archive)} --data-dir NEW_DIR "
+            "--gnupg-home BACKUP_GNUPG_HOME --signer SIGNER.asc")
 
 
 def _restore(args: argparse.Namespace, out: Output) -> int:
     started = time.monotonic()
     try:
-        report = restore_backup(args.archive, args.data_dir, args.gnupg_home, args.gpg_binary)
+        report = restore_backup(args.archive, args.data_dir, args.signer, args.gnupg_home, args.gpg_binary)
     except BackupError as e:
         raise AdminError(str(e)) from None
     seconds = time.monotonic() - started
@@ -76,10 +95,10 @@ def _restore(args: argparse.Namespace, out: Output) -> int:
     finally:
         events.close()
     out.result(
-        {"data_dir": report.data_dir, "files": report.files, "bytes": report.bytes,
+        {"data_dir": report.data_dir, "files": report.files, "bytes": report.bytes, "signer": report.signer,
          "schema_version": report.schema_version, "created": report.created, "seconds": round(seconds, 3)},
-        f"restored {report.files} files ({_size(report.bytes)}) from a backup of {report.created} into "
-        f"{report.data_dir} in {seconds:.1f} s; every file matched the manifest\n"
+        f"restored {report.files} files ({_size(report.bytes)}) from a backup of {report.created} signed by "
+        f"{report.signer} into {report.data_dir} in {seconds:.1f} s; every file matched the manifest\n"
         f"  start the server with --data-dir {report.data_dir} (it keeps the onion address, sources and accounts)",
     )
     return 0

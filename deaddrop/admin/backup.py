@@ -1,4 +1,4 @@
-"""Backups of a data directory: one tar stream, encrypted by gpg to an admin's key as it is made.
+"""Backups of a data directory: one tar stream, signed and encrypted by gpg as it is made.
 
 ``make_backup`` works while the server runs. The database is copied first with SQLite's online
 backup API (a consistent snapshot, taken in memory so no plaintext copy touches a disk), then the
@@ -9,10 +9,19 @@ deleted meanwhile has no file; the server's start-up recovery reconciles both af
 Nothing is ever held whole in memory apart from the database snapshot, and nothing unencrypted is
 written: tar writes into gpg's stdin, gpg writes ``FILE.part``, renamed when gpg succeeded.
 
-The last member, ``MANIFEST.json``, lists every file with its size, mode and SHA-256.
-``restore_backup`` decrypts with the admin's gpg, refuses a non-empty target, accepts only plain
-files and folders with safe relative names, checks every file against the manifest and gpg's
-integrity check, and removes everything it wrote if any check fails.
+The archive is signed by the newsroom's backup-signing key (a secret key on the server, in a
+GnuPG home of its own) and encrypted to the backup key (whose secret half stays offline). Anyone
+who can write where backups are kept can encrypt an archive to the backup key, with a submission
+key of their own inside; only the newsroom can sign one, and ``restore_backup`` refuses an
+archive that is not signed by the key given as ``--signer``, saying whether it was unsigned or
+signed by another key.
+
+The last member, ``MANIFEST.json``, lists every file with its size, mode and SHA-256, and every
+folder with its mode. ``restore_backup`` decrypts with the admin's gpg (``--unwrap``: the signed
+message comes out whole) and checks the signature in a scratch GnuPG home holding only the
+signer's public key; it refuses a non-empty target, accepts only plain files and folders with safe
+relative names, checks every file against the manifest and gpg's integrity check, gives files and
+folders their original modes, and removes everything it wrote if any check fails.
 """
 from __future__ import annotations
 
@@ -35,7 +44,7 @@ import deaddrop
 from deaddrop.store import migrations
 from deaddrop.store._atomic import fsync_directory
 
-FORMAT = "deaddrop-backup/1"
+FORMAT = "deaddrop-backup/2"  # /1: unsigned, file modes only; refused
 MANIFEST = "MANIFEST.json"
 DB_NAME = "db.sqlite"
 CHUNK = 1024 * 1024
@@ -60,6 +69,7 @@ class BackupReport:
     files: int
     bytes: int
     recipient: str
+    signer: str
     schema_version: int
 
 
@@ -70,6 +80,7 @@ class RestoreReport:
     bytes: int
     schema_version: int
     created: str
+    signer: str = ""
 
 
 # -- the recipient key ---------------------------------------------------------------------------
@@ -91,7 +102,16 @@ def _scratch_gnupg_home() -> Iterator[str]:
 
 
 def recipient_fingerprint(key_file: str, gpg_binary: str = "gpg") -> str:
-    """The fingerprint of the one public key in ``key_file``; refuses secret keys and bundles."""
+    """The fingerprint of the one public key in ``key_file`` that can encrypt (``--to-key``)."""
+    return public_key_fingerprint(key_file, "e", gpg_binary)
+
+
+def public_key_fingerprint(key_file: str, capability: str, gpg_binary: str = "gpg") -> str:
+    """The fingerprint of the one public key in ``key_file``, which must be able to encrypt
+    (``capability`` "e": the backup key) or sign ("s": the backup-signing key, ``--signer``).
+    Refuses secret keys and bundles, and says which of the two keys was expected."""
+    role = ("the backup key, which backups are encrypted to" if capability == "e"
+            else "the backup-signing key's public half")
     try:
         with open(key_file, "rb") as f:
             data = f.read(1024 * 1024)
@@ -104,15 +124,40 @@ def recipient_fingerprint(key_file: str, gpg_binary: str = "gpg") -> str:
     rows = [line.split(":") for line in proc.stdout.decode("utf-8", "replace").splitlines()]
     primaries = [i for i, r in enumerate(rows) if r[0] == "pub"]
     if proc.returncode != 0 or len(primaries) != 1:
-        raise BackupError(f"{key_file} must hold exactly one OpenPGP public key")
+        raise BackupError(f"{key_file} must hold exactly one OpenPGP public key ({role})")
     if any(r[0] == "sec" for r in rows):
         raise BackupError(f"{key_file} holds a secret key: give the public key (gpg --armor --export)")
-    usable = [r for r in rows if r[0] in ("pub", "sub") and len(r) > 11 and r[1] not in ("r", "e", "i")]
-    can_encrypt = any("e" in r[11] for r in usable)  # not revoked, expired or invalid
-    if not can_encrypt:
-        raise BackupError(f"{key_file} has no usable encryption key (expired or revoked?)")
-    fingerprint = next((r[9] for r in rows[primaries[0]:] if r[0] == "fpr"), "")
-    return fingerprint
+    keys = [r for r in rows if r[0] in ("pub", "sub") and len(r) > 11]
+    able = [r for r in keys if capability in r[11]]
+    if not able:
+        other = "signs only" if capability == "e" else "cannot sign"
+        raise BackupError(f"{key_file} {other}: it is not {role} (see 'Backups' in docs/deploy/install.md)")
+    if not any(r[1] not in ("r", "e", "i") for r in able):
+        state = "revoked" if all(r[1] == "r" for r in able) else "expired or invalid"
+        raise BackupError(f"{key_file}: its {'encryption' if capability == 'e' else 'signing'} key is {state}")
+    return next((r[9] for r in rows[primaries[0]:] if r[0] == "fpr"), "")
+
+
+def signing_fingerprint(sign_key: str, gnupg_home: str | None, gpg_binary: str = "gpg") -> str:
+    """The fingerprint of the one secret key ``sign_key`` names in ``gnupg_home`` (or gpg's own
+    home), which must be able to sign: the backup-signing key."""
+    where = gnupg_home or "your GnuPG home"
+    home = ["--homedir", gnupg_home] if gnupg_home else []
+    proc = subprocess.run([gpg_binary, *home, "--batch", "--with-colons", "--list-secret-keys", "--", sign_key],
+                          capture_output=True)
+    rows = [line.split(":") for line in proc.stdout.decode("utf-8", "replace").splitlines()]
+    primaries = [i for i, r in enumerate(rows) if r[0] == "sec"]
+    if proc.returncode != 0 or not primaries:
+        raise BackupError(f"no secret key {sign_key!r} in {where}: make the backup-signing key first "
+                          "(see 'Backups' in docs/deploy/install.md) and give its fingerprint to --sign-key")
+    if len(primaries) > 1:
+        raise BackupError(f"--sign-key {sign_key!r} matches {len(primaries)} secret keys in {where}: give a fingerprint")
+    first = primaries[0]
+    keys = [r for r in rows[first:] if r[0] in ("sec", "ssb") and len(r) > 11]
+    if not any("s" in r[11] and r[1] not in ("r", "e", "i") for r in keys):
+        raise BackupError(f"the secret key {sign_key!r} in {where} cannot sign (revoked, expired, or an "
+                          "encryption-only key)")
+    return next((r[9] for r in rows[first:] if r[0] == "fpr"), "")
 
 
 # -- what goes in ----------------------------------------------------------------------------------
@@ -120,6 +165,12 @@ def recipient_fingerprint(key_file: str, gpg_binary: str = "gpg") -> str:
 
 def backup_members(data_dir: str) -> Iterator[str]:
     """Relative paths of the regular files to back up (the database snapshot comes separately)."""
+    return (name for kind, name in _walk(data_dir) if kind == "file")
+
+
+def _walk(data_dir: str) -> Iterator[tuple[str, str]]:
+    """("dir", path) for the data dir itself (".") and each folder kept, ("file", path) for each
+    regular file, relative to ``data_dir``; runtime state, caches and locks are left out."""
     for root, dirs, files in os.walk(data_dir):
         rel_root = os.path.relpath(root, data_dir)
         top = rel_root.split(os.sep)[0] if rel_root != "." else None
@@ -129,13 +180,14 @@ def backup_members(data_dir: str) -> Iterator[str]:
         if top == "tor":
             dirs[:] = [d for d in dirs if not _TOR_SKIP.match(d)]
             files = [f for f in files if not _TOR_SKIP.match(f)]
-        dirs.sort()
+        dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(root, d)))
+        yield "dir", os.path.normpath(rel_root)
         for name in sorted(files):
             if _LOCK_FILE.match(name):
                 continue
             path = os.path.join(root, name)
             if os.path.isfile(path) and not os.path.islink(path):
-                yield os.path.normpath(os.path.join(rel_root, name))
+                yield "file", os.path.normpath(os.path.join(rel_root, name))
 
 
 def _database_snapshot(data_dir: str) -> tuple[bytes, int]:
@@ -175,7 +227,7 @@ class _Hashing:
 def _tarinfo(name: str, size: int, mode: int) -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     info.size = size
-    info.mode = mode & 0o700  # owner only, as in the data dir; nobody else's bits come back
+    info.mode = mode & 0o777  # as in the data dir (no set-id bits); restore gives it back exactly
     info.mtime = 0  # a backup does not need to date each file
     info.type = tarfile.REGTYPE
     return info
@@ -184,60 +236,74 @@ def _tarinfo(name: str, size: int, mode: int) -> tarfile.TarInfo:
 # -- backup ---------------------------------------------------------------------------------------
 
 
-def make_backup(data_dir: str, out_path: str, key_file: str, gpg_binary: str = "gpg") -> BackupReport:
-    """Write the encrypted backup of ``data_dir`` to ``out_path`` (which must not exist)."""
+def make_backup(data_dir: str, out_path: str, key_file: str, sign_key: str, gnupg_home: str | None = None,
+                gpg_binary: str = "gpg") -> BackupReport:
+    """Write the backup of ``data_dir`` to ``out_path`` (which must not exist): signed with the
+    secret key ``sign_key`` from ``gnupg_home`` (gpg's own home if None), encrypted to ``key_file``."""
     out_path = os.path.abspath(out_path)
     if os.path.lexists(out_path):
         raise BackupError(f"{out_path} already exists: choose a new file name")
     if os.path.commonpath([out_path, os.path.abspath(data_dir)]) == os.path.abspath(data_dir):
         raise BackupError(f"{out_path} is inside the data directory: write the backup elsewhere")
     fingerprint = recipient_fingerprint(key_file, gpg_binary)
+    signer = signing_fingerprint(sign_key, gnupg_home, gpg_binary)
+    if signer == fingerprint:
+        raise BackupError("--sign-key is the backup key itself: the signing key lives on the server, the backup "
+                          "key's secret half must stay offline (make two keys: docs/deploy/install.md, 'Backups')")
     partial = out_path + ".part"
     manifest: dict[str, Any] = {}
+    folders: dict[str, int] = {}
     total = 0
-    with _scratch_gnupg_home() as home:
-        with tempfile.TemporaryFile() as errors:
-            proc = subprocess.Popen(
-                _gpg(gpg_binary, home, "--trust-model", "always", "--compress-algo", "none",
-                     "--recipient-file", key_file, "--output", partial, "--encrypt"),
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errors,
-            )
-            try:
-                assert proc.stdin is not None
-                with tarfile.open(fileobj=proc.stdin, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-                    image, version = _database_snapshot(data_dir)
-                    tar.addfile(_tarinfo(DB_NAME, len(image), 0o600), io.BytesIO(image))
-                    manifest[DB_NAME] = {"size": len(image), "mode": 0o600,
-                                         "sha256": hashlib.sha256(image).hexdigest()}
-                    total += len(image)
-                    del image
-                    for name in backup_members(data_dir):
+    home = ["--homedir", gnupg_home] if gnupg_home else []
+    env = dict(os.environ)
+    with contextlib.suppress(OSError):
+        env.setdefault("GPG_TTY", os.ttyname(0))  # a signing key with a passphrase: gpg-agent asks here
+    with tempfile.TemporaryFile() as errors:
+        proc = subprocess.Popen(
+            [gpg_binary, *home, "--batch", "--quiet", "--yes", "--trust-model", "always", "--compress-algo", "none",
+             "--local-user", signer, "--recipient-file", key_file, "--output", partial, "--sign", "--encrypt"],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errors, env=env,
+        )
+        try:
+            assert proc.stdin is not None
+            with tarfile.open(fileobj=proc.stdin, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+                image, version = _database_snapshot(data_dir)
+                tar.addfile(_tarinfo(DB_NAME, len(image), 0o600), io.BytesIO(image))
+                manifest[DB_NAME] = {"size": len(image), "mode": 0o600,
+                                     "sha256": hashlib.sha256(image).hexdigest()}
+                total += len(image)
+                del image
+                for kind, name in _walk(data_dir):
+                    if kind == "dir":
+                        with contextlib.suppress(FileNotFoundError):
+                            folders[name] = os.lstat(os.path.join(data_dir, name)).st_mode & 0o777
+                    else:
                         total += _add_file(tar, data_dir, name, manifest)
-                    body = json.dumps({
-                        "format": FORMAT, "deaddrop_version": deaddrop.__version__, "schema_version": version,
-                        "created": time.strftime("%Y-%m-%d", time.gmtime()), "files": manifest,
-                    }, sort_keys=True, indent=1).encode()
-                    tar.addfile(_tarinfo(MANIFEST, len(body), 0o600), io.BytesIO(body))
-                proc.stdin.close()
-            except BaseException:
-                proc.kill()
-                proc.wait()
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(partial)
-                raise
-            code = proc.wait()
-            if code != 0:
-                errors.seek(0)
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(partial)
-                message = errors.read().decode("utf-8", "replace").strip().splitlines()
-                raise BackupError(f"gpg could not encrypt the backup: {message[-1] if message else f'exit {code}'}")
+                body = json.dumps({
+                    "format": FORMAT, "deaddrop_version": deaddrop.__version__, "schema_version": version,
+                    "created": time.strftime("%Y-%m-%d", time.gmtime()), "files": manifest, "folders": folders,
+                }, sort_keys=True, indent=1).encode()
+                tar.addfile(_tarinfo(MANIFEST, len(body), 0o600), io.BytesIO(body))
+            proc.stdin.close()
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(partial)
+            raise
+        code = proc.wait()
+        if code != 0:
+            errors.seek(0)
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(partial)
+            message = errors.read().decode("utf-8", "replace").strip().splitlines()
+            raise BackupError(f"gpg could not sign and encrypt the backup: {message[-1] if message else f'exit {code}'}")
     os.chmod(partial, 0o600)
     with open(partial, "rb") as f:
         os.fsync(f.fileno())
     os.replace(partial, out_path)
     fsync_directory(os.path.dirname(out_path))
-    return BackupReport(out_path, len(manifest), total, fingerprint, version)
+    return BackupReport(out_path, len(manifest), total, fingerprint, signer, version)
 
 
 def _add_file(tar: tarfile.TarFile, data_dir: str, name: str, manifest: dict[str, Any]) -> int:
@@ -249,7 +315,7 @@ def _add_file(tar: tarfile.TarFile, data_dir: str, name: str, manifest: dict[str
         st = os.fstat(f.fileno())
         wrapped = _Hashing(f)
         tar.addfile(_tarinfo(name, st.st_size, st.st_mode), wrapped)
-    manifest[name] = {"size": st.st_size, "mode": st.st_mode & 0o700, "sha256": wrapped.sha256.hexdigest()}
+    manifest[name] = {"size": st.st_size, "mode": st.st_mode & 0o777, "sha256": wrapped.sha256.hexdigest()}
     return st.st_size
 
 
@@ -287,65 +353,86 @@ def _clear(data_dir: str, created: bool) -> None:
                 os.remove(path)
 
 
-def restore_backup(archive: str, data_dir: str, gnupg_home: str | None = None,
+def restore_backup(archive: str, data_dir: str, signer_file: str, gnupg_home: str | None = None,
                    gpg_binary: str = "gpg") -> RestoreReport:
-    """Decrypt ``archive`` (with the admin's key in ``gnupg_home``, or gpg's default) into a new
-    or empty ``data_dir``, verifying everything; on any failure nothing is left behind."""
+    """Decrypt ``archive`` (with the backup key in ``gnupg_home``, or gpg's default) into a new or
+    empty ``data_dir``, verifying everything, the signature by ``signer_file``'s key first of all;
+    on any failure nothing is left behind."""
     data_dir = os.path.abspath(data_dir)
     if not os.path.isfile(archive):
         raise BackupError(f"{archive}: no such file")
+    signer = public_key_fingerprint(signer_file, "s", gpg_binary)
     created = _prepare_target(data_dir)
     home = ["--homedir", gnupg_home] if gnupg_home else []
     try:
-        with tempfile.TemporaryFile() as errors, tempfile.NamedTemporaryFile(prefix="dd-restore-status-") as status:
+        with contextlib.ExitStack() as stack:
+            verify_home = stack.enter_context(_scratch_gnupg_home())
+            imported = subprocess.run(_gpg(gpg_binary, verify_home, "--import", signer_file), capture_output=True)
+            if imported.returncode != 0:
+                raise BackupError(f"gpg could not read {signer_file}")
+            errors = stack.enter_context(tempfile.TemporaryFile())
+            verify_errors = stack.enter_context(tempfile.TemporaryFile())
+            status = stack.enter_context(tempfile.NamedTemporaryFile(prefix="dd-restore-status-"))
+            verify_status = stack.enter_context(tempfile.NamedTemporaryFile(prefix="dd-restore-verify-"))
             # Not --batch: the backup key's secret half should have a passphrase, and gpg-agent
-            # asks for it on the admin's terminal (GPG_TTY).
+            # asks for it on the admin's terminal (GPG_TTY). --unwrap passes the signed message on
+            # whole, for the second gpg to check against the signer's key alone.
             env = dict(os.environ)
             with contextlib.suppress(OSError):
                 env.setdefault("GPG_TTY", os.ttyname(0))
-            proc = subprocess.Popen(
-                [gpg_binary, *home, "--quiet", "--status-file", status.name, "--decrypt", archive],
+            decrypt = subprocess.Popen(
+                [gpg_binary, *home, "--quiet", "--status-file", status.name, "--unwrap", "--output", "-",
+                 "--decrypt", archive],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors, env=env,
             )
+            assert decrypt.stdout is not None
+            verify = subprocess.Popen(
+                _gpg(gpg_binary, verify_home, "--status-file", verify_status.name, "--output", "-", "--decrypt"),
+                stdin=decrypt.stdout, stdout=subprocess.PIPE, stderr=verify_errors,
+            )
+            decrypt.stdout.close()  # the verifying gpg holds it now
+            assert verify.stdout is not None
 
-            def gpg_failed(code: int) -> BackupError:
-                errors.seek(0)
-                lines = errors.read().decode("utf-8", "replace").strip().splitlines()
-                return BackupError(f"gpg could not decrypt or verify {archive}: "
-                                   f"{lines[-1] if lines else f'exit {code}'}")
+            def gpg_failed(proc: subprocess.Popen, stream: IO[bytes], what: str) -> BackupError:
+                stream.seek(0)
+                lines = stream.read().decode("utf-8", "replace").strip().splitlines()
+                return BackupError(f"gpg could not {what} {archive}: {lines[-1] if lines else f'exit {proc.returncode}'}")
+
+            def finish() -> None:
+                """Drain, wait, then say the most basic thing wrong: not decrypted, not encrypted,
+                not signed by the signer (in that order)."""
+                while verify.stdout.read(CHUNK):
+                    pass
+                verify.wait()
+                decrypt.wait()
+                if decrypt.returncode != 0:
+                    raise gpg_failed(decrypt, errors, "decrypt or verify")
+                # gpg --decrypt also passes on data that was never encrypted (gpg --store), which
+                # anyone can make: only an archive decrypted with the backup key is ours.
+                if not {"BEGIN_DECRYPTION", "DECRYPTION_OKAY"} <= _status_words(status):
+                    raise BackupError(f"{archive} is not encrypted: a DeadDrop backup is always encrypted to "
+                                      "the backup key, so this file is refused")
+                _check_signature(archive, verify_status, signer, signer_file)
+                if verify.returncode != 0:
+                    raise gpg_failed(verify, verify_errors, "read the signed archive in")
 
             try:
-                assert proc.stdout is not None
-                report = _extract(proc.stdout, data_dir)
-                while proc.stdout.read(CHUNK):  # gpg checks integrity only at the end
-                    pass
-            except (tarfile.TarError, EOFError):
-                # Say why gpg gave no archive (no secret key, a wrong passphrase...) rather
-                # than blame the archive's format.
-                while proc.stdout.read(CHUNK):
-                    pass
-                code = proc.wait()
-                if code != 0:
-                    raise gpg_failed(code) from None
+                report, folders = _extract(verify.stdout, data_dir)
+            except (BackupError, tarfile.TarError, EOFError):
+                # A forged archive may be malformed too: say first what is wrong with its origin.
+                finish()
                 raise
             except BaseException:
-                proc.kill()
-                proc.wait()
+                verify.kill()
+                decrypt.kill()
+                verify.wait()
+                decrypt.wait()
                 raise
-            code = proc.wait()
-            if code != 0:
-                raise gpg_failed(code)
-            # gpg --decrypt also passes on data that was never encrypted (gpg --store), which
-            # anyone can make: only an archive decrypted with the backup key is ours.
-            status.seek(0)
-            words = {line.split()[1] for line in status.read().decode("ascii", "replace").splitlines()
-                     if line.startswith("[GNUPG:] ") and len(line.split()) > 1}
-            if not {"BEGIN_DECRYPTION", "DECRYPTION_OKAY"} <= words:
-                raise BackupError(f"{archive} is not encrypted: a DeadDrop backup is always encrypted to "
-                                  "the backup key, so this file is refused")
+            finish()
+        _restore_folders(data_dir, folders)  # only now: the modes come from a signed manifest
         _check_database(data_dir)
         fsync_directory(data_dir)
-        return report
+        return RestoreReport(report.data_dir, report.files, report.bytes, report.schema_version, report.created, signer)
     except BaseException as e:
         _clear(data_dir, created)
         if isinstance(e, (tarfile.TarError, EOFError)):
@@ -353,7 +440,38 @@ def restore_backup(archive: str, data_dir: str, gnupg_home: str | None = None,
         raise
 
 
-def _extract(stream: IO[bytes], data_dir: str) -> RestoreReport:
+def _status_words(status: IO[bytes]) -> set[str]:
+    status.seek(0)
+    return {line.split()[1] for line in status.read().decode("ascii", "replace").splitlines()
+            if line.startswith("[GNUPG:] ") and len(line.split()) > 1}
+
+
+def _check_signature(archive: str, status: IO[bytes], signer: str, signer_file: str) -> None:
+    """Exactly one signature, valid, by the signer's key (its primary fingerprint), not revoked."""
+    status.seek(0)
+    lines = [line.split()[1:] for line in status.read().decode("ascii", "replace").splitlines()
+             if line.startswith("[GNUPG:] ") and len(line.split()) > 1]
+    words = [fields[0] for fields in lines]
+    expected = f"the backup-signing key {signer} ({signer_file})"
+    if "NEWSIG" not in words and "ERRSIG" not in words:
+        raise BackupError(f"{archive} is not signed: restore accepts only archives signed by {expected}; refused")
+    if words.count("NEWSIG") > 1:
+        raise BackupError(f"{archive} carries several signatures: a DeadDrop backup has one; refused")
+    if "BADSIG" in words:
+        raise BackupError(f"{archive} has a BAD signature (it was changed after signing); refused")
+    for fields in lines:
+        if fields[0] == "ERRSIG":
+            who = fields[-1] if len(fields) > 7 and fields[-1] != "-" else fields[1] if len(fields) > 1 else "?"
+            raise BackupError(f"{archive} is signed by key {who}, not by {expected}; refused")
+    valid = [fields for fields in lines if fields[0] == "VALIDSIG"]
+    primary = valid[0][-1] if valid else ""
+    if primary != signer:
+        raise BackupError(f"{archive} is signed by key {primary or '?'}, not by {expected}; refused")
+    if "REVKEYSIG" in words:
+        raise BackupError(f"{archive} is signed by {expected}, which is REVOKED; refused")
+
+
+def _extract(stream: IO[bytes], data_dir: str) -> tuple[RestoreReport, Any]:
     written: dict[str, dict[str, Any]] = {}
     manifest: dict[str, Any] | None = None
     total = 0
@@ -372,22 +490,41 @@ def _extract(stream: IO[bytes], data_dir: str) -> RestoreReport:
                 continue
             written[member.name] = _write_member(f, data_dir, member)
             total += member.size
-    if manifest is None or manifest.get("format") != FORMAT:
+    if manifest is None or not isinstance(manifest, dict) or "format" not in manifest:
         raise BackupError("the archive has no DeadDrop backup manifest (not a backup, or cut short)")
+    if manifest["format"] != FORMAT:
+        raise BackupError(f"the archive is a {manifest['format']} backup, made by a DeadDrop that did not sign "
+                          f"its backups: this one restores only {FORMAT} (signed) archives")
     if manifest["files"] != written:
         missing = sorted(set(manifest["files"]) - set(written))
         changed = sorted(n for n in written if manifest["files"].get(n) != written[n])
         raise BackupError(f"the archive does not match its manifest (missing {missing[:3]}, changed {changed[:3]})")
-    return RestoreReport(data_dir, len(written), total, int(manifest["schema_version"]), manifest["created"])
+    report = RestoreReport(data_dir, len(written), total, int(manifest["schema_version"]), manifest["created"])
+    return report, manifest.get("folders")
+
+
+def _restore_folders(data_dir: str, folders: Any) -> None:
+    """Every folder the data dir had (empty ones too), with its mode; the deepest first, so a
+    parent's mode is never in the way."""
+    if not isinstance(folders, dict) or "." not in folders:
+        raise BackupError("the archive's manifest lists no folders")
+    for name, mode in sorted(folders.items(), key=lambda item: item[0].count("/"), reverse=True):
+        if not isinstance(mode, int) or not 0 <= mode <= 0o777 or (name != "." and not _safe_name(name)):
+            raise BackupError(f"the archive's manifest holds a bad folder entry: {name!r}")
+    for name in sorted(folders):
+        os.makedirs(os.path.join(data_dir, name), mode=0o700, exist_ok=True)
+    for name, mode in sorted(folders.items(), key=lambda item: item[0].count("/"), reverse=True):
+        os.chmod(os.path.join(data_dir, name), mode)
 
 
 def _write_member(f: IO[bytes], data_dir: str, member: tarfile.TarInfo) -> dict[str, Any]:
     path = os.path.join(data_dir, *member.name.split("/"))
     parent = os.path.dirname(path)
     os.makedirs(parent, mode=0o700, exist_ok=True)
-    mode = member.mode & 0o700 or 0o600
+    mode = member.mode & 0o777
     digest = hashlib.sha256()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    os.fchmod(fd, mode)  # exactly the original's, whatever the umask
     with os.fdopen(fd, "wb") as out:
         while True:
             chunk = f.read(CHUNK)

@@ -26,24 +26,58 @@ from tests.integration.test_admin_cli import run_cli
 
 
 class AdminKey:
-    """The admin's own key pair for backups (its secret half stays off the server)."""
+    """The newsroom's two backup keys, made as docs/deploy/install.md says: the backup key (its
+    secret half stays off the server) and the backup-signing key (a sign-only key on the server,
+    in a GnuPG home of its own)."""
 
     def __init__(self, testcase: unittest.TestCase) -> None:
-        self.home = short_tempdir("dd-adm-")
-        os.chmod(self.home, 0o700)
-        testcase.addCleanup(shutil.rmtree, self.home, True)
-        testcase.addCleanup(kill_gpg_agent, self.home)
-        subprocess.run(["gpg", "--homedir", self.home, "--batch", "--passphrase", "", "--quick-gen-key",
-                        "DeadDrop backups", "future-default", "default", "never"], check=True, capture_output=True)
-        self.public = os.path.join(self.home, "backup-key.asc")
-        with open(self.public, "wb") as f:
-            f.write(subprocess.run(["gpg", "--homedir", self.home, "--armor", "--export"], check=True,
-                                   capture_output=True).stdout)
+        self.home = _gnupg_home(testcase, "dd-adm-")
+        _gen_key(self.home, "DeadDrop backups", "future-default", "default")
+        self.public = _export(self.home, os.path.join(self.home, "backup-key.asc"))
         self.fingerprint = backup.recipient_fingerprint(self.public)
+        self.signing_home = _gnupg_home(testcase, "dd-sgn-")
+        _gen_key(self.signing_home, "DeadDrop backup signing", "ed25519", "sign")
+        self.signer = _export(self.signing_home, os.path.join(self.home, "backup-signing.asc"))
+        self.signing_fingerprint = backup.public_key_fingerprint(self.signer, "s")
+
+    def backup_args(self) -> list[str]:
+        return ["--to-key", self.public, "--sign-key", self.signing_fingerprint, "--gnupg-home", self.signing_home]
+
+    def restore_args(self) -> list[str]:
+        return ["--gnupg-home", self.home, "--signer", self.signer]
 
     def decrypt(self, path: str) -> bytes:
-        return subprocess.run(["gpg", "--homedir", self.home, "--batch", "-q", "-d", path], check=True,
+        # The archive is signed by a key this home does not hold: read it without checking that.
+        return subprocess.run(["gpg", "--homedir", self.home, "--batch", "-q", "--skip-verify", "-d", path], check=True,
                               capture_output=True).stdout
+
+
+def _gnupg_home(testcase: unittest.TestCase, prefix: str) -> str:
+    home = short_tempdir(prefix)
+    os.chmod(home, 0o700)
+    testcase.addCleanup(shutil.rmtree, home, True)
+    testcase.addCleanup(kill_gpg_agent, home)
+    return home
+
+
+def _gen_key(home: str, uid: str, algorithm: str, usage: str) -> None:
+    subprocess.run(["gpg", "--homedir", home, "--batch", "--passphrase", "", "--quick-gen-key", uid, algorithm,
+                    usage, "never"], check=True, capture_output=True)
+
+
+def _export(home: str, path: str) -> str:
+    with open(path, "wb") as f:
+        f.write(subprocess.run(["gpg", "--homedir", home, "--armor", "--export"], check=True,
+                               capture_output=True).stdout)
+    return path
+
+
+def modes(data_dir: str) -> dict[str, int]:
+    """Every file and folder a backup keeps, with its permission bits."""
+    found = {}
+    for kind, name in backup._walk(data_dir):
+        found[name] = os.lstat(os.path.join(data_dir, name)).st_mode & 0o7777
+    return found
 
 
 class BackupRoundTripTests(unittest.TestCase):
@@ -73,12 +107,18 @@ class BackupRoundTripTests(unittest.TestCase):
         self.addCleanup(shutil.rmtree, work, True)
         archive = os.path.join(work, "deaddrop.backup")
         started = time.monotonic()
-        code, out, err = yield deferToThread(run_cli, "backup", "--out", archive, "--to-key", admin.public,
+        # An unusual mode must come back as it was, like store/ (0700) and everything else.
+        os.chmod(os.path.join(server.data_dir, "tls", "server.pem"), 0o640)
+        original_modes = modes(server.data_dir)
+        code, out, err = yield deferToThread(run_cli, "backup", "--out", archive, *admin.backup_args(),
                                              "--data-dir", server.data_dir, "--json")
         backup_seconds = time.monotonic() - started
         self.assertEqual(code, 0, err)
         made = json.loads(out)
-        self.assertEqual(made["recipient"], admin.fingerprint)
+        self.assertEqual((made["recipient"], made["signer"]), (admin.fingerprint, admin.signing_fingerprint))
+        # The restore line says everything restore needs.
+        self.assertEqual(made["restore_command"], f"deaddrop-admin restore {archive} --data-dir NEW_DIR "
+                                                  "--gnupg-home BACKUP_GNUPG_HOME --signer SIGNER.asc")
         self.assertEqual(os.stat(archive).st_mode & 0o777, 0o600)
         self.assertFalse(os.path.exists(archive + ".part"))
         # Encrypted as a whole: no name, no byte of any stored file is readable in it.
@@ -93,11 +133,15 @@ class BackupRoundTripTests(unittest.TestCase):
         self.addCleanup(shutil.rmtree, os.path.dirname(target), True)
         started = time.monotonic()
         code, out, err = yield deferToThread(run_cli, "restore", archive, "--data-dir", target,
-                                             "--gnupg-home", admin.home)
+                                             *admin.restore_args())
         restore_seconds = time.monotonic() - started
         self.assertEqual(code, 0, err)
         self.assertIn("every file matched the manifest", out)
-        self.assertEqual(os.stat(target).st_mode & 0o777, 0o700)
+        self.assertIn(f"signed by {admin.signing_fingerprint}", out)
+        restored_modes = modes(target)
+        self.assertEqual(restored_modes, original_modes)
+        self.assertEqual((restored_modes["."], restored_modes["store"], restored_modes["tls/server.pem"]),
+                         (0o700, 0o700, 0o640))
         self.assertEqual(keys.read_onion_key(keys.service_dir(target, keys.SOURCE)).address, onion_key.address)
         self.assertEqual(keys.read_onion_key(keys.service_dir(target, keys.JOURNALIST)).address,
                          journalist_onion.address)
@@ -161,7 +205,7 @@ class BackupArchiveTests(unittest.TestCase):
         self.work = short_tempdir("dd-bka-")
         self.addCleanup(shutil.rmtree, self.work, True)
         self.archive = os.path.join(self.work, "b.gpg")
-        code, out, err = yield deferToThread(run_cli, "backup", "--out", self.archive, "--to-key", self.admin.public,
+        code, out, err = yield deferToThread(run_cli, "backup", "--out", self.archive, *self.admin.backup_args(),
                                              "--data-dir", self.data_dir)
         self.assertEqual(code, 0, err)
 
@@ -172,7 +216,7 @@ class BackupArchiveTests(unittest.TestCase):
             return [m.name for m in tar]
 
     def restore(self, archive: str, target: str):
-        return deferToThread(run_cli, "restore", archive, "--data-dir", target, "--gnupg-home", self.admin.home)
+        return deferToThread(run_cli, "restore", archive, "--data-dir", target, *self.admin.restore_args())
 
     def test_what_is_in_it(self):
         names = self.members(self.admin.decrypt(self.archive))
@@ -234,7 +278,7 @@ class BackupArchiveTests(unittest.TestCase):
         os.makedirs(other_home, mode=0o700)
         target = os.path.join(self.work, "restore-nokey")
         code, out, err = yield deferToThread(run_cli, "restore", self.archive, "--data-dir", target,
-                                             "--gnupg-home", other_home)
+                                             "--gnupg-home", other_home, "--signer", self.admin.signer)
         self.assertEqual(code, 1)
         self.assertIn("gpg could not decrypt", err)
         self.assertNotIn("empty file", err)
@@ -246,15 +290,72 @@ class BackupArchiveTests(unittest.TestCase):
         with open(secret, "wb") as f:
             f.write(subprocess.run(["gpg", "--homedir", self.admin.home, "--batch", "--armor", "--export-secret-keys"],
                                    check=True, capture_output=True).stdout)
+        signing = ["--sign-key", self.admin.signing_fingerprint, "--gnupg-home", self.admin.signing_home]
         code, out, err = yield deferToThread(run_cli, "backup", "--out", os.path.join(self.work, "x"), "--to-key",
-                                             secret, "--data-dir", self.data_dir)
+                                             secret, *signing, "--data-dir", self.data_dir)
         self.assertEqual(code, 1)
         self.assertIn("holds a secret key", err)
-        code, out, err = yield deferToThread(run_cli, "backup", "--out", self.archive, "--to-key", self.admin.public,
+        # The two keys mixed up: a sign-only key is not the backup key, and says so.
+        code, out, err = yield deferToThread(run_cli, "backup", "--out", os.path.join(self.work, "x"), "--to-key",
+                                             self.admin.signer, *signing, "--data-dir", self.data_dir)
+        self.assertEqual(code, 1)
+        self.assertIn("signs only: it is not the backup key", err)
+        code, out, err = yield deferToThread(run_cli, "backup", "--out", self.archive, *self.admin.backup_args(),
                                              "--data-dir", self.data_dir)
         self.assertEqual(code, 1)
         self.assertIn("already exists", err)
         self.assertFalse(os.path.exists(os.path.join(self.work, "x")))
+
+
+    def _forge(self, name: str, *sign_with: str) -> str:
+        """What someone who can write where backups are kept can make: an archive encrypted to the
+        backup key (here, today's own content), unsigned or signed by a key of their own."""
+        plain = os.path.join(self.work, name + ".tar")
+        with open(plain, "wb") as f:
+            f.write(self.admin.decrypt(self.archive))
+        forged = os.path.join(self.work, name + ".gpg")
+        subprocess.run(["gpg", "--batch", "--quiet", "--trust-model", "always", "--recipient-file", self.admin.public,
+                        *sign_with, "--encrypt", "-o", forged, plain], check=True, capture_output=True,
+                       env=dict(os.environ, GNUPGHOME=self.forger_home))
+        return forged
+
+    @inlineCallbacks
+    def test_an_unsigned_archive_or_one_signed_by_another_key_is_refused(self):
+        self.forger_home = _gnupg_home(self, "dd-frg-")
+        _gen_key(self.forger_home, "Not the newsroom", "ed25519", "sign")
+        forger = subprocess.run(["gpg", "--homedir", self.forger_home, "--with-colons", "--list-keys"], check=True,
+                                capture_output=True, text=True).stdout.split("fpr:::::::::")[1].split(":")[0]
+        for label, forged, expected in [
+            ("unsigned", self._forge("unsigned"), f"is not signed: restore accepts only archives signed by the "
+                                                  f"backup-signing key {self.admin.signing_fingerprint}"),
+            ("other key", self._forge("other", "--sign", "--local-user", forger),
+             f"is signed by key {forger}, not by the backup-signing key {self.admin.signing_fingerprint}"),
+        ]:
+            target = os.path.join(self.work, "restore-" + label.replace(" ", "-"))
+            code, out, err = yield self.restore(forged, target)
+            self.assertEqual(code, 1, label)
+            self.assertEqual(len(err.splitlines()), 1, err)
+            self.assertIn(expected, err, label)
+            self.assertFalse(os.path.exists(target), label)
+        # The newsroom's own archive restores.
+        target = os.path.join(self.work, "restore-signed")
+        code, out, err = yield self.restore(self.archive, target)
+        self.assertEqual(code, 0, err)
+
+    @inlineCallbacks
+    def test_the_signing_key_must_be_a_secret_key_here_and_not_the_backup_key(self):
+        out = os.path.join(self.work, "x")
+        code, _, err = yield deferToThread(run_cli, "backup", "--out", out, "--to-key", self.admin.public,
+                                           "--sign-key", self.admin.fingerprint, "--gnupg-home", self.admin.home,
+                                           "--data-dir", self.data_dir)
+        self.assertEqual(code, 1)
+        self.assertIn("--sign-key is the backup key itself", err)
+        code, _, err = yield deferToThread(run_cli, "backup", "--out", out, "--to-key", self.admin.public,
+                                           "--sign-key", "0" * 40, "--gnupg-home", self.admin.signing_home,
+                                           "--data-dir", self.data_dir)
+        self.assertEqual(code, 1)
+        self.assertIn("no secret key", err)
+        self.assertFalse(os.path.exists(out))
 
 
 class BackupMemoryTests(unittest.TestCase):
@@ -291,9 +392,9 @@ class BackupMemoryTests(unittest.TestCase):
 
         archive = os.path.join(work, "big.gpg")
         backup_peak = yield deferToThread(run, "backup", "--data-dir", data_dir, "--out", archive,
-                                          "--to-key", admin.public)
+                                          *admin.backup_args())
         restore_peak = yield deferToThread(run, "restore", archive, "--data-dir", os.path.join(work, "restored"),
-                                           "--gnupg-home", admin.home)
+                                           *admin.restore_args())
         self.assertGreater(os.path.getsize(archive), 160 * 1024 * 1024)
         self.assertLess(backup_peak, 120 * 1024, f"backup peak RSS {backup_peak} KiB")
         self.assertLess(restore_peak, 120 * 1024, f"restore peak RSS {restore_peak} KiB")
@@ -345,7 +446,7 @@ class BackupPlaintextTests(unittest.TestCase):
         env = dict(os.environ, TMPDIR=scratch)
         proc = yield deferToThread(subprocess.run, [
             sys.executable, "-c", AUDITED, report, "backup", "--data-dir", data_dir, "--out", archive,
-            "--to-key", admin.public], capture_output=True, text=True, env=env)
+            *admin.backup_args()], capture_output=True, text=True, env=env)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         with open(report) as f:
             seen = json.load(f)
