@@ -263,8 +263,15 @@ class JournalistBrowserTests(unittest.TestCase):
         self.assertEqual(_path(driver), "/sources")
 
     def _open_source(self, driver, designation: str) -> str:
-        """On /sources: the one source, 2 unread; open it. -> its page path."""
-        text = self._page(driver, "sources")
+        """On /sources: the one source, 2 unread; find it by part of its designation (issue 22);
+        open it. -> its page path."""
+        self._page(driver, "sources")
+        _css(driver, "#q").send_keys(designation.split()[-1].upper())
+        _css(driver, "input[name=unread]").click()
+        follow(driver, "form.filters button[type=submit]")
+        self.assertIn("unread=1", driver.current_url)
+        text = self._page(driver, "sources-filtered")
+        self.assertEqual(_css(driver, "#q").get_attribute("value"), designation.split()[-1].upper())
         [row] = driver.find_elements(By.CSS_SELECTOR, "main tbody tr")
         self.assertEqual(row.find_element(By.CSS_SELECTOR, "a.designation").text, designation)
         self.assertEqual(row.find_element(By.CSS_SELECTOR, ".badge").text, "2 unread")
@@ -288,14 +295,16 @@ class JournalistBrowserTests(unittest.TestCase):
         names = {kind: a.text for kind, a in links.items()}
         self.assertRegex(names["msg"], r"^1-[a-z]+_[a-z]+-msg\.gpg$")
         self.assertRegex(names["doc"], r"^2-[a-z]+_[a-z]+-doc\.gz\.gpg$")
-        # A download does not replace the page: click and wait for the file.
-        links["msg"].click()
+        # A file's link shows the page again, its counts already new, and the file downloads
+        # without replacing it (issue 22: no reload, no JavaScript).
+        hrefs = {kind: a.get_attribute("href").split("/sources/", 1)[1] for kind, a in links.items()}
+        follow(driver, f"main tbody a[href$='{hrefs['msg']}']")
         msg = wait_for_download(driver.deaddrop_downloads, "-msg.gpg")
-        self._submission_links(driver)["doc"].click()
+        self.assertIn("Download all unread (1)", _text(driver))
+        follow(driver, f"main tbody a[href$='{hrefs['doc']}']")
         doc = wait_for_download(driver.deaddrop_downloads, "-doc.gz.gpg")
         self.assertEqual((os.path.basename(msg), os.path.basename(doc)), (names["msg"], names["doc"]))
-        # Both are read now.
-        driver.refresh()
+        # Both are read now, on the page as it is.
         self.assertIn("Download all unread (0)", _text(driver))
         self.assertEqual([td.text for td in driver.find_elements(By.CSS_SELECTOR, "main tbody td:last-child")],
                          ["read", "read"])
@@ -307,7 +316,7 @@ class JournalistBrowserTests(unittest.TestCase):
         text = self._page(driver, "reply-sent")
         self.assertIn("Reply sent.", _text(driver, ".flashes"))
         [reply] = driver.find_elements(By.CSS_SELECTOR, "main ul li")
-        self.assertRegex(reply.text, r"^3-[a-z]+_[a-z]+-reply\.gpg \(by alice\)$")
+        self.assertRegex(reply.text, r"^3-[a-z]+_[a-z]+-reply\.gpg \(by alice, \d{4}-\d\d-\d\d\)$")
         self.assertEqual(_css(driver, "#reply").get_attribute("value"), "")
         self.assertNotIn("REPLY-MARKER", text)
 
@@ -337,8 +346,14 @@ class JournalistBrowserTests(unittest.TestCase):
         text = self._page(driver, "users")
         self.assertEqual([tr.find_element(By.TAG_NAME, "td").text
                           for tr in driver.find_elements(By.CSS_SELECTOR, "main tbody tr")], ["alice admin", "bob"])
-        # Everyone but oneself can be deleted.
-        self.assertEqual(len(driver.find_elements(By.CSS_SELECTOR, "main tbody button.danger")), 1)
+        # Everyone but oneself can be deleted, after a confirmation (issue 22).
+        self.assertEqual(len(driver.find_elements(By.CSS_SELECTOR, "main tbody .danger")), 1)
+        self.assertRegex(text, r"alice admin\s.*\svalid until \d{4}-\d\d-\d\d")
+        follow(driver, "main tbody a.danger")
+        self.assertEqual(_text(driver, "h1"), "Delete bob?")
+        self._page(driver, "user-delete-confirm")
+        follow(driver, "main a.button.secondary")  # Cancel
+        self.assertEqual(_path(driver), "/admin/users")
         self.assertIn("Add a user", text)
         _css(driver, "#username").send_keys("carol")
         follow(driver, "form[action='/admin/users'] button[type=submit]")
@@ -420,7 +435,8 @@ class JournalistBrowserTests(unittest.TestCase):
         for page in self.page_sources:
             self.assertNotIn(filesystem_id, page)
             self.assertNotIn(codename, page)
-        self.assertEqual(len(self.shots), 13)  # 12 + the "Delete selected" confirmation
+        # 12, the "Delete selected" confirmation, the filtered list and the "Delete user" confirmation
+        self.assertEqual(len(self.shots), 15)
         _log.info("journalist browser flow ({size}): Chromium start {start:.1f}s, whole flow {total:.1f}s; "
                   "screenshots in {where}", size=size.name, start=self.startup_seconds,
                   total=time.monotonic() - started, where=os.path.dirname(self.shots[0]))

@@ -22,7 +22,9 @@ from tests._support import (
 )
 
 _SOURCE_LINK = re.compile(r'href="/sources/([0-9a-f-]{36})"')
-_SUBMISSION_LINK = re.compile(r'href="(/sources/[0-9a-f-]{36}/submissions/[0-9a-f-]{36}/download)"')
+_SUBMISSION_LINK = re.compile(r'href="(/sources/[0-9a-f-]{36}/submissions/[0-9a-f-]{36})/fetch"')
+# The source page sends the browser on to a download it asked for (issue 22).
+_DOWNLOAD_REFRESH = re.compile(r'<meta http-equiv="refresh" content="0; url=([^"]+)"')
 
 
 def db_rows(server, sql, *args):
@@ -243,7 +245,8 @@ class JournalistWebTests(unittest.TestCase):
         self.assertIn("already exists", html)
         # Resetting carol's passphrase logs her out.
         carol_uuid = db_rows(self.server, "SELECT uuid FROM journalists WHERE username = 'carol'")[0][0]
-        response, html = yield b.post(f"/admin/users/{carol_uuid}/reset-password", data={"csrf_token": b.csrf(html)})
+        response, html = yield b.post(f"/admin/users/{carol_uuid}/reset-password",
+                                      data={"csrf_token": b.csrf(html), "confirm": "yes"})
         new_passphrase = re.search(r'id="passphrase">([^<]+)<', html).group(1)
         self.assertNotEqual(new_passphrase, passphrase)
         response, html = yield carol_browser.get("/sources")
@@ -252,11 +255,13 @@ class JournalistWebTests(unittest.TestCase):
         carol_browser = yield self.logged_in(carol)
         # The admin cannot delete itself...
         response, html = yield b.get("/admin/users")
-        response, html = yield b.post(f"/admin/users/{self.admin.uuid}/delete", data={"csrf_token": b.csrf(html)})
+        response, html = yield b.post(f"/admin/users/{self.admin.uuid}/delete",
+                                      data={"csrf_token": b.csrf(html), "confirm": "yes"})
         self.assertEqual(response.code, 400)
         self.assertIn("You cannot delete your own account", html)
         # ...but can delete carol, whose session ends at once.
-        response, html = yield b.post(f"/admin/users/{carol_uuid}/delete", data={"csrf_token": b.csrf(html)})
+        response, html = yield b.post(f"/admin/users/{carol_uuid}/delete",
+                                      data={"csrf_token": b.csrf(html), "confirm": "yes"})
         self.assertIn("Deleted carol", html)
         response, html = yield carol_browser.get("/sources")
         self.assertIn("Journalist log in", html)
@@ -377,7 +382,7 @@ class JournalistWebTests(unittest.TestCase):
         source_uuid = _SOURCE_LINK.search(html).group(1)
         response, html = yield b.get(f"/sources/{source_uuid}")
         [link] = _SUBMISSION_LINK.findall(html)
-        response, body = yield b.get_bytes(link)
+        response, body = yield b.get_bytes(link + "/download")
         self.assertEqual(response.code, 200)
         self.assertEqual(response.headers.getRawHeaders(b"content-type"), [b"application/pgp-encrypted"])
         self.assertEqual(test_svs().decrypt(body).decode(), marker)
@@ -389,8 +394,8 @@ class JournalistWebTests(unittest.TestCase):
         response, html = yield b.get("/sources")
         self.assertIn("2 unread", html)
         response, html = yield b.get(f"/sources/{source_uuid}")
-        response, body = yield b.post_bytes(f"/sources/{source_uuid}/download-unread",
-                                            data={"csrf_token": b.csrf(html)})
+        response, html = yield b.post(f"/sources/{source_uuid}/download-unread", data={"csrf_token": b.csrf(html)})
+        response, body = yield b.get_bytes(_DOWNLOAD_REFRESH.search(html).group(1))
         self.assertEqual(response.code, 200)
         self.assertEqual(response.headers.getRawHeaders(b"content-type"), [b"application/zip"])
         folder = designation.replace(" ", "_")
@@ -405,8 +410,9 @@ class JournalistWebTests(unittest.TestCase):
         # "Download selected" zips just the chosen ones, read or not.
         response, html = yield b.get(f"/sources/{source_uuid}")
         first = re.search(r'name="submission" value="([0-9a-f-]{36})"', html).group(1)
-        response, body = yield b.post_bytes(f"/sources/{source_uuid}/selected", data={
+        response, html = yield b.post(f"/sources/{source_uuid}/selected", data={
             "csrf_token": b.csrf(html), "action": "download", "submission": first})
+        response, body = yield b.get_bytes(_DOWNLOAD_REFRESH.search(html).group(1))
         with zipfile.ZipFile(io.BytesIO(body)) as zf:
             self.assertEqual(zf.namelist(), [f"{folder}/1-{folder}-msg.gpg"])
             self.assertEqual(test_svs().decrypt(zf.read(zf.namelist()[0])).decode(), marker)

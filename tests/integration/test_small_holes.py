@@ -21,7 +21,7 @@ from tests.integration.test_journalist_api import ClientKeyring, db_rows
 from tests.integration.test_source_flow import stored_files
 
 _SOURCE_LINK = re.compile(r'href="/sources/([0-9a-f-]{36})"')
-_SUBMISSION_LINK = re.compile(r'href="(/sources/[0-9a-f-]{36}/submissions/[0-9a-f-]{36}/download)"')
+_SUBMISSION_LINK = re.compile(r'href="(/sources/[0-9a-f-]{36}/submissions/[0-9a-f-]{36})/fetch"')
 TARGET_MARKER = b"SYMLINK-TARGET-MARKER "
 
 
@@ -82,15 +82,17 @@ class SmallHolesTests(unittest.TestCase):
         links = _SUBMISSION_LINK.findall(html)
         self.assertEqual(len(links), 2)
         for link in links:
-            response, body = yield browser.get_bytes(link)
+            response, body = yield browser.get_bytes(link + "/download")
             self.assertNotIn(TARGET_MARKER, body)
             if by_name[msg]["uuid"] in link:
                 self.assertEqual(response.code, 404)
             else:
                 self.assertEqual(response.code, 200)  # the real file next to it still downloads
         uuids = re.findall(r'name="submission" value="([0-9a-f-]{36})"', html)
-        response, body = yield browser.post_bytes(f"/sources/{source['uuid']}/selected", data={
+        response, html = yield browser.post(f"/sources/{source['uuid']}/selected", data={
             "csrf_token": browser.csrf(html), "action": "download", "submission": uuids})
+        zip_url = re.search(r'<meta http-equiv="refresh" content="0; url=([^"]+)"', html).group(1)
+        response, body = yield browser.get_bytes(zip_url)
         self.assertEqual(response.code, 404)
         self.assertNotIn(TARGET_MARKER, body)
         # A linked source folder is refused as a whole, even holding real files.

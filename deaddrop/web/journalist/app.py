@@ -7,6 +7,7 @@ passphrase or two-factor secret changed since the session began, is logged out a
 """
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +15,9 @@ from klein import Klein
 from twisted.internet.defer import inlineCallbacks
 
 from deaddrop.events import SecurityEvents
-from deaddrop.journalist_desk import Desk, KeyNotReady, MAX_REPLY_CHARS, NotFound, SourceView, valid_uuid
+from deaddrop.journalist_desk import (
+    Desk, KeyNotReady, MAX_REPLY_CHARS, NotFound, SourceFilter, SourceView, valid_uuid,
+)
 from deaddrop.journalists import Accounts, AccountError, Journalist, LoginFailed
 from deaddrop.retention import MAX_DAYS as MAX_RETENTION_DAYS
 from deaddrop.settings import InstanceSettings
@@ -34,6 +37,7 @@ from deaddrop.web.journalist._files import FileResponse
 from deaddrop.web.journalist.cert_binding import issued_for, refuse_mismatch
 
 COOKIE = "dd_journalist"
+MAX_ZIP_TICKETS = 8  # zip downloads a session remembers (see _zip_then_page)
 MiB = 1024 * 1024
 MAX_UPLOAD_MIB = 100 * 1024
 
@@ -68,6 +72,8 @@ class JournalistInterface(HtmlResponses):
     source_texts: SourceTexts = field(default_factory=SourceTexts)  # admin pages: source_texts.py
     # The exact `deaddrop-admin cert issue` line for a new user, with {name} (see wiring).
     cert_issue_command: str = "deaddrop-admin cert issue {name} --out {name}.p12"
+    # -> Deferred[username -> CertificateStatus], for the users page (see wiring); None: unknown.
+    certificate_status: Any = None
 
     cookie: SessionCookie = field(init=False)
 
@@ -171,31 +177,89 @@ class JournalistInterface(HtmlResponses):
     @login_required
     @inlineCallbacks
     def sources(self, request: Any, login: JournalistLogin):
-        page = _page_number(form_arg(request, "page", 16))
-        sources, total = yield self.desk.sources(page, pages.SOURCES_PER_PAGE)
+        only, page = _list_state(request)
+        sources, total = yield self.desk.sources(page, pages.SOURCES_PER_PAGE, only)
         last = max(1, -(-total // pages.SOURCES_PER_PAGE))
         if page > last:  # a stale link after deletions: show the last page there is
             page = last
-            sources, total = yield self.desk.sources(page, pages.SOURCES_PER_PAGE)
+            sources, total = yield self.desk.sources(page, pages.SOURCES_PER_PAGE, only)
         paging = pages.Paging(page, last, total)
         return (yield self._html(request, pages.source_list(self._name, login.session, login.journalist, sources,
-                                                            paging)))
+                                                            paging, only, form_arg(request, "select") == "all")))
+
+    @app.route("/sources/selected", methods=["POST"])
+    @login_required
+    @inlineCallbacks
+    def sources_selected(self, request: Any, login: JournalistLogin):
+        """The source list's actions on the ticked sources; back to the same filtered page."""
+        only, page = _list_state(request)
+        back = pages.list_url(only, page)
+        action = form_arg(request, "action")
+        if action not in ("star", "unstar", "read", "unread", "delete", "delete-confirmed"):
+            return self._error(request, 400, "Nothing done", "Choose an action for the selected sources.")
+        chosen = yield self.desk.sources_among(form_args(request, "source"))
+        session, journalist = login.session, login.journalist
+        if not chosen:
+            session.flash("Select at least one source first.", "warning")
+            return self._redirect(request, back)
+        n = _count_text(len(chosen), "source")
+        if action in ("star", "unstar"):
+            for source in chosen:
+                yield self.desk.set_starred(source, action == "star")
+            session.flash(f"{'Starred' if action == 'star' else 'Unstarred'} {n}.", "ok")
+        elif action in ("read", "unread"):
+            yield self.desk.mark_sources(chosen, journalist.id, read=action == "read")
+            session.flash(f"Marked every submission of {n} {action}.", "ok")
+        elif action == "delete":
+            # Nothing goes before the journalist has seen the list (as for one source).
+            page_ = pages.confirm_delete_sources(self._name, session, journalist, chosen, only, page)
+            return (yield self._html(request, page_))
+        else:
+            for source in chosen:
+                yield shield(self.desk.delete_source(source))
+                self.events.emit("journalist.source.deleted", username=journalist.username)
+            session.flash(f"Deleted {n} and everything they sent.", "ok")
+        return self._redirect(request, back)
 
     @app.route("/sources/<uuid>", methods=["GET"])
     @login_required
     @inlineCallbacks
     def source(self, request: Any, login: JournalistLogin, uuid: str):
         source = yield self._source(request, uuid)
-        return (yield self._source_page(request, login, source))
+        downloading = None
+        fetch, zip_ticket = form_arg(request, "fetch", 64), form_arg(request, "zip", 64)
+        if fetch is not None:
+            item = yield self.desk.submission(source, fetch)
+            if item is not None:
+                downloading = (item.filename, f"/sources/{uuid}/submissions/{item.uuid}/download")
+        elif zip_ticket is not None and zip_ticket in login.session.data.get("zips", {}):
+            count = len(login.session.data["zips"][zip_ticket][1])
+            downloading = (f"a zip of {_count_text(count, 'file')}", f"/sources/{uuid}/zip/{zip_ticket}")
+        return (yield self._source_page(request, login, source, select_all=form_arg(request, "select") == "all",
+                                        downloading=downloading))
 
     @inlineCallbacks
     def _source_page(self, request: Any, login: JournalistLogin, source: SourceView, *,
-                     status: int = 200, reply_text: str = "", error: str | None = None):
+                     status: int = 200, reply_text: str = "", error: str | None = None, select_all: bool = False,
+                     downloading: tuple[str, str] | None = None):
         submissions = yield self.desk.submissions(source)
         replies = yield self.desk.replies(source)
         page = pages.source_page(self._name, login.session, login.journalist, source, submissions, replies,
-                                 reply_text=reply_text, error=error)
+                                 reply_text=reply_text, error=error, select_all=select_all, downloading=downloading)
         return (yield self._html(request, page, status))
+
+    @app.route("/sources/<uuid>/submissions/<item>/fetch", methods=["GET"])
+    @login_required
+    @inlineCallbacks
+    def fetch_submission(self, request: Any, login: JournalistLogin, uuid: str, item: str):
+        """A file link on the source page: mark it read, then show the page again (with the new
+        counts), which sends the browser on to the download itself."""
+        source = yield self._source(request, uuid)
+        submission = yield self.desk.submission(source, item)
+        if submission is None:
+            return self._error(request, 404, "Not found", "There is no such submission (it may have been deleted).")
+        yield self.desk.mark_submissions(source, [submission.uuid], login.journalist.id, read=True)
+        return self._redirect(request, f"/sources/{uuid}?fetch={submission.uuid}")
 
     @app.route("/sources/<uuid>/submissions/<item>/download", methods=["GET"])
     @login_required
@@ -227,8 +291,11 @@ class JournalistInterface(HtmlResponses):
 
     @app.route("/sources/<uuid>/download-unread", methods=["POST"])
     @login_required
+    @inlineCallbacks
     def download_unread(self, request: Any, login: JournalistLogin, uuid: str):
-        return self._zip(request, login, uuid, None)
+        source = yield self._source(request, uuid)
+        unread = [i.uuid for i in (yield self.desk.submissions(source)) if not i.is_read]
+        return (yield self._zip_then_page(request, login, source, unread, "There are no unread submissions."))
 
     @app.route("/sources/<uuid>/selected", methods=["POST"])
     @login_required
@@ -236,13 +303,18 @@ class JournalistInterface(HtmlResponses):
     def selected(self, request: Any, login: JournalistLogin, uuid: str):
         action = form_arg(request, "action")
         chosen = [u for u in form_args(request, "submission") if valid_uuid(u)]
-        if action == "download":
-            return (yield self._zip(request, login, uuid, chosen))
         source = yield self._source(request, uuid)
-        if action not in ("delete", "delete-confirmed"):
-            return self._error(request, 400, "Nothing done", "Choose download or delete.")
+        if action == "download":
+            return (yield self._zip_then_page(request, login, source, chosen,
+                                              "Nothing to download: select submissions first."))
+        if action not in ("delete", "delete-confirmed", "read", "unread"):
+            return self._error(request, 400, "Nothing done", "Choose download, mark read or unread, or delete.")
         if not chosen:
             login.session.flash("Select at least one submission first.", "warning")
+            return self._redirect(request, f"/sources/{uuid}")
+        if action in ("read", "unread"):
+            count = yield self.desk.mark_submissions(source, chosen, login.journalist.id, read=action == "read")
+            login.session.flash(f"Marked {_count_text(count, 'submission')} {action}.", "ok")
             return self._redirect(request, f"/sources/{uuid}")
         if action == "delete":
             # Nothing goes before the journalist has seen the list (as for deleting a source).
@@ -254,17 +326,48 @@ class JournalistInterface(HtmlResponses):
         return self._redirect(request, f"/sources/{uuid}")
 
     @inlineCallbacks
-    def _zip(self, request: Any, login: JournalistLogin, uuid: str, chosen: list[str] | None):
+    def _zip_then_page(self, request: Any, login: JournalistLogin, source: SourceView, chosen: list[str],
+                       nothing: str):
+        """Mark the chosen submissions read and show the source page again, which sends the
+        browser on to ``/sources/<uuid>/zip/<ticket>`` for the zip: the page's counts are new."""
+        wanted = set(chosen)
+        present = [i.uuid for i in (yield self.desk.submissions(source)) if i.uuid in wanted]
+        if not present:
+            login.session.flash(nothing, category="warning")
+            return self._redirect(request, f"/sources/{source.uuid}")
+        yield self.desk.mark_submissions(source, present, login.journalist.id, read=True)
+        zips = login.session.data.setdefault("zips", {})
+        while len(zips) >= MAX_ZIP_TICKETS:  # the oldest goes: a session holds a few, never many
+            del zips[next(iter(zips))]
+        ticket = secrets.token_urlsafe(12)
+        zips[ticket] = (source.uuid, present)
+        return self._redirect(request, f"/sources/{source.uuid}?zip={ticket}")
+
+    @app.route("/sources/<uuid>/zip/<ticket>", methods=["GET"])
+    @login_required
+    @inlineCallbacks
+    def download_zip(self, request: Any, login: JournalistLogin, uuid: str, ticket: str):
+        """The zip a download button asked for (its ticket lives in this session only)."""
         source = yield self._source(request, uuid)
+        owner, chosen = login.session.data.get("zips", {}).get(ticket, (None, []))
+        if owner != source.uuid:
+            return self._error(request, 404, "Not found", "This download has expired. Ask for it again.")
         try:
             download = yield self.desk.zip_submissions(source, chosen, login.journalist.id)
         except NotFound:
             return self._error(request, 404, "Not found", "A selected submission's file is missing.")
         if download is None:
-            login.session.flash("Nothing to download: select submissions first." if chosen is not None
-                                else "There are no unread submissions.", "warning")
-            return self._redirect(request, f"/sources/{uuid}")
+            return self._error(request, 404, "Not found", "These submissions were deleted in the meantime.")
         return FileResponse(download)
+
+    @app.route("/sources/<uuid>/unread", methods=["POST"])
+    @login_required
+    @inlineCallbacks
+    def mark_source_unread(self, request: Any, login: JournalistLogin, uuid: str):
+        source = yield self._source(request, uuid)
+        count = yield self.desk.mark_sources([source], login.journalist.id, read=False)
+        login.session.flash(f"Marked {_count_text(count, 'submission')} unread.", "ok")
+        return self._redirect(request, f"/sources/{uuid}")
 
     @app.route("/sources/<uuid>/star", methods=["POST"])
     @login_required
@@ -352,8 +455,27 @@ class JournalistInterface(HtmlResponses):
     @inlineCallbacks
     def _users_page(self, request: Any, login: JournalistLogin, status: int = 200, error: str | None = None):
         accounts = yield self.accounts.list()
-        return (yield self._html(request, pages.users(self._name, login.session, login.journalist, accounts, error),
-                                 status))
+        certificates = (yield self.certificate_status()) if self.certificate_status is not None else None
+        page = pages.users(self._name, login.session, login.journalist, accounts, error, certificates)
+        return (yield self._html(request, page, status))
+
+    @app.route("/admin/users/<uuid>/<any(delete, 'reset-password', 'reset-2fa'):action>", methods=["GET"])
+    @admin_required
+    @inlineCallbacks
+    def confirm_account_action(self, request: Any, login: JournalistLogin, uuid: str, action: str):
+        """What the users page's buttons lead to: the action explained, and one button to do it."""
+        target = yield self._target(request, uuid)
+        if action == "delete" and target.id == login.journalist.id:
+            return (yield self._users_page(request, login, 400, "You cannot delete your own account."))
+        return (yield self._html(request, pages.confirm_account_action(self._name, login.session, login.journalist,
+                                                                       target, action)))
+
+    def _confirmed(self, request: Any, login: JournalistLogin, target: Journalist, action: str) -> Any:
+        """None when the form says it was confirmed; else the confirmation page (nothing done)."""
+        if form_arg(request, "confirm") == "yes":
+            return None
+        return self._html(request, pages.confirm_account_action(self._name, login.session, login.journalist,
+                                                                target, action))
 
     @app.route("/admin/users", methods=["POST"])
     @admin_required
@@ -384,6 +506,9 @@ class JournalistInterface(HtmlResponses):
     def reset_password(self, request: Any, login: JournalistLogin, uuid: str):
         session, admin = login.session, login.journalist
         target = yield self._target(request, uuid)
+        unconfirmed = self._confirmed(request, login, target, "reset-password")
+        if unconfirmed is not None:
+            return (yield unconfirmed)
         creds = yield shield(self.accounts.reset_passphrase(target.id))
         self._end_other_sessions(session if target.id == admin.id else None, creds.journalist)
         self.events.emit("admin.journalist.password_reset", username=admin.username, target=target.username)
@@ -397,6 +522,9 @@ class JournalistInterface(HtmlResponses):
     def reset_2fa(self, request: Any, login: JournalistLogin, uuid: str):
         session, admin = login.session, login.journalist
         target = yield self._target(request, uuid)
+        unconfirmed = self._confirmed(request, login, target, "reset-2fa")
+        if unconfirmed is not None:
+            return (yield unconfirmed)
         creds = yield shield(self.accounts.reset_totp(target.id))
         self._end_other_sessions(session if target.id == admin.id else None, creds.journalist)
         self.events.emit("admin.journalist.2fa_reset", username=admin.username, target=target.username)
@@ -413,6 +541,9 @@ class JournalistInterface(HtmlResponses):
         target = yield self._target(request, uuid)
         if target.id == admin.id:
             return (yield self._users_page(request, login, 400, "You cannot delete your own account."))
+        unconfirmed = self._confirmed(request, login, target, "delete")
+        if unconfirmed is not None:
+            return (yield unconfirmed)
         yield shield(self.accounts.delete(target.id))
         self.sessions.destroy_owner(target.id)
         self.events.emit("admin.journalist.deleted", username=admin.username, target=target.username)
@@ -492,6 +623,17 @@ class JournalistInterface(HtmlResponses):
 
 
 source_texts.register(JournalistInterface)
+
+
+def _list_state(request: Any) -> tuple[SourceFilter, int]:
+    """The source list's filters and page, from the query string or a form's hidden fields."""
+    designation = " ".join((form_arg(request, "q", 64) or "").split())[:64]
+    only = SourceFilter(designation or None, form_arg(request, "starred") == "1", form_arg(request, "unread") == "1")
+    return only, _page_number(form_arg(request, "page", 16))
+
+
+def _count_text(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _page_number(text: str | None) -> int:

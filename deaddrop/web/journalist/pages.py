@@ -5,14 +5,17 @@ derived from a codename.
 """
 from __future__ import annotations
 
+import datetime
 import time
 from dataclasses import dataclass
 from typing import Any, Iterable
+from urllib.parse import urlencode
 
 import qrcode
 from twisted.web.template import Tag, tags
 
-from deaddrop.journalist_desk import ReplyView, SourceView, SubmissionView
+from deaddrop.certificates import CertificateStatus
+from deaddrop.journalist_desk import ReplyView, SourceFilter, SourceView, SubmissionView
 from deaddrop.journalists import Journalist
 from deaddrop.settings import InstanceSettings
 from deaddrop.web._common.pages import csrf_field, layout
@@ -27,7 +30,8 @@ CERTIFICATE_MISMATCH_ERROR = ("This browser's certificate was issued for another
 
 
 def _page(site_name: str, title: str, body: list[Any], session: Session | None,
-          journalist: Journalist | None = None) -> Tag:
+          journalist: Journalist | None = None, refresh: str | None = None) -> Tag:
+    """``refresh``: a same-site URL the browser goes to at once (a download: the page stays)."""
     nav: list[Any] = []
     if journalist is not None and session is not None:
         nav = [tags.a("Sources", href="/sources"), tags.a("Account", href="/account")]
@@ -35,8 +39,12 @@ def _page(site_name: str, title: str, body: list[Any], session: Session | None,
             nav += [tags.a("Users", href="/admin/users"), tags.a("Settings", href="/admin/settings")]
         nav.append(tags.form(method="post", action="/logout")(
             csrf_field(session), tags.button(f"Log out ({journalist.username})", type="submit", class_="secondary")))
-    return layout(title=title, site_name=f"{site_name} · Newsroom", body=body, nav=nav,
+    page = layout(title=title, site_name=f"{site_name} · Newsroom", body=body, nav=nav,
                   flashes=session.pop_flashes() if session else (), body_class="newsroom")
+    if refresh is not None:
+        head = page.children[0]
+        head(tags.meta(**{"http-equiv": "refresh", "content": f"0; url={refresh}"}))
+    return page
 
 
 def _error(message: str | None) -> Any:
@@ -103,47 +111,147 @@ class Paging:
     total: int
 
 
-def _pager(paging: Paging) -> Tag:
+def list_url(only: SourceFilter = SourceFilter(), page: int = 1, select_all: bool = False) -> str:
+    """The source list with these filters, on this page (what links and redirects go back to)."""
+    params: list[tuple[str, str]] = []
+    if only.designation:
+        params.append(("q", only.designation))
+    if only.starred:
+        params.append(("starred", "1"))
+    if only.unread:
+        params.append(("unread", "1"))
+    if page > 1:
+        params.append(("page", str(page)))
+    if select_all:
+        params.append(("select", "all"))
+    return "/sources" + ("?" + urlencode(params) if params else "")
+
+
+def _pager(paging: Paging, only: SourceFilter) -> Tag:
     first = (paging.page - 1) * SOURCES_PER_PAGE + 1
     last = min(paging.total, paging.page * SOURCES_PER_PAGE)
     links: list[Any] = []
     if paging.page > 1:
-        links.append(tags.a("← Newer", href=f"/sources?page={paging.page - 1}", rel="prev"))
+        links.append(tags.a("← Newer", href=list_url(only, paging.page - 1), rel="prev"))
     links.append(tags.span(f"Sources {first}–{last} of {paging.total} · page {paging.page} of {paging.pages}"))
     if paging.page < paging.pages:
-        links.append(tags.a("Older →", href=f"/sources?page={paging.page + 1}", rel="next"))
+        links.append(tags.a("Older →", href=list_url(only, paging.page + 1), rel="next"))
     return tags.nav(class_="pager", **{"aria-label": "Source list pages"})(*links)
 
 
+def _checkbox(name: str, value: str, checked: bool, **attributes: Any) -> Tag:
+    box = tags.input(type="checkbox", name=name, value=value, **attributes)
+    return box(checked="") if checked else box
+
+
+def _filters(only: SourceFilter) -> Tag:
+    """A GET form: the filtered list has an address of its own (bookmarks, back button)."""
+    return tags.form(method="get", action="/sources", class_="card filters", role="search")(
+        tags.label("Designation contains", for_="q"),
+        tags.input(type="search", name="q", id="q", value=only.designation or "", maxlength="64",
+                   autocomplete="off", autocapitalize="off", spellcheck="false"),
+        tags.div(class_="checks")(
+            tags.label(_checkbox("starred", "1", only.starred), "Starred only"),
+            tags.label(_checkbox("unread", "1", only.unread), "With unread submissions only"),
+        ),
+        tags.div(class_="actions")(
+            tags.button("Filter", type="submit", class_="secondary"),
+            tags.a("Show all sources", href="/sources") if only.active else "",
+        ),
+    )
+
+
+def _list_state(only: SourceFilter, page: int) -> list[Tag]:
+    """Hidden fields that bring a form's answer back to the same filtered page."""
+    fields = [tags.input(type="hidden", name="page", value=str(page))]
+    if only.designation:
+        fields.append(tags.input(type="hidden", name="q", value=only.designation))
+    if only.starred:
+        fields.append(tags.input(type="hidden", name="starred", value="1"))
+    if only.unread:
+        fields.append(tags.input(type="hidden", name="unread", value="1"))
+    return fields
+
+
+def _select_links(select_all_url: str, none_url: str, select_all: bool, what: str) -> Tag:
+    """Select all / none without JavaScript: the same page again, every box ticked, or none."""
+    if select_all:
+        return tags.p(tags.a("Clear the selection", href=none_url), class_="select-all")
+    return tags.p(tags.a(f"Select all {what} on this page", href=select_all_url), class_="select-all")
+
+
 def source_list(site_name: str, session: Session, journalist: Journalist, sources: list[SourceView],
-                paging: Paging | None = None) -> Tag:
-    body: list[Any] = [tags.h1("Sources")]
+                paging: Paging | None = None, only: SourceFilter = SourceFilter(), select_all: bool = False) -> Tag:
+    page = paging.page if paging is not None else 1
+    body: list[Any] = [tags.h1("Sources"), _filters(only)]
     if not sources:
-        body.append(tags.p("No source has submitted anything yet.", class_="hint"))
-    else:
-        rows = []
-        for s in sources:
-            rows.append(tags.tr(
-                tags.td(tags.span("★ ", class_="star", title="starred") if s.is_starred else "",
-                        tags.a(s.designation, href=f"/sources/{s.uuid}", class_="designation"), class_="lead"),
-                tags.td(tags.span(f"{s.unread} unread", class_="badge" if s.unread else "hint")),
-                tags.td(f"{_count(s.messages, 'message')}, {_count(s.documents, 'document')}",
-                        **{"data-label": "Submissions"}),
-                tags.td(when(s.last_updated), **{"data-label": "Last activity"}),
-            ))
-        body.append(tags.table(class_="rows")(
-            tags.thead(tags.tr(tags.th("Source"), tags.th("Unread"), tags.th("Submissions"),
-                               tags.th("Last activity"))),
-            tags.tbody(*rows),
+        body.append(tags.p("No source matches these filters." if only.active
+                           else "No source has submitted anything yet.", class_="hint"))
+        return _page(site_name, "Sources", body, session, journalist)
+    rows = []
+    for s in sources:
+        rows.append(tags.tr(
+            tags.td(_checkbox("source", s.uuid, select_all, id=f"pick-{s.uuid}",
+                              **{"aria-label": f"select {s.designation}"}), class_="pick"),
+            tags.td(tags.span("★ ", class_="star", title="starred") if s.is_starred else "",
+                    tags.a(s.designation, href=f"/sources/{s.uuid}", class_="designation"), class_="lead"),
+            tags.td(tags.span(f"{s.unread} unread", class_="badge" if s.unread else "hint")),
+            tags.td(f"{_count(s.messages, 'message')}, {_count(s.documents, 'document')}",
+                    **{"data-label": "Submissions"}),
+            tags.td(when(s.last_updated), **{"data-label": "Last activity"}),
         ))
-        if paging is not None and paging.pages > 1:
-            body.append(_pager(paging))
+    body.append(tags.form(method="post", action="/sources/selected")(
+        csrf_field(session),
+        *_list_state(only, page),
+        _select_links(list_url(only, page, select_all=True), list_url(only, page), select_all, "sources"),
+        tags.table(class_="rows")(
+            tags.thead(tags.tr(tags.th(""), tags.th("Source"),
+                               tags.th("Unread"), tags.th("Submissions"), tags.th("Last activity"))),
+            tags.tbody(*rows),
+        ),
+        tags.div(class_="actions")(
+            tags.button("Star", type="submit", name="action", value="star", class_="secondary"),
+            tags.button("Unstar", type="submit", name="action", value="unstar", class_="secondary"),
+            tags.button("Mark read", type="submit", name="action", value="read", class_="secondary"),
+            tags.button("Mark unread", type="submit", name="action", value="unread", class_="secondary"),
+            tags.button("Delete selected…", type="submit", name="action", value="delete", class_="danger"),
+        ),
+    ))
+    if paging is not None and paging.pages > 1:
+        body.append(_pager(paging, only))
     return _page(site_name, "Sources", body, session, journalist)
+
+
+def confirm_delete_sources(site_name: str, session: Session, journalist: Journalist, chosen: list[SourceView],
+                           only: SourceFilter, page: int) -> Tag:
+    """What "Delete selected" on the source list would delete; nothing goes until this form is sent."""
+    return _page(site_name, "Delete sources", [
+        tags.h1(f"Delete {_count(len(chosen), 'source')}?"),
+        tags.ul(*[tags.li(f"{s.designation} ({_count(s.messages, 'message')}, {_count(s.documents, 'document')})",
+                          class_="to-delete") for s in chosen]),
+        tags.p("This deletes every submission and reply of these sources and their encryption keys. Their "
+               "codenames will no longer work. This cannot be undone."),
+        tags.form(method="post", action="/sources/selected")(
+            csrf_field(session),
+            *_list_state(only, page),
+            *[tags.input(type="hidden", name="source", value=s.uuid) for s in chosen],
+            tags.div(class_="actions")(
+                tags.button("Yes, delete this source" if len(chosen) == 1
+                            else f"Yes, delete these {len(chosen)} sources",
+                            type="submit", name="action", value="delete-confirmed", class_="danger"),
+                tags.a("Cancel", href=list_url(only, page), class_="button secondary"),
+            ),
+        ),
+    ], session, journalist)
 
 
 def source_page(site_name: str, session: Session, journalist: Journalist, source: SourceView,
                 submissions: list[SubmissionView], replies: list[ReplyView], *,
-                reply_text: str = "", error: str | None = None) -> Tag:
+                reply_text: str = "", error: str | None = None, select_all: bool = False,
+                downloading: tuple[str, str] | None = None) -> Tag:
+    """``downloading``: (what, URL) of a download the journalist just asked for. The page is
+    drawn after those files were marked read, and sends the browser on to the file (which does
+    not replace the page): the counts on it are already the new ones, without JavaScript."""
     base = f"/sources/{source.uuid}"
     star_label = "Unstar" if source.is_starred else "Star"
     unread = tags.button(f"Download all unread ({source.unread})", type="submit", class_="secondary")
@@ -152,6 +260,12 @@ def source_page(site_name: str, session: Session, journalist: Journalist, source
     body: list[Any] = [
         tags.h1(tags.span("★ ", class_="star") if source.is_starred else "", source.designation),
         _error(error),
+    ]
+    if downloading is not None:
+        what, url = downloading
+        body.append(tags.p(f"Downloading {what}; it is marked read. If the download does not start, ",
+                           tags.a("download it here", href=url), ".", class_="flash flash-ok", id="downloading"))
+    body += [
         tags.div(class_="actions")(
             tags.form(method="post", action=f"{base}/star")(
                 csrf_field(session),
@@ -159,6 +273,8 @@ def source_page(site_name: str, session: Session, journalist: Journalist, source
                 tags.button(star_label, type="submit", class_="secondary"),
             ),
             tags.form(method="post", action=f"{base}/download-unread")(csrf_field(session), unread),
+            tags.form(method="post", action=f"{base}/unread")(
+                csrf_field(session), tags.button("Mark all unread", type="submit", class_="secondary")),
         ),
         tags.h2("Submissions"),
     ]
@@ -168,20 +284,24 @@ def source_page(site_name: str, session: Session, journalist: Journalist, source
         rows = []
         for item in submissions:
             rows.append(tags.tr(
-                tags.td(tags.input(type="checkbox", name="submission", value=item.uuid,
-                                   id=f"s-{item.uuid}", **{"aria-label": f"select {item.filename}"}),
-                        class_="pick"),
-                tags.td(tags.a(item.filename, href=f"{base}/submissions/{item.uuid}/download"), class_="lead"),
+                tags.td(_checkbox("submission", item.uuid, select_all, id=f"s-{item.uuid}",
+                                  **{"aria-label": f"select {item.filename}"}), class_="pick"),
+                tags.td(tags.a(item.filename, href=f"{base}/submissions/{item.uuid}/fetch"), class_="lead"),
                 tags.td("message" if item.is_message else "document", **{"data-label": "Kind"}),
                 tags.td(human_size(item.size), **{"data-label": "Size"}),
+                tags.td(when(item.created_at), **{"data-label": "Received"}),
                 tags.td("read" if item.is_read else tags.span("unread", class_="badge"), class_="aside"),
             ))
         body.append(tags.form(method="post", action=f"{base}/selected")(
             csrf_field(session),
+            _select_links(f"{base}?select=all", base, select_all, "files"),
             tags.table(class_="rows")(tags.thead(tags.tr(tags.th(""), tags.th("File"), tags.th("Kind"),
-                                                         tags.th("Size"), tags.th("Status"))), tags.tbody(*rows)),
+                                                         tags.th("Size"), tags.th("Received"), tags.th("Status"))),
+                                      tags.tbody(*rows)),
             tags.div(class_="actions")(
                 tags.button("Download selected", type="submit", name="action", value="download"),
+                tags.button("Mark read", type="submit", name="action", value="read", class_="secondary"),
+                tags.button("Mark unread", type="submit", name="action", value="unread", class_="secondary"),
                 tags.button("Delete selected", type="submit", name="action", value="delete", class_="danger"),
             ),
             tags.p("Files download as stored: encrypted. Decrypt them on the Secure Viewing Station.",
@@ -194,11 +314,13 @@ def source_page(site_name: str, session: Session, journalist: Journalist, source
         items = []
         for r in replies:
             who = r.journalist_username or "a deleted account"
+            sent = tags.time(when(r.created_at), datetime=_iso_date(r.created_at))
             if r.deleted_by_source:
-                items.append(tags.li(f"{r.filename} (by {who}; deleted by the source)"))
+                items.append(tags.li(f"{r.filename} (by {who}, ", sent, "; deleted by the source)"))
             else:
-                items.append(tags.li(tags.a(r.filename, href=f"{base}/replies/{r.uuid}/download"), f" (by {who})"))
-        body.append(tags.ul(*items))
+                items.append(tags.li(tags.a(r.filename, href=f"{base}/replies/{r.uuid}/download"),
+                                     f" (by {who}, ", sent, ")"))
+        body.append(tags.ul(*items, class_="replies"))
     body.append(tags.form(method="post", action=f"{base}/reply", class_="card")(
         csrf_field(session),
         tags.label("Reply", for_="reply"),
@@ -210,7 +332,12 @@ def source_page(site_name: str, session: Session, journalist: Journalist, source
     # Away from the everyday buttons; the link leads to a confirmation page.
     body.append(tags.div(class_="actions source-delete")(
         tags.a("Delete this source…", href=f"{base}/delete", class_="button danger")))
-    return _page(site_name, source.designation, body, session, journalist)
+    return _page(site_name, source.designation, body, session, journalist,
+                 refresh=downloading[1] if downloading is not None else None)
+
+
+def _iso_date(ts: float) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(ts))
 
 
 def confirm_delete_source(site_name: str, session: Session, journalist: Journalist, source: SourceView) -> Tag:
@@ -278,40 +405,107 @@ def account(site_name: str, session: Session, journalist: Journalist, *, new_pas
 
 # -- admin --------------------------------------------------------------------------------
 
+def certificate_text(status: CertificateStatus, now: datetime.datetime) -> tuple[str, str]:
+    """-> (what the users page says of a certificate, a CSS class: ok, warn or bad)."""
+    until = status.not_after.strftime("%Y-%m-%d") if status.not_after else "?"
+    if status.state == "valid":
+        return f"valid until {until}", "ok"
+    if status.state == "expiring":
+        days = max(0, (status.not_after - now).days) if status.not_after else 0
+        return f"expires {until} (in {_count(days, 'day')})", "warn"
+    if status.state == "expired":
+        return f"expired {until}", "bad"
+    if status.state == "revoked":
+        return f"revoked {(status.revoked_at or '')[:10]}".rstrip(), "bad"
+    if status.state == "revoked_not_published":
+        return "revoked on the CA, but not yet in the server's CRL: it still works until a new CRL is copied here", \
+            "bad"
+    if status.state == "none":
+        return "none issued", "warn"
+    return "unknown", "warn"
+
+
 def users(site_name: str, session: Session, journalist: Journalist, accounts: list[Journalist],
-          error: str | None = None) -> Tag:
+          error: str | None = None, certificates: Any = None, now: datetime.datetime | None = None) -> Tag:
+    """``certificates``: username -> ``CertificateStatus`` (see ``deaddrop.certificates``), or None."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
     rows = []
+    unknown = certificates is None
     for a in accounts:
-        actions = tags.div(class_="actions")(
-            _post_button(session, f"/admin/users/{a.uuid}/reset-password", "New passphrase", "secondary"),
-            _post_button(session, f"/admin/users/{a.uuid}/reset-2fa", "New two-factor secret", "secondary"),
+        # Links to confirmation pages: nothing irreversible happens on this page.
+        actions = tags.div(class_="actions account-actions")(
+            tags.a("New passphrase…", href=f"/admin/users/{a.uuid}/reset-password", class_="button secondary"),
+            tags.a("New two-factor secret…", href=f"/admin/users/{a.uuid}/reset-2fa", class_="button secondary"),
         )
         if a.id != journalist.id:
-            actions(_post_button(session, f"/admin/users/{a.uuid}/delete", "Delete", "danger"))
+            actions(tags.a("Delete…", href=f"/admin/users/{a.uuid}/delete", class_="button danger"))
         role = (" ", tags.span("admin", class_="role")) if a.is_admin else ()
+        status = certificates(a.username) if certificates is not None else None
+        unknown = unknown or status is None or status.state == "unknown"
+        text, css = certificate_text(status, now) if status is not None else ("unknown", "warn")
         rows.append(tags.tr(tags.td(a.username, *role, class_="lead"),
-                            tags.td(when(a.last_login_at), **{"data-label": "Last login"}), tags.td(actions)))
-    return _page(site_name, "Users", [
+                            tags.td(when(a.last_login_at), **{"data-label": "Last login"}),
+                            tags.td(tags.span(text, class_=f"cert cert-{css}"), **{"data-label": "Certificate"}),
+                            tags.td(actions)))
+    body: list[Any] = [
         tags.h1("Users"),
         _error(error),
         tags.table(class_="rows")(
-            tags.thead(tags.tr(tags.th("Username"), tags.th("Last login"), tags.th(""))),
+            tags.thead(tags.tr(tags.th("Username"), tags.th("Last login"), tags.th("Certificate"), tags.th(""))),
             tags.tbody(*rows)),
-        tags.form(method="post", action="/admin/users", class_="card")(
+    ]
+    if unknown:
+        body.append(tags.p("Certificate status comes from the CA's list of issued certificates (its state.json, "
+                           "beside the CA certificate this server uses) and the CRL in force. This server has no "
+                           "copy of that list; copy it over from the CA machine to see each account's "
+                           "certificate here.", class_="hint"))
+    body.append(tags.form(method="post", action="/admin/users", class_="card")(
+        csrf_field(session),
+        tags.h2("Add a user"),
+        tags.label("Username", for_="username"),
+        tags.input(type="text", name="username", id="username", maxlength="64", required="",
+                   autocapitalize="off", spellcheck="false"),
+        tags.label(tags.input(type="checkbox", name="is_admin", value="1"), " Administrator"),
+        tags.p("A passphrase and a two-factor secret are generated and shown once.", class_="hint"),
+        tags.div(class_="actions")(tags.button("Add user", type="submit")),
+    ))
+    return _page(site_name, "Users", body, session, journalist)
+
+
+# What each account action does, for its confirmation page: (title, explanation, button).
+ACCOUNT_ACTIONS = {
+    "delete": ("Delete {name}?",
+               "{name} can no longer log in, and every session and API token of the account ends at once. "
+               "Their replies stay, shown as by a deleted account. This cannot be undone. Revoke their "
+               "client certificate on the CA too.",
+               "Yes, delete {name}"),
+    "reset-password": ("A new passphrase for {name}?",
+                       "A new passphrase is generated and shown to you once. {name}'s old passphrase stops "
+                       "working, and every session and API token of the account ends at once.",
+                       "Yes, make a new passphrase"),
+    "reset-2fa": ("A new two-factor secret for {name}?",
+                  "A new secret is generated and shown to you once; {name} must add it to their "
+                  "authenticator app. Codes from the old one stop working, and every session and API token "
+                  "of the account ends at once.",
+                  "Yes, make a new two-factor secret"),
+}
+
+
+def confirm_account_action(site_name: str, session: Session, journalist: Journalist, target: Journalist,
+                           action: str) -> Tag:
+    title, explanation, button = (text.format(name=target.username) for text in ACCOUNT_ACTIONS[action])
+    return _page(site_name, title, [
+        tags.h1(title),
+        tags.p(explanation),
+        tags.form(method="post", action=f"/admin/users/{target.uuid}/{action}")(
             csrf_field(session),
-            tags.h2("Add a user"),
-            tags.label("Username", for_="username"),
-            tags.input(type="text", name="username", id="username", maxlength="64", required="",
-                       autocapitalize="off", spellcheck="false"),
-            tags.label(tags.input(type="checkbox", name="is_admin", value="1"), " Administrator"),
-            tags.p("A passphrase and a two-factor secret are generated and shown once.", class_="hint"),
-            tags.div(class_="actions")(tags.button("Add user", type="submit")),
+            tags.input(type="hidden", name="confirm", value="yes"),
+            tags.div(class_="actions")(
+                tags.button(button, type="submit", **({"class_": "danger"} if action == "delete" else {})),
+                tags.a("Cancel", href="/admin/users", class_="button secondary"),
+            ),
         ),
     ], session, journalist)
-
-
-def _post_button(session: Session, action: str, label: str, css: str) -> Tag:
-    return tags.form(method="post", action=action)(csrf_field(session), tags.button(label, type="submit", class_=css))
 
 
 def credentials(site_name: str, session: Session, journalist: Journalist, username: str, *,

@@ -212,6 +212,12 @@ class JournalistTLS:
         self._check_crl_expiry()
         return True
 
+    def revoked_serials(self) -> set[str] | None:
+        """Lower-case hex serials the CRL in force revokes (ca.py's spelling); None without a CRL."""
+        if self._crl_path is None:
+            return None
+        return {format(r.serial_number, "x") for r in self._crl} if self._crl is not None else set()
+
     def install_sighup(self) -> Callable[[], None]:
         """Reload the CRL on SIGHUP (main thread only); returns a function that uninstalls it."""
         previous = signal.getsignal(signal.SIGHUP)

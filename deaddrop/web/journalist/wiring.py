@@ -7,6 +7,7 @@ not start (the source side still does) and one warning line says how to enable i
 """
 from __future__ import annotations
 
+import datetime
 import os
 import re
 import threading
@@ -16,7 +17,7 @@ from twisted.application.internet import TimerService
 from twisted.application.service import Service
 from twisted.logger import Logger
 
-from deaddrop.certificates import SERVER_CERT_WARNING
+from deaddrop.certificates import SERVER_CERT_WARNING, STATE_FILE, certificate_statuses, read_issued_list
 from deaddrop.config import Config
 from deaddrop.journalist_desk import Desk
 from deaddrop.journalists import Accounts
@@ -158,7 +159,8 @@ def add_journalist_interface(top: Any, config: Config, reactor: Any) -> None:
                         submission_key_armored=top.source.submission_key_armored)
     interface = JournalistInterface(accounts=accounts, desk=desk, sessions=sessions, settings=top.settings,
                                     events=top.events, api=api, source_texts=top.source_texts,
-                                    cert_issue_command=_cert_issue_command(config, ca_path))
+                                    cert_issue_command=_cert_issue_command(config, ca_path),
+                                    certificate_status=_certificate_status(newsroom, tls, ca_path, reactor))
     top.journalist = interface
     top.journalist_sessions = sessions
     # Its own share of the process's connections: the source listener leaves it a reserve
@@ -178,6 +180,20 @@ def add_journalist_interface(top: Any, config: Config, reactor: Any) -> None:
     purger.setServiceParent(top)
     _log.info("journalist interface on {endpoint} (client certificates from {ca}, CRL {crl})",
               endpoint=config.journalist_listen, ca=ca_path, crl=crl_path or "none")
+
+
+def _certificate_status(newsroom: Any, tls: JournalistTLS, ca_path: str, reactor: Any) -> Any:
+    """For the users page: the CA's issued list, if the server has a copy (``state.json`` beside
+    the CA certificate, as in the demo layout ``DATA/ca``), read afresh each time (the CA may
+    have issued since), judged against the CRL in force."""
+    issued_list = os.path.join(os.path.dirname(ca_path), STATE_FILE)
+
+    def statuses() -> Any:
+        now = datetime.datetime.fromtimestamp(reactor.seconds(), datetime.timezone.utc)
+        d = newsroom.io_pool.run(read_issued_list, issued_list)
+        return d.addCallback(lambda issued: certificate_statuses(issued, tls.revoked_serials(), now))
+
+    return statuses
 
 
 def _purge_quietly(accounts: Accounts) -> None:
