@@ -28,7 +28,7 @@ from deaddrop.workstation import cli as ws_cli
 from deaddrop.workstation.api import JournalistApi
 from deaddrop.workstation.tls import NewsroomTLSPolicy, load_client_certificate, load_trust_root
 from tests._support import (
-    ApiClient, JournalistBrowser, TotpDevice, add_journalist, issue_client_cert, start_journalist_server,
+    ApiClient, JournalistBrowser, LogCapture, TotpDevice, add_journalist, issue_client_cert, start_journalist_server,
 )
 
 
@@ -202,6 +202,20 @@ class SourcePaginationTests(unittest.TestCase):
         data = json.loads(body)
         self.assertEqual(len(data["sources"]), 12_000)
         self.assertEqual(len(batches), total_batches + 1)  # the last read finds none left
+
+        # A client that hangs up halfway: the server stops reading, and that is no error.
+        logs = LogCapture().start()
+        self.addCleanup(logs.stop)
+        del batches[:]
+        quitter = SlowReader(self.server, self.cert, self.api.token)
+        yield deferToThread(quitter.send)
+        yield settled(lambda: len(batches))
+        yield deferToThread(quitter.conn.close)
+        stopped = yield settled(lambda: len(batches))
+        self.assertLess(stopped, total_batches // 3)
+        self.assertNotIn("request failed", logs.text())
+        status, data = yield self.api.json("GET", "/api/v1/sources?per_page=1")  # and it serves on
+        self.assertEqual((status, data["total"]), (200, 12_000))
 
     @inlineCallbacks
     def test_a_cursor_neither_skips_nor_repeats_when_sources_come_and_go(self):

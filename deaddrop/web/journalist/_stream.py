@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence, TypeVar
 
-from twisted.internet.defer import Deferred, inlineCallbacks, succeed
+from twisted.internet.defer import CancelledError, Deferred, inlineCallbacks, succeed
 from twisted.internet.interfaces import IPushProducer
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -79,11 +79,14 @@ def stream_json_list(request: Any, key: str, fetch: Callable[[Any, int], "Deferr
             yield throttle.ready()
         if not throttle.stopped:
             request.write(b"]}")
+    except CancelledError:
+        raise  # the client went away (Klein cancels the route): nothing to report, nothing to cut
     except Exception:
         if not request.startedWriting:
             raise
         log_failure_safely(Failure())
-        request.transport.abortConnection()
+        if request.transport is not None:
+            request.transport.abortConnection()
     finally:
         if request.channel is not None:
             request.unregisterProducer()
