@@ -173,7 +173,7 @@ def start_server(workdir: str, key: str, port: int, kdf_cost: str) -> subprocess
     proc = subprocess.Popen(
         [os.path.join(VENV_BIN, "twistd"), "-n", "--pidfile=", "deaddrop", "--tor", "none", "--data-dir", data,
          "--submission-key", key, "--source-listen", f"tcp:{port}:interface=127.0.0.1", "--kdf-cost", kdf_cost,
-         "--max-upload-size", str(4 << 30)],
+         "--max-upload-size", str(64 << 30)],
         stdout=log, stderr=subprocess.STDOUT, cwd=workdir,
     )
     for _ in range(2400):  # up to 120 s: start-up is slow on a busy machine
