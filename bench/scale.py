@@ -59,6 +59,7 @@ def start_server(workdir: str, data: str, key: str, ports: tuple[int, int], kdf_
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
+                    stop(proc)  # one that is merely slow must not outlive the bench
                     raise SystemExit(f"server did not start; see {log.name}")
                 time.sleep(0.1)
     return proc
