@@ -42,6 +42,7 @@ class Config:
     uploads_per_source: int = 2  # uploads in flight per source identity (not per session)
     message_threads: int = 4  # text-only parts: a pool of their own, never behind uploads
     pending_source_hours: float = 24.0  # a source with no submission is purged after this
+    max_pending_sources: int = 100_000  # sources with no submission kept at most (oldest go first)
     kdf_cost: KdfCost = field(default_factory=lambda: KdfCost.parse("default"))
     gpg_binary: str = "gpg"
     journalist_ca: str | None = None
@@ -102,6 +103,8 @@ class Config:
             raise ConfigError("--journalist-connection-max-age must be between 10 seconds and 7 days")
         if not 0 < self.pending_source_hours <= 24 * 365:
             raise ConfigError("--pending-source-hours must be more than 0 and at most a year")
+        if not 100 <= self.max_pending_sources <= 10_000_000:
+            raise ConfigError("--max-pending-sources must be between 100 and 10000000")
         if self.submission_key is None:
             raise ConfigError(NO_KEY_HELP)
         if not os.path.isfile(self.submission_key):

@@ -18,9 +18,10 @@ from typing import Any, Callable
 
 from twisted.internet.defer import Deferred, inlineCallbacks
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from deaddrop import codenames
-from deaddrop.crypto.admission import Admission, AdmissionQueue, Ticket
+from deaddrop.crypto.admission import Admission, AdmissionQueue, Pace, Ticket
 from deaddrop.crypto.gpg import GpgError, Keyring
 from deaddrop.crypto.kdf import CodenameKdf, Derived, unwrap_passphrase, wrap_passphrase
 from deaddrop.crypto.pool import WorkerPool, forbid_reactor_thread
@@ -93,16 +94,26 @@ class LoginThrottled(Exception):
 # Logins per derived identity: a source logs in a few times a visit; 128 sessions opened at once
 # with one codename (to hold many uploads) are not a source.
 IDENTITY_LOGINS_PER_MINUTE = 30
-# Longest expected wait for Argon2id or reply decryption before "busy, come back" is the kinder
-# answer (a source's login should take well under 5 s).
+# Longest expected wait for reply decryption before "busy, come back" is the kinder answer.
 MAX_WAIT = 4.0
+# Longest expected wait for Argon2id (a login or a new codename): a Tor page load already takes
+# seconds, so a visitor still connected may wait this long before the calm busy page. How many
+# may wait follows from the pace Argon2id has been running at lately.
+PATIENCE = 20.0
+# Until the first Argon2id run was timed: about a run at the default cost.
+FIRST_PACE_GUESS = 0.25
+# Sources that have not submitted yet (a row each: no folder, no key) kept at most; beyond it
+# the oldest goes. About 300 bytes each with its indexes: 30 MB at most.
+MAX_PENDING_SOURCES = 100_000
 
 
 @dataclass
 class SourceQueues:
     """The bounded, fair admission queues in front of a source's expensive work."""
 
-    argon2id: AdmissionQueue  # key: the Tor circuit; creation and login
+    argon2id: AdmissionQueue  # key: the Tor circuit; logins whose tag some source has: served first
+    creates: AdmissionQueue  # key: the Tor circuit; new codenames, in arrival order, after logins
+    untagged: AdmissionQueue  # key: the Tor circuit; logins that may be a source made before tags
     keygen: AdmissionQueue  # key: source id
     decrypt: AdmissionQueue  # key: source id; a logged-in source's replies
     messages: AdmissionQueue  # key: source id; text-only parts, on their own pool
@@ -112,16 +123,26 @@ class SourceQueues:
     def build(cls, crypto_pool: Any, crypto_slots: int, message_pool: Any, message_slots: int,
               stream_pool: Any, upload_slots: int, uploads_per_identity: int) -> "SourceQueues":
         crypto = Admission(crypto_pool, crypto_slots)
-        # About 4 s of Argon2id work waiting at ~0.25 s a run: beyond that a source is better
-        # told at once to come back than kept waiting.
+        # About 4 s of work waiting at ~0.25 s a run: beyond that a source is better told at
+        # once to come back than kept waiting.
         waiting = 16 * crypto_slots
+        # Argon2id: up to PATIENCE at that pace; the measured pace decides the actual length.
+        patient = int(PATIENCE / FIRST_PACE_GUESS) * crypto_slots
+        argon2id = Pace(FIRST_PACE_GUESS)  # logins and creations run the same Argon2id: one pace
         messages = Admission(message_pool, message_slots)
         return cls(
             # Served in this order when a crypto slot frees: what a logged-in source is waiting
-            # for first, fresh Argon2id (anyone, anonymous) last.
+            # for first; then fresh Argon2id, a returning source's login before a new codename,
+            # and last a login whose tag matches no source (it can only be a source made before
+            # tags: while any remains, a wrong codename lands here and costs a run).
             decrypt=crypto.queue("decrypt", priority=0, per_key=2, max_waiting=waiting, max_wait=MAX_WAIT),
             keygen=crypto.queue("keygen", priority=1, per_key=1, max_waiting=waiting),
-            argon2id=crypto.queue("argon2id", priority=2, per_key=2, max_waiting=waiting, max_wait=MAX_WAIT),
+            argon2id=crypto.queue("argon2id", priority=2, per_key=2, max_waiting=patient, max_wait=PATIENCE,
+                                  pace=argon2id),
+            creates=crypto.queue("creates", priority=3, per_key=2, max_waiting=patient, max_wait=PATIENCE,
+                                 fifo=True, pace=argon2id),
+            untagged=crypto.queue("untagged", priority=4, per_key=2, max_waiting=patient, max_wait=PATIENCE,
+                                  pace=argon2id),
             messages=messages.queue("messages", priority=0, per_key=2, max_waiting=16 * message_slots),
             # One Tor circuit holds a small share of the pumps at most; the slowest upload makes
             # room for a newcomer when all are taken (see upload_slots).
@@ -156,6 +177,13 @@ class Newsroom:
     # True while sources of the first KDF scheme remain: only then does a codename that matches
     # nothing cost a second Argon2id run (the legacy filesystem id).
     legacy_sources: bool = True
+    # Pending sources kept at most (None: no cap); the oldest goes first (see _create).
+    max_pending_sources: int | None = MAX_PENDING_SOURCES
+    # Argon2id runs started for logins, and logins answered by their tag alone (a count only).
+    login_runs: int = 0
+    login_decoys: int = 0
+    _evicting: bool = False
+    _pending_estimate: int | None = None
     _keygen: dict[int, Deferred] = field(default_factory=dict)
     # Stored filenames whose row is committed but whose file is not in the store yet. Readers
     # skip those rows, or a download would 404 and /lookup show an unreadable reply. (Safe
@@ -170,20 +198,28 @@ class Newsroom:
     def create_source(self, codename: str, circuit: Any = None) -> Deferred:
         """Make a source for a freshly generated codename. -> (SourceIdentity, passphrase).
 
-        Waits in the Argon2id queue of ``circuit`` (cancellable while it waits; fails with
-        ``Busy`` when full). The key pair is made at the first submission, not here.
+        Waits in the creation queue, after every login (cancellable while it waits; fails with
+        ``Busy`` when full). A pending source is a row only: its folder and key pair are made at
+        its first submission, and beyond ``max_pending_sources`` the oldest pending one goes.
         """
-        return self.queues.argon2id.admit(circuit, lambda ticket: self._create(ticket, codename))
+        tag = self.kdf.login_tag(codename)
+        d = self.queues.creates.admit(circuit, lambda ticket: self._create(ticket, codename, tag))
+
+        def made(result: Any) -> Any:
+            self._evict_pending()
+            return result
+
+        return d.addCallback(made)
 
     @inlineCallbacks
-    def _create(self, ticket: Ticket, codename: str):
+    def _create(self, ticket: Ticket, codename: str, tag: int):
         derived = yield ticket.run(self.kdf.derive, codename)
         fid = derived.filesystem_id
         for _attempt in range(20):
             designation = codenames.generate_designation()
             try:
                 source_id = yield self.db.run(
-                    queries.insert_source, str(uuidlib.uuid4()), fid, designation, self.clock()
+                    queries.insert_source, str(uuidlib.uuid4()), fid, designation, self.clock(), tag
                 )
             except sqlite3.IntegrityError as e:
                 if "filesystem_id" in str(e) or "login_id" in str(e):
@@ -192,31 +228,82 @@ class Newsroom:
             break
         else:
             raise RuntimeError("could not find a free designation")
-        yield self.io_pool.run(self.store.make_source_dir, fid)
         return SourceIdentity(source_id, fid, designation), derived.key_passphrase
+
+    def _evict_pending(self) -> None:
+        """Beyond ``max_pending_sources`` sources that never submitted, delete the oldest (a
+        source sending its first submission right now is left alone). Counted in memory between
+        rounds (an overestimate: submissions and purges only lower it), and each round evicts a
+        hundredth of the cap more, so the database is asked once per that many creations."""
+        cap = self.max_pending_sources
+        if cap is None:
+            return
+        if self._pending_estimate is not None:
+            self._pending_estimate += 1
+            if self._pending_estimate <= cap:
+                return
+        if self._evicting:
+            return
+        self._evicting = True
+
+        @inlineCallbacks
+        def evict():
+            ids = yield self.db.run(queries.pending_sources_beyond, cap - cap // 100)
+            for source_id in ids:
+                if not (self.queues.uploads.holding(source_id) or self.queues.messages.holding(source_id)):
+                    yield self.delete_source(source_id)
+            self._pending_estimate = yield self.db.run(queries.pending_source_count)
+
+        def done(result: Any) -> None:
+            self._evicting = False
+            if isinstance(result, Failure):
+                self._pending_estimate = None
+                _log.error("pending-source eviction failed: {error}", error=result.type.__name__)
+
+        evict().addBoth(done)
 
     def login(self, codename: str, circuit: Any = None) -> Deferred:
         """-> (SourceIdentity, passphrase) or None; raises ``LoginThrottled`` or ``Busy``.
 
-        One Argon2id run, in the Argon2id queue of ``circuit``. While sources of the first KDF
-        scheme remain, a codename that matches no current source costs one more run (the old
-        filesystem id); a legacy source that matches is migrated then (a third run, once per
-        source, for its old key passphrase).
+        First the codename's login tag (microseconds): if no source has it, and every source has
+        a tag, it belongs to nobody and the answer is None, given on a timer as late as an
+        Argon2id check would give it (``AdmissionQueue.decoy``). Else one Argon2id run, in the
+        login queue of ``circuit``, ahead of every new codename; a codename whose tag matches
+        nobody while sources without a tag remain waits after new codenames (only such a source
+        can own it). While sources of the first KDF scheme remain, a codename that matches no
+        current source costs one more run (the old filesystem id); a legacy source that matches
+        is migrated then (a third run, once per source, for its old key passphrase). A source
+        without a tag gets one at its login.
         """
-        return self.queues.argon2id.admit(circuit, lambda ticket: self._login(ticket, codename))
+        return self._login_by_tag(codename, self.kdf.login_tag(codename), circuit)
 
     @inlineCallbacks
-    def _login(self, ticket: Ticket, codename: str):
+    def _login_by_tag(self, codename: str, tag: int, circuit: Any):
+        matched, untagged = yield self.db.run(queries.login_tag_state, tag)
+        if matched or untagged:
+            queue = self.queues.argon2id if matched else self.queues.untagged
+            found = yield queue.admit(circuit, lambda ticket: self._login(ticket, codename, tag))
+            return found
+        self.login_decoys += 1
+        yield self.queues.argon2id.decoy(circuit)
+        return None
+
+    @inlineCallbacks
+    def _login(self, ticket: Ticket, codename: str, tag: int):
+        self.login_runs += 1
         derived: Derived = yield ticket.run(self.kdf.derive, codename)
         if self.identity_logins.blocked(derived.filesystem_id):
             raise LoginThrottled()
         row = yield self.db.run(queries.source_by_login_id, derived.filesystem_id)
         if row is None and self.legacy_sources:
             row = yield self._migrate_legacy(ticket, codename, derived)
-        if row is None:
+        if row is None or row["login_tag"] == queries.RETIRED_TAG:
             return None
         # Counted for real identities only (a wrong codename is the circuit's failure).
         self.identity_logins.failed(derived.filesystem_id)
+        if row["login_tag"] is None:
+            # Made before tags: tagged now, with the codename it just gave (nothing else could).
+            yield self.db.run(queries.set_login_tag, row["id"], tag)
         passphrase = derived.key_passphrase
         if row["key_wrap"] is not None:
             passphrase = unwrap_passphrase(derived, row["key_wrap"])
@@ -224,6 +311,10 @@ class Newsroom:
         if row["key_fingerprint"] is None and not row["pending"]:
             self.ensure_key(identity, passphrase)
         return identity, passphrase
+
+    def calibrate(self) -> Deferred:
+        """Time one Argon2id run at start-up, so that the first decoys take as long as a check."""
+        return self.queues.argon2id.run(None, self.kdf.derive, os.urandom(16).hex())
 
     @inlineCallbacks
     def _migrate_legacy(self, ticket: Ticket, codename: str, derived: Derived):

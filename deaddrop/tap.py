@@ -47,6 +47,8 @@ class Options(usage.Options):
          "Delete submissions and replies older than this many days, daily (default: keep; admins can change it).",
          int],
         ["pending-source-hours", None, 24.0, "Delete a source that has submitted nothing after this many hours.", float],
+        ["max-pending-sources", None, 100_000,
+         "Keep at most this many sources that have submitted nothing (the oldest go first).", int],
     ]
     optFlags = [
         ["journalist-onion", None, "Also publish the journalist interface as an onion service with client authorisation."],
@@ -102,6 +104,7 @@ def config_from_options(options: Any) -> Config:
         journalist_session_minutes=int(options["journalist-session-minutes"]),
         retention_days=None if options["retention-days"] is None else int(options["retention-days"]),
         pending_source_hours=float(options["pending-source-hours"]),
+        max_pending_sources=int(options["max-pending-sources"]),
     )
 
 

@@ -274,3 +274,83 @@ class StandingFadesTests(unittest.TestCase):
             started.append(pool.jobs[0][0])
         # Clean newcomers go first for a while; after 4 s of waiting the source is served.
         self.assertEqual(started[:4], ["clean0", "clean1", "clean2", "typo"])
+
+
+class ClockPool:
+    """A pool whose every job takes ``seconds`` on a Clock."""
+
+    def __init__(self, clock, seconds):
+        self.clock, self.seconds = clock, seconds
+
+    def run(self, fn, *args, **kwargs):
+        d = Deferred()
+        self.clock.callLater(self.seconds, d.callback, fn(*args, **kwargs))
+        return d
+
+
+class DecoyTests(unittest.TestCase):
+    """A codename no source's tag matches is answered on a timer, when a real check would be."""
+
+    def setUp(self):
+        from deaddrop.crypto.admission import Pace
+
+        self.clock = Clock()
+        self.admission = Admission(ClockPool(self.clock, 1.0), slots=1, clock=self.clock.seconds, timer=self.clock)
+        pace = Pace()
+        self.logins = self.admission.queue("logins", priority=2, per_key=2, max_waiting=8, max_wait=20.0, pace=pace)
+        self.creates = self.admission.queue("creates", priority=3, per_key=2, max_waiting=8, max_wait=20.0,
+                                            fifo=True, pace=pace)
+        self.logins.run("warm-up", label, "x")
+        self.clock.advance(1.0)  # the pace is measured: a run takes 1 s
+
+    def test_a_decoy_is_answered_exactly_when_a_real_check_admitted_with_it_is(self):
+        running = self.logins.run("a", label, "a")
+        real = self.logins.run("b", label, "b")  # waits for a
+        decoy = self.logins.decoy("c")
+        self.assertEqual(self.admission.running, 1)  # the decoy took no slot
+        self.clock.advance(1.0)  # (a Clock runs what a call schedules from the time it advanced to)
+        self.successResultOf(running)
+        self.clock.advance(0.99)
+        self.assertNoResult(real)
+        self.assertNoResult(decoy)
+        self.clock.advance(0.01)
+        self.successResultOf(real)
+        self.assertIsNone(self.successResultOf(decoy))
+        self.assertEqual(self.logins.holding("c"), 0)
+
+    def test_a_decoy_is_refused_where_a_real_request_would_be(self):
+        first, second = self.logins.decoy("k"), self.logins.decoy("k")
+        self.failureResultOf(self.logins.decoy("k"), KeyBusy)  # the key's places are held
+        self.clock.advance(1.0)
+        self.successResultOf(first), self.successResultOf(second)
+        self.logins.max_waiting = 1
+        self.logins.run("a", label, "a")
+        self.logins.run("b", label, "b")  # the queue is full now
+        self.failureResultOf(self.logins.decoy("c"), Busy)
+
+    def test_cancelling_a_decoy_frees_its_place(self):
+        decoy = self.logins.decoy("k")
+        decoy.cancel()
+        self.failureResultOf(decoy, CancelledError)
+        self.assertEqual(self.logins.holding("k"), 0)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_creates_wait_behind_logins_and_are_served_in_arrival_order(self):
+        self.logins.run("x", label, "running")
+        order = [self.creates.run(key, label, key) for key in ("c1", "c2", "c1")]
+        self.logins.run("login", label, "login")
+        done = []
+        for d, name in zip(order, ("c1", "c2", "c1-again")):
+            d.addCallback(lambda _, name=name: done.append(name))
+        self.clock.advance(1.0)
+        self.assertEqual(self.creates.waiting, 3)  # the login went first
+        for _ in range(4):
+            self.clock.advance(1.0)
+        self.assertEqual(done, ["c1", "c2", "c1-again"])  # FIFO, not round-robin by key
+        # A create's expected wait counts the logins queued before it.
+        self.logins.run("y", label, "running")
+        self.logins.run("l1", label, "l1")
+        self.logins.run("l2", label, "l2")
+        self.creates.run("c3", label, "c3")
+        self.assertEqual(self.creates.expected_time(), 3.0 + 1.0)
+        self.assertEqual(self.logins.expected_time(), 2.0 + 1.0)

@@ -398,3 +398,80 @@ class RequestRateTests(unittest.TestCase):
         for i in range(1000):
             self.assertTrue(rate.allow(Circuit(i + 1)))
         self.assertEqual(rate.tracked(), 100)
+
+
+class FairShareTests(unittest.TestCase):
+    """Issue 20: slow bodies from a few circuits held every source slot; reconnecting at once,
+    they kept sources out for 13 of 15 probes. Slots are now shared fairly across circuits."""
+
+    def hold_slow_bodies(self, h, circuit_id: int, count: int) -> list:
+        held = []
+        for _ in range(count):
+            protocol, transport = h.connect(_tor_peer(circuit_id))
+            protocol.dataReceived(_POST_HEAD % 10**6 + b"a=")  # a body that will never finish
+            held.append((protocol, transport))
+        return held
+
+    def test_a_new_circuit_takes_the_place_of_the_circuit_holding_most(self):
+        limits = ConnectionLimits(ConnectionBudget(100), max_connections=6)
+        h = _Harness(self, limits)
+        flood = self.hold_slow_bodies(h, 0x100, 4) + self.hold_slow_bodies(h, 0x200, 2)
+        source, source_transport = h.connect(_tor_peer(0x300))
+        self.assertFalse(source_transport.aborted)
+        source.dataReceived(_GET)
+        self.assertIn(b"200 OK", source_transport.value())
+        # The circuit holding four gave one up; the one holding two kept both.
+        self.assertEqual([t.aborted for _, t in flood], [True, False, False, False, False, False])
+        h.drop_aborted()
+        self.assertEqual((limits.held_by(Circuit(0x100)), limits.held_by(Circuit(0x200))), (3, 2))
+
+    def test_circuits_holding_one_each_are_not_evicted_and_local_ones_never(self):
+        limits = ConnectionLimits(ConnectionBudget(100), max_connections=3)
+        h = _Harness(self, limits)
+        held = [self.hold_slow_bodies(h, 0x100 + i, 1)[0] for i in range(2)]
+        local, local_transport = h.connect()
+        local.dataReceived(_POST_HEAD % 10**6 + b"a=")
+        _, refused = h.connect(_tor_peer(0x400))
+        self.assertTrue(refused.aborted)
+        self.assertFalse(any(t.aborted for _, t in held + [(local, local_transport)]))
+
+    def test_a_slow_connection_cut_or_evicted_counts_against_its_circuit_an_idle_one_does_not(self):
+        cuts = []
+        limits = ConnectionLimits(ConnectionBudget(100), max_connections=3)
+        h = _Harness(self, limits, on_cut=cuts.append)
+        # An idle kept-alive connection timing out: a browser's habit, not a fault.
+        idle, idle_transport = h.connect(_tor_peer(0x10))
+        idle.dataReceived(_GET)
+        h.clock.advance(BodyPolicy().header_timeout + 0.01)
+        self.assertTrue(idle_transport.aborted)
+        self.assertEqual(cuts, [])
+        h.drop_aborted()
+        # A body dribbling under the floor is cut by the watchdog: counted.
+        self.hold_slow_bodies(h, 0x20, 3)
+        h.clock.advance(BodyPolicy().slow_after)
+        _, fresh = h.connect(_tor_peer(0x30))  # full of slow bodies: one gives way, counted
+        self.assertFalse(fresh.aborted)
+        self.assertEqual(cuts, [Circuit(0x20)])
+        h.drop_aborted()
+        h.clock.advance(2 * BodyPolicy().window_seconds)
+        self.assertEqual(cuts, [Circuit(0x20)] * 3)
+
+    def test_a_busy_connection_that_sends_promptly_gives_way_without_counting(self):
+        cuts = []
+        limits = ConnectionLimits(ConnectionBudget(100), max_connections=2)
+        h = _Harness(self, limits, on_cut=cuts.append)
+        self.hold_slow_bodies(h, 0x40, 2)  # just begun: not slow yet
+        _, fresh = h.connect(_tor_peer(0x50))
+        self.assertFalse(fresh.aborted)
+        self.assertEqual(cuts, [])
+
+    def test_dropping_a_circuit_closes_every_connection_it_has(self):
+        limits = ConnectionLimits(ConnectionBudget(100), max_connections=10)
+        h = _Harness(self, limits)
+        mine = self.hold_slow_bodies(h, 0x60, 3)
+        other = self.hold_slow_bodies(h, 0x70, 1)
+        self.assertEqual(limits.drop_circuit(Circuit(0x60)), 3)
+        self.assertTrue(all(t.aborted for _, t in mine))
+        self.assertFalse(other[0][1].aborted)
+        h.drop_aborted()
+        self.assertEqual((limits.open, limits.held_by(Circuit(0x60))), (1, 0))

@@ -51,7 +51,8 @@ class KdfTests(unittest.TestCase):
     def test_each_output_depends_on_its_own_pepper(self):
         base = yield deferToThread(self.kdf.derive, CODENAME)
         peppers = Peppers.load_or_create(self.dir)
-        for changed in (Peppers(b"\x01" * 16, peppers.key_passphrase), Peppers(peppers.filesystem_id, b"\x01" * 16)):
+        for changed in (Peppers(b"\x01" * 16, peppers.key_passphrase, peppers.login_tag),
+                        Peppers(peppers.filesystem_id, b"\x01" * 16, peppers.login_tag)):
             other = yield deferToThread(CodenameKdf(changed, KdfCost.parse("insecure-fast")).derive, CODENAME)
             self.assertNotEqual(other, base)
         # Salted by both peppers: even the output whose own pepper is unchanged differs.
@@ -95,7 +96,7 @@ class KdfTests(unittest.TestCase):
 
     @inlineCallbacks
     def test_peppers_are_private_persistent_and_instance_specific(self):
-        for name in ("pepper-filesystem-id", "pepper-key-passphrase"):
+        for name in ("pepper-filesystem-id", "pepper-key-passphrase", "pepper-login-tag"):
             mode = stat.S_IMODE(os.stat(os.path.join(self.dir, name)).st_mode)
             self.assertEqual(mode, 0o600)
         again = CodenameKdf(Peppers.load_or_create(self.dir), KdfCost.parse("insecure-fast"))
@@ -105,6 +106,25 @@ class KdfTests(unittest.TestCase):
         c = yield deferToThread(elsewhere.derive, CODENAME)
         self.assertEqual(a, b)
         self.assertNotEqual(a, c)
+
+    def test_login_tags_are_short_keyed_and_cost_no_argon2id_run(self):
+        import deaddrop.crypto.kdf as kdf_module
+
+        self.patch(kdf_module.argon2id, "kdf", lambda *a, **k: self.fail("a login tag must not run Argon2id"))
+        # On the reactor thread (this test's): a tag is checked before any queue or thread.
+        tag = self.kdf.login_tag(CODENAME)
+        self.assertEqual(tag, self.kdf.login_tag(CODENAME))
+        self.assertTrue(0 <= tag < 2 ** kdf_module.LOGIN_TAG_BITS)
+        tags = {self.kdf.login_tag(f"{CODENAME} {i}") for i in range(2000)}
+        self.assertGreater(len(tags), 1990)  # 24 bits: a collision among 2,000 is rare
+        # Keyed with the third pepper: another instance (or a thief without it) gets other tags.
+        elsewhere = CodenameKdf(Peppers.load_or_create(short_tempdir()), KdfCost.parse("insecure-fast"))
+        self.assertNotEqual([elsewhere.login_tag(f"{CODENAME} {i}") for i in range(8)],
+                            [self.kdf.login_tag(f"{CODENAME} {i}") for i in range(8)])
+        with open(os.path.join(self.dir, "pepper-login-tag"), "rb") as f:
+            self.assertEqual(len(f.read()), 16)
+        short = CodenameKdf(Peppers.load_or_create(self.dir), KdfCost.parse("insecure-fast"), tag_bits=4)
+        self.assertEqual({short.login_tag(f"{CODENAME} {i}") for i in range(500)}, set(range(16)))
 
     def test_damaged_pepper_is_refused(self):
         with open(os.path.join(self.dir, "pepper-filesystem-id"), "wb") as f:

@@ -21,8 +21,14 @@ one at once, waits in a bounded queue, or is refused at once with ``Busy``:
   already queued, is not once the first has failed), and fades while a request waits (a point
   every ``STANDING_FADES_AFTER`` seconds), so no key in bad standing is starved;
 * queues sharing an ``Admission`` are served by priority when a slot frees (a logged-in
-  source's reply decryption before fresh Argon2id work);
-* a waiting request whose client went away is cancelled and leaves the queue.
+  source's reply decryption before fresh Argon2id work, a returning source's login before any
+  new source's creation), and a queue's wait counts the queues served before it;
+* a ``fifo`` queue serves its keys in arrival order (new sources among themselves) rather than
+  round-robin by standing;
+* a waiting request whose client went away is cancelled and leaves the queue;
+* ``decoy`` answers, on a timer, as late as a real request admitted now would be answered,
+  holding no slot and using no CPU: what a codename that cannot match any source gets, so its
+  answer looks like that of one that was checked.
 
 Keys are only held in memory as dictionary keys; nothing here logs them.
 """
@@ -84,10 +90,24 @@ class _Waiter:
         self.since = since
 
 
+class Pace:
+    """How long a granted slot has been held lately (a moving average): several queues doing
+    the same work (Argon2id for logins and for creations) may share one."""
+
+    def __init__(self, guess: float | None = None) -> None:
+        self.mean = guess  # the guess stands until the first run is timed
+        self._measured = False
+
+    def record(self, held_for: float) -> None:
+        self.mean = held_for if not self._measured else 0.8 * self.mean + 0.2 * held_for
+        self._measured = True
+
+
 class Admission:
     """The slots of one worker pool, shared by queues served in priority order."""
 
-    def __init__(self, pool: Any, slots: int, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, pool: Any, slots: int, clock: Callable[[], float] = time.monotonic,
+                 timer: Any = None) -> None:
         if slots < 1:
             raise ValueError("an admission needs at least one slot")
         self.clock = clock
@@ -95,10 +115,20 @@ class Admission:
         self.slots = slots
         self.running = 0
         self._queues: list[AdmissionQueue] = []
+        # Whose callLater times decoys (None: the global reactor; tests give a Clock).
+        self._timer = timer
+
+    @property
+    def timer(self) -> Any:
+        if self._timer is None:
+            from twisted.internet import reactor
+
+            return reactor
+        return self._timer
 
     def queue(self, name: str, *, priority: int, per_key: int, max_waiting: int,
-              max_wait: float | None = None) -> "AdmissionQueue":
-        q = AdmissionQueue(self, name, priority, per_key, max_waiting, max_wait)
+              max_wait: float | None = None, fifo: bool = False, pace: Pace | None = None) -> "AdmissionQueue":
+        q = AdmissionQueue(self, name, priority, per_key, max_waiting, max_wait, fifo=fifo, pace=pace)
         self._queues.append(q)
         self._queues.sort(key=lambda x: x.priority)
         return q
@@ -121,14 +151,15 @@ class Admission:
 
 class AdmissionQueue:
     def __init__(self, admission: Admission, name: str, priority: int, per_key: int, max_waiting: int,
-                 max_wait: float | None = None) -> None:
+                 max_wait: float | None = None, *, fifo: bool = False, pace: Pace | None = None) -> None:
         self.admission = admission
         self.name = name
         self.priority = priority
         self.per_key = per_key
         self.max_waiting = max_waiting
         self.max_wait = max_wait
-        self._mean_run: float | None = None  # moving average of how long a granted slot is held
+        self.fifo = fifo
+        self.pace = pace if pace is not None else Pace()  # how long a granted slot is held lately
         self._waiting: dict[Hashable, collections.deque[_Waiter]] = {}
         self._turns: collections.OrderedDict[Hashable, None] = collections.OrderedDict()
         self._held: collections.Counter[Hashable] = collections.Counter()  # waiting + running, per key
@@ -144,6 +175,49 @@ class AdmissionQueue:
     def holding(self, key: Hashable) -> int:
         """Requests of ``key`` waiting or running in this queue."""
         return self._held.get(key, 0)
+
+    def expected_time(self) -> float:
+        """How long a request admitted now would take to be answered: its wait behind every
+        request queued ahead of it (in this queue and those served before it), then its run."""
+        run = self.pace.mean or 0.0
+        if self.admission._has_free_slot():
+            return run
+        return self._work_ahead() / self.admission.slots + run
+
+    def decoy(self, key: Hashable) -> "Deferred[None]":
+        """Answer ``key`` as a real request admitted now would be answered, and when: ``KeyBusy``
+        or ``Busy`` at once where it would be refused, else None after ``expected_time()``, on
+        a timer. It holds one of the key's places meanwhile (so a key's concurrent requests are
+        refused alike) but no slot and no place in the queue, and uses no CPU."""
+        if self._held[key] >= self.per_key:
+            if not self._held[key]:
+                del self._held[key]
+            return fail(KeyBusy(self.name))
+        if not self.admission._has_free_slot() and self._full() and self._room_victim(key) is None:
+            if not self._held[key]:
+                del self._held[key]
+            return fail(Busy(self.name))
+        self._held[key] += 1
+        released: list[bool] = []
+
+        def release() -> None:
+            if not released:
+                released.append(True)
+                self._release_key(key)
+
+        def cancel(_: Deferred) -> None:
+            if call.active():
+                call.cancel()
+            release()
+
+        d: Deferred = Deferred(cancel)
+
+        def fire() -> None:
+            release()
+            d.callback(None)
+
+        call = self.admission.timer.callLater(self.expected_time(), fire)
+        return d
 
     def try_acquire(self, key: Hashable) -> Ticket:
         """A slot now or never: raises ``KeyBusy`` or ``Busy`` instead of waiting."""
@@ -246,6 +320,8 @@ class AdmissionQueue:
         seconds its oldest request has waited (so none is starved), then the cleaner record
         (a clean newcomer goes before a flooder whose standing has merely faded), then
         round-robin order."""
+        if self.fifo:
+            return min(self._turns, key=lambda k: self._waiting[k][0].since)
         if self.standing is None:
             return next(iter(self._turns))
         now = self.admission.clock()
@@ -258,11 +334,11 @@ class AdmissionQueue:
                 best, best_rank = key, rank
         return best
 
-    def _make_room_for(self, key: Hashable) -> bool:
-        """Full: evict the newest request of a key in worse standing than ``key``, else of the
-        key with most waiting, if that is fairer. False if nobody should make room."""
+    def _room_victim(self, key: Hashable) -> Optional[Hashable]:
+        """Full: the key whose newest request would make room for ``key``'s: one in worse
+        standing than ``key``, else the key with most waiting, if that is fairer; or None."""
         if not self._waiting:
-            return False
+            return None
         victim = self._worse_standing_than(key)
         if victim is None:
             mine = len(self._waiting.get(key, ()))
@@ -270,8 +346,15 @@ class AdmissionQueue:
             # Only a key that would still be ahead after losing one: keys swapping places with
             # each other would not be fairer, just slower.
             if len(self._waiting[busiest]) <= mine + 1:
-                return False
+                return None
             victim = busiest
+        return victim
+
+    def _make_room_for(self, key: Hashable) -> bool:
+        """Full: evict the newest request of ``_room_victim(key)``. False if nobody should."""
+        victim = self._room_victim(key)
+        if victim is None:
+            return False
         waiter = self._waiting[victim].pop()
         self._forget_waiter(waiter)
         waiter.deferred.errback(Busy(self.name))
@@ -310,17 +393,24 @@ class AdmissionQueue:
         if self._held[key] <= 0:
             del self._held[key]
 
+    def _work_ahead(self) -> float:
+        """Seconds of work queued that a newcomer here would wait behind (before slots share
+        it): this queue's, and that of the queues served before it."""
+        own = self.pace.mean or 0.0
+        return sum(q.waiting * (q.pace.mean or own) for q in self.admission._queues
+                   if q.priority <= self.priority)
+
     def _full(self) -> bool:
         if self.waiting >= self.max_waiting:
             return True
-        if self.max_wait is None or self._mean_run is None:
+        if self.max_wait is None or self.pace.mean is None:
             return False
         # A newcomer waits for everyone ahead, served ``slots`` at a time.
-        expected = (self.waiting + 1) * self._mean_run / self.admission.slots
+        expected = (self._work_ahead() + self.pace.mean) / self.admission.slots
         return expected > self.max_wait
 
     def _finished(self, key: Hashable, held_for: float) -> None:
-        self._mean_run = held_for if self._mean_run is None else 0.8 * self._mean_run + 0.2 * held_for
+        self.pace.record(held_for)
         self._release_key(key)
         self.admission.running -= 1
         self.admission._dispatch()
@@ -331,5 +421,5 @@ def is_busy(failure_or_error: Any) -> bool:
     return isinstance(value, Busy)
 
 
-__all__ = ["Admission", "AdmissionQueue", "Busy", "KeyBusy", "Ticket", "CancelledError", "BUSY_MESSAGE",
+__all__ = ["Admission", "AdmissionQueue", "Busy", "KeyBusy", "Pace", "Ticket", "CancelledError", "BUSY_MESSAGE",
            "BUSY_TITLE", "RETRY_AFTER_SECONDS", "is_busy"]

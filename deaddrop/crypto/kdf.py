@@ -9,6 +9,11 @@ them, a guess still costs one full Argon2id run, as it did when each output had 
 
 ``legacy_*`` are the derivations of the first scheme (one Argon2id run per output, each salted
 with its pepper): sources created under it are moved to the new one at their next login.
+
+``login_tag`` is the cheap filter in front of all that: a few bits of BLAKE2b of the codename,
+keyed with a third pepper, kept per source. A codename whose tag no source has cannot belong
+to any source and is turned away without an Argon2id run (docs/threat-model.md weighs what the
+tag gives a thief).
 """
 from __future__ import annotations
 
@@ -25,6 +30,10 @@ from deaddrop.crypto.pool import forbid_reactor_thread
 from deaddrop.crypto._secret_file import create_secret_file
 
 PEPPER_BYTES = argon2id.SALTBYTES  # 16
+# Bits of a source's login tag. Fewer bits make more wrong codenames cost an Argon2id run (one in
+# 2**24 / sources); more bits tell a thief holding the database and every pepper more of each
+# codename (docs/threat-model.md).
+LOGIN_TAG_BITS = 24
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,9 @@ PRESETS = {
 class Peppers:
     filesystem_id: bytes
     key_passphrase: bytes
+    # Keys the login tags. Never in the database: a copy of the database alone says nothing
+    # about any codename through its tag. Made at the first start of a version that has tags.
+    login_tag: bytes = b""
 
     @classmethod
     def load_or_create(cls, directory: str) -> "Peppers":
@@ -65,6 +77,7 @@ class Peppers:
         return cls(
             _load_or_create_pepper(os.path.join(directory, "pepper-filesystem-id")),
             _load_or_create_pepper(os.path.join(directory, "pepper-key-passphrase")),
+            _load_or_create_pepper(os.path.join(directory, "pepper-login-tag")),
         )
 
 
@@ -101,9 +114,14 @@ def _filesystem_id(digest: bytes) -> str:
 class CodenameKdf:
     """Codename derivations. Call from a worker thread; each call costs one Argon2id run."""
 
-    def __init__(self, peppers: Peppers, cost: KdfCost) -> None:
+    def __init__(self, peppers: Peppers, cost: KdfCost, tag_bits: int = LOGIN_TAG_BITS) -> None:
+        if not peppers.login_tag:
+            raise ValueError("the login-tag pepper is missing")
+        if not 1 <= tag_bits <= 32:
+            raise ValueError("a login tag has 1 to 32 bits")
         self._peppers = peppers
         self._cost = cost
+        self.tag_bits = tag_bits
         self._salt = hashlib.blake2b(peppers.filesystem_id + peppers.key_passphrase,
                                      digest_size=argon2id.SALTBYTES, person=b"dd-argon2-salt").digest()
 
@@ -118,6 +136,12 @@ class CodenameKdf:
         fid = hashlib.blake2b(master, key=self._peppers.filesystem_id, digest_size=32, person=b"dd-filesystem-id")
         passphrase = hashlib.blake2b(master, key=self._peppers.key_passphrase, digest_size=32, person=b"dd-key-pass")
         return Derived(_filesystem_id(fid.digest()), passphrase.hexdigest())
+
+    def login_tag(self, codename: str) -> int:
+        """The codename's login tag: microseconds, safe on the reactor thread (no Argon2id)."""
+        digest = hashlib.blake2b(codename.encode("utf-8"), key=self._peppers.login_tag, digest_size=4,
+                                 person=b"dd-login-tag").digest()
+        return int.from_bytes(digest, "big") >> (32 - self.tag_bits)
 
     def legacy_filesystem_id(self, codename: str) -> str:
         return _filesystem_id(self._argon2id(codename, self._peppers.filesystem_id))

@@ -10,6 +10,7 @@ plus every step, so new and upgraded instances take the same path.
 from __future__ import annotations
 
 import sqlite3
+import time
 from typing import Callable
 
 
@@ -136,6 +137,19 @@ def _v6_listing_index(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX IF NOT EXISTS sources_listing ON sources(pending, is_starred, last_updated, uuid)")
 
 
+def _v7_login_tags(conn: sqlite3.Connection) -> None:
+    # login_tag: a few bits of a keyed hash of the codename (crypto/kdf.py), checked before any
+    # Argon2id run; NULL for a source made before tags, which gets one at its next login, and
+    # RETIRED_TAG for such a source an admin retired (it can no longer log in). The day tags
+    # began is kept so that retiring counts idle days from then, never from before it.
+    conn.execute("ALTER TABLE sources ADD COLUMN login_tag INTEGER")
+    conn.execute("CREATE INDEX IF NOT EXISTS sources_login_tag ON sources(login_tag)")
+    # Pending sources are capped, the oldest evicted first: found in id order by this index.
+    conn.execute("CREATE INDEX IF NOT EXISTS sources_pending_by_id ON sources(pending)")
+    day = int(time.time() // 86400 * 86400)
+    conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('login_tags_since', ?)", (str(day),))
+
+
 Step = Callable[[sqlite3.Connection], None]
 
 # (the version a step produces, the step); versions are consecutive from BASELINE + 1.
@@ -145,6 +159,7 @@ STEPS: list[tuple[int, Step]] = [
     (4, _v4_one_argon2id_run),
     (5, _v5_reply_read_by_source),
     (6, _v6_listing_index),
+    (7, _v7_login_tags),
 ]
 
 CURRENT = BASELINE + len(STEPS)

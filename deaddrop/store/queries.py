@@ -12,15 +12,63 @@ Row = sqlite3.Row
 
 # -- sources -------------------------------------------------------------------------------
 
-def insert_source(conn: sqlite3.Connection, uuid: str, filesystem_id: str, designation: str, now: float) -> int:
+# A source an admin retired before it logged in since login tags began: no codename opens it.
+RETIRED_TAG = -1
+
+
+def insert_source(conn: sqlite3.Connection, uuid: str, filesystem_id: str, designation: str, now: float,
+                  login_tag: int | None = None) -> int:
     # Times of sources, submissions and replies are kept to the day (day_of): a seized
     # database must not tell when, within a day, a source came or wrote.
     now = day_of(now)
     cur = conn.execute(
-        "INSERT INTO sources(uuid, filesystem_id, login_id, designation, created_at, last_updated) VALUES (?,?,?,?,?,?)",
-        (uuid, filesystem_id, filesystem_id, designation, now, now),
+        "INSERT INTO sources(uuid, filesystem_id, login_id, designation, created_at, last_updated, login_tag)"
+        " VALUES (?,?,?,?,?,?,?)",
+        (uuid, filesystem_id, filesystem_id, designation, now, now, login_tag),
     )
     return int(cur.lastrowid)
+
+
+def login_tag_state(conn: sqlite3.Connection, tag: int) -> tuple[bool, bool]:
+    """(some source has ``tag``, some source has no tag yet): two index lookups."""
+    row = conn.execute(
+        "SELECT EXISTS(SELECT 1 FROM sources WHERE login_tag = ?),"
+        " EXISTS(SELECT 1 FROM sources WHERE login_tag IS NULL)", (tag,)).fetchone()
+    return bool(row[0]), bool(row[1])
+
+
+def set_login_tag(conn: sqlite3.Connection, source_id: int, tag: int) -> bool:
+    """Tag a source made before tags, at its login (never a retired one)."""
+    cur = conn.execute("UPDATE sources SET login_tag = ? WHERE id = ? AND login_tag IS NULL", (tag, source_id))
+    return cur.rowcount == 1
+
+
+def untagged_sources(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT COUNT(*) FROM sources WHERE login_tag IS NULL").fetchone()[0])
+
+
+def retire_untagged_sources(conn: sqlite3.Connection, idle_days: int, now: float) -> int:
+    """Retire sources without a tag idle for ``idle_days`` (counted from their last activity, and
+    never from before tags began): they can no longer log in; journalists keep what they sent."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'login_tags_since'").fetchone()
+    since = float(row[0]) if row is not None else 0.0
+    cutoff = day_of(now) - idle_days * 86400.0
+    if since > cutoff:
+        return 0
+    cur = conn.execute("UPDATE sources SET login_tag = ? WHERE login_tag IS NULL AND last_updated <= ?",
+                       (RETIRED_TAG, cutoff))
+    return cur.rowcount
+
+
+def pending_source_count(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT COUNT(*) FROM sources WHERE pending = 1").fetchone()[0])
+
+
+def pending_sources_beyond(conn: sqlite3.Connection, keep: int) -> list[int]:
+    """Pending sources (never submitted) other than the ``keep`` newest, oldest first."""
+    rows = conn.execute("SELECT id FROM sources WHERE pending = 1 ORDER BY id DESC LIMIT -1 OFFSET ?",
+                        (keep,)).fetchall()
+    return [row["id"] for row in reversed(rows)]
 
 
 def source_by_login_id(conn: sqlite3.Connection, login_id: str) -> Row | None:

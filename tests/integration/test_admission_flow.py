@@ -40,6 +40,39 @@ def count_argon2id_runs(testcase: unittest.TestCase) -> list:
     return runs
 
 
+def shrink_login_tags(server, bits: int = 4) -> None:
+    """Tags of a few bits, so that a test finds a wrong codename whose tag some source has (a
+    collision: what costs an Argon2id run) in a few tries. Before any source is made."""
+    server.service.newsroom.kdf.tag_bits = bits
+
+
+def colliding_codename(server, codename: str) -> str:
+    """A codename other than ``codename`` with the same login tag (see shrink_login_tags)."""
+    kdf = server.service.newsroom.kdf
+    assert kdf.tag_bits <= 8, "shrink_login_tags first"
+    tag = kdf.login_tag(codename)
+    while True:
+        other = codenames.generate_codename(7)
+        if other != codename and kdf.login_tag(other) == tag:
+            return other
+
+
+def hold_argon2id(testcase: unittest.TestCase, server) -> tuple[threading.Event, list]:
+    """Every Argon2id run waits for the returned gate; ``entered`` lists the codenames of those
+    that started, in order."""
+    newsroom = server.service.newsroom
+    gate, entered, real = threading.Event(), [], newsroom.kdf.derive
+    testcase.addCleanup(gate.set)
+
+    def held_derive(codename):
+        entered.append(codename)
+        gate.wait(30)
+        return real(codename)
+
+    testcase.patch(newsroom.kdf, "derive", held_derive)
+    return gate, entered
+
+
 def hold_uploads_open(server, browser: Browser, html: str, count: int, circuit_id: int | None = None,
                       url: str | None = None) -> list[socket.socket]:
     """Start ``count`` uploads with a file part that never finish (a slow Tor upload), over
@@ -64,6 +97,7 @@ class OneArgon2idRunTests(unittest.TestCase):
     @inlineCallbacks
     def test_create_and_login_each_cost_one_argon2id_run(self):
         server = yield start_server(self)
+        shrink_login_tags(server)
         runs = count_argon2id_runs(self)
         browser = Browser(server.source_url)
         self.addCleanup(browser.close)
@@ -74,8 +108,9 @@ class OneArgon2idRunTests(unittest.TestCase):
         response, html = yield again.login(codename)
         self.assertIn(LOGGED_IN, html)
         self.assertEqual(len(runs), 2)
-        # No source of the first scheme is left: a wrong codename costs one run too.
-        response, html = yield again.login(codenames.generate_codename(7))
+        # No source of the first scheme is left: a wrong codename whose tag a source has (a
+        # collision) costs one run too, never two.
+        response, html = yield again.login(colliding_codename(server, codename))
         self.assertEqual(response.code, 403)
         self.assertEqual(len(runs), 3)
 
@@ -116,8 +151,12 @@ class OneArgon2idRunTests(unittest.TestCase):
         response, html = yield again.login(codename)
         self.assertIn("OLD-REPLY-MARKER", html)
         self.assertEqual(len(runs), 1)
+        # Migration done, and the source got its login tag: a codename whose tag no source has
+        # costs no run at all (the tag check; see LoginTagTests).
         response, html = yield stranger.login(codenames.generate_codename(7))
-        self.assertEqual(len(runs), 2)  # migration done: a wrong codename is one run again
+        self.assertEqual((response.code, len(runs)), (403, 1))
+        tag = db.execute("SELECT login_tag FROM sources WHERE id = ?", (source_id,)).fetchone()[0]
+        self.assertEqual(tag, newsroom.kdf.login_tag(codename))
 
         # Submissions still land in its folder, and survive a restart.
         response, html = yield again.submit("after migration")
@@ -269,6 +308,49 @@ class CircuitThrottleTests(unittest.TestCase):
         self.assertEqual(response.code, 200)
 
     @inlineCallbacks
+    def test_a_circuit_whose_slow_connections_are_cut_repeatedly_is_closed(self):
+        """Issue 20: slow bodies cut after a minute and reopened at once kept sources out, and
+        none of their circuits was closed, so the attacker never paid Tor's PoW again."""
+        import dataclasses
+
+        from twisted.internet.endpoints import serverFromString
+        from twisted.protocols.haproxy import proxyEndpoint
+
+        from deaddrop.web._common.circuits import from_tor
+
+        closed = self.record_closed_circuits()
+        # The Tor-only listener with a short rate window (30 s in production).
+        site = self.server.service.source.site(reactor, self.server.service.source_connections)
+        site.body_policy = dataclasses.replace(site.body_policy, window_seconds=1.0, slow_after=0.5)
+        port = yield proxyEndpoint(serverFromString(reactor, "tcp:0:interface=127.0.0.1")).listen(from_tor(site))
+        self.addCleanup(port.stopListening)
+        number = port.getHost().port
+        circuit = 0x50005
+        held = []
+        for _ in range(4):
+            s = socket.create_connection(("127.0.0.1", number))
+            s.sendall(proxy_line(circuit) + b"POST /login HTTP/1.1\r\nHost: x\r\n"
+                      b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 100000\r\n\r\ncodename=")
+            held.append(s)
+        self.addCleanup(lambda: [s.close() for s in held])
+        yield wait_until(lambda: closed, timeout=10)
+        self.assertEqual(closed, [Circuit(circuit)])
+        # Cut three times: its standing is that of three wrong codenames, and every connection
+        # it still had here is gone with it (Tor tears the circuit down too).
+        throttle = self.server.service.source.login_throttle
+        self.assertEqual(throttle.recent_failures(Circuit(circuit)), 3)
+        self.assertEqual(self.server.service.source_connections.held_by(Circuit(circuit)), 0)
+        for s in held:
+            s.settimeout(5)
+            self.assertEqual(_drain(s), b"")  # closed without an answer
+        # The IDS hears of the closed circuit (a single cut logs nothing: it could be a source).
+        self.assertEqual([e.get("reason") for e in security_events(self.server) if e["event"] == "source.flood"],
+                         ["circuit_closed"])
+        # A source on another circuit is served meanwhile.
+        response, html = yield self.browser(9).get("/login")
+        self.assertEqual(response.code, 200)
+
+    @inlineCallbacks
     def test_a_replayed_create_form_counts_like_a_wrong_codename(self):
         """A /create form sent again and again (each time an Argon2id run that makes nothing)
         is throttled and lowers its circuit's standing, as wrong codenames do: a flood of it
@@ -296,13 +378,16 @@ class CircuitThrottleTests(unittest.TestCase):
         from tests._circuits import proxy_line
 
         newsroom = self.server.service.newsroom
+        shrink_login_tags(self.server)
+        codename = yield self.browser(7).create_source()
         real = newsroom.kdf.derive
         self.patch(newsroom.kdf, "derive", lambda codename: (_time.sleep(0.3), real(codename))[1])
         circuit = 0x40004
         attacker = self.browser(circuit)
         _, html = yield attacker.get("/login")
         cookie = "; ".join(f"{c.name}={c.value}" for c in attacker.cookies)
-        body = urlencode({"codename": codenames.generate_codename(7), "csrf_token": attacker.csrf(html)}).encode()
+        body = urlencode({"codename": colliding_codename(self.server, codename),
+                          "csrf_token": attacker.csrf(html)}).encode()
         port = int(self.tor_url.rsplit(":", 1)[1])
         for _ in range(5):
             s = socket.create_connection(("127.0.0.1", port))
@@ -326,10 +411,13 @@ class CircuitThrottleTests(unittest.TestCase):
         # login throttle sees them; this is about the throttle.
         rate = self.server.service.source.request_rate
         rate.rate = rate.burst = 10_000
+        shrink_login_tags(self.server)
+        codename = yield self.browser(7).create_source()
         runs = count_argon2id_runs(self)
         attackers = [self.browser(300) for _ in range(120)]
         forms = yield DeferredList([a.get("/login") for a in attackers])
-        posts = [a.post("/login", data={"codename": codenames.generate_codename(7), "csrf_token": a.csrf(html)})
+        # Wrong codenames whose tag a source has: each would cost an Argon2id run.
+        posts = [a.post("/login", data={"codename": colliding_codename(self.server, codename), "csrf_token": a.csrf(html)})
                  for a, (ok, (_, html)) in zip(attackers, forms)]
         results = yield DeferredList(posts, consumeErrors=True)
         codes = sorted(r[0].code for ok, r in results)
@@ -343,12 +431,17 @@ class CircuitThrottleTests(unittest.TestCase):
 
     @inlineCallbacks
     def test_many_failing_circuits_filling_the_argon2id_queue_cannot_turn_away_a_correct_login(self):
+        # The flood's codenames collide with the source's tag: each costs an Argon2id run, as
+        # a wrong codename did before tags (and still does while untagged sources remain).
+        shrink_login_tags(self.server)
         codename = yield self.browser(7).create_source()
         newsroom = self.server.service.newsroom
         queue = newsroom.queues.argon2id
+        queue.max_waiting = 64  # the flood fills it (in production its length follows the pace)
+        wrong = lambda: colliding_codename(self.server, codename)  # noqa: E731
         # 36 circuits each send one wrong codename: each now has a failure on record.
         attackers = [self.browser(1000 + i) for i in range(36)]
-        first = yield DeferredList([a.login(codenames.generate_codename(7)) for a in attackers])
+        first = yield DeferredList([a.login(wrong()) for a in attackers])
         self.assertEqual({r[0].code for ok, r in first}, {403})
         # Then every slot is held and every place in the queue taken, by those circuits.
         gate = threading.Event()
@@ -361,7 +454,7 @@ class CircuitThrottleTests(unittest.TestCase):
             return real(name)
 
         self.patch(newsroom.kdf, "derive", held_derive)
-        flood = [self.browser(1000 + i).login(codenames.generate_codename(7)) for i in range(36) for _ in range(2)]
+        flood = [self.browser(1000 + i).login(wrong()) for i in range(36) for _ in range(2)]
         for _ in range(400):
             if queue.waiting >= queue.max_waiting:
                 break
@@ -389,22 +482,15 @@ class BusyTests(unittest.TestCase):
     timeout = 60
 
     def hold_argon2id(self, server) -> tuple[threading.Event, list]:
-        """Every Argon2id run waits for the returned gate; ``entered`` counts those waiting."""
-        newsroom = server.service.newsroom
-        gate, entered, real = threading.Event(), [], newsroom.kdf.derive
-        self.addCleanup(gate.set)
-
-        def held_derive(codename):
-            entered.append(1)
-            gate.wait(30)
-            return real(codename)
-
-        self.patch(newsroom.kdf, "derive", held_derive)
-        return gate, entered
+        return hold_argon2id(self, server)
 
     @inlineCallbacks
     def test_a_full_argon2id_queue_answers_503_with_retry_after_at_once(self):
         server = yield start_server(self, source_login_failures_per_minute=1000)
+        shrink_login_tags(server)
+        maker = Browser(server.source_url)
+        self.addCleanup(maker.close)
+        codename = yield maker.create_source()
         gate, entered = self.hold_argon2id(server)
         browsers = [Browser(server.source_url) for _ in range(3)]
         for b in browsers:
@@ -412,7 +498,7 @@ class BusyTests(unittest.TestCase):
         forms = yield DeferredList([b.get("/login") for b in browsers])
 
         def post(b, html):
-            return b.post("/login", data={"codename": codenames.generate_codename(7), "csrf_token": b.csrf(html)})
+            return b.post("/login", data={"codename": colliding_codename(server, codename), "csrf_token": b.csrf(html)})
 
         posts = [post(b, html) for b, (ok, (_, html)) in list(zip(browsers, forms))[:2]]
         # The third is sent only once the first two are held in Argon2id (sent together, any of
@@ -441,9 +527,10 @@ class BusyTests(unittest.TestCase):
         for b in holders + [source]:
             self.addCleanup(b.close)
         held = []
-        for b in holders:  # this (local) bucket's two places in the Argon2id queue, held
-            _, html = yield b.get("/login")
-            held.append(b.post("/login", data={"codename": codenames.generate_codename(7), "csrf_token": b.csrf(html)}))
+        for b in holders:  # this (local) bucket's two places in the queue of new codenames, held
+            _, page = yield b.get("/generate")
+            held.append(b.post("/create", data={"codename": re.search(r'id="codename"[^>]*>([^<]+)<', page).group(1),
+                                                "csrf_token": b.csrf(page)}))
         yield wait_until(lambda: len(entered) >= 2)
         _, generated = yield source.get("/generate")
         codename = re.search(r'id="codename"[^>]*>([^<]+)<', generated).group(1)
@@ -610,6 +697,18 @@ def _trickle(sockets: list[socket.socket], size: int) -> None:
             pass  # answered and closed: ended to make room
 
 
+def _drain(s: socket.socket) -> bytes:
+    out = b""
+    try:
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return out
+            out += chunk
+    except ConnectionResetError:
+        return out
+
+
 def _answered(s: socket.socket) -> bytes:
     """What the server sent on an upload's socket so far (b"" if nothing)."""
     s.setblocking(False)
@@ -648,7 +747,9 @@ class PendingSourceTests(unittest.TestCase):
         with db:
             db.execute("UPDATE sources SET key_fingerprint = ? WHERE id = ?", (info.fingerprint, quiet_id))
         store = os.path.join(server.data_dir, "store")
-        self.assertTrue(os.path.isdir(os.path.join(store, quiet_fid)))
+        # A pending source is a row only: its folder comes with its first submission.
+        self.assertFalse(os.path.exists(os.path.join(store, quiet_fid)))
+        os.mkdir(os.path.join(store, quiet_fid), 0o700)  # as a source of an earlier release has one
 
         purged = yield newsroom.purge_pending_sources(3600.0)
         self.assertEqual(purged, 0)  # too young
@@ -669,6 +770,40 @@ class PendingSourceTests(unittest.TestCase):
         self.addCleanup(again.close)
         response, html = yield again.login(quiet_codename)
         self.assertEqual(response.code, 403)
+
+    @inlineCallbacks
+    def test_pending_sources_are_bounded_the_oldest_going_first(self):
+        """Issue 20: a /create flood at the PoW rate left ~300,000 pending sources (rows, folders,
+        keys) a day. Now a pending source is a row only, and there are at most N of them."""
+        server = yield start_server(self)
+        newsroom = server.service.newsroom
+        self.assertEqual(newsroom.max_pending_sources, 100_000)  # --max-pending-sources
+        newsroom.max_pending_sources = 3
+        db = sqlite3.connect(os.path.join(server.data_dir, "db.sqlite"))
+        self.addCleanup(db.close)
+        writer = Browser(server.source_url)
+        self.addCleanup(writer.close)
+        yield writer.create_source()
+        response, _ = yield writer.submit("not pending any more")
+        self.assertEqual(response.code, 200)
+        made = []
+        for _ in range(5):
+            b = Browser(server.source_url)
+            self.addCleanup(b.close)
+            made.append((yield b.create_source()))
+        pending = lambda: db.execute("SELECT COUNT(*) FROM sources WHERE pending = 1").fetchone()[0]  # noqa: E731
+        yield wait_until(lambda: pending() == 3)
+        yield deferLater(reactor, 0.3, lambda: None)
+        self.assertEqual(pending(), 3)
+        self.assertEqual(db.execute("SELECT COUNT(*) FROM sources").fetchone()[0], 4)
+        # Only the writer has a folder (and, once made, a key); pending sources are rows.
+        self.assertEqual(len(os.listdir(os.path.join(server.data_dir, "store"))), 1)
+        # The two oldest pending sources went; the three newest still log in.
+        for codename, expected in zip(made, [403, 403, 200, 200, 200]):
+            b = Browser(server.source_url)
+            self.addCleanup(b.close)
+            response, _ = yield b.login(codename)
+            self.assertEqual(response.code, expected)
 
     @inlineCallbacks
     def test_the_purge_runs_on_its_own_with_the_configured_age(self):

@@ -222,7 +222,7 @@ class BackupArchiveTests(unittest.TestCase):
         names = self.members(self.admin.decrypt(self.archive))
         self.assertEqual(names[0], "db.sqlite")
         self.assertEqual(names[-1], "MANIFEST.json")
-        for expected in ["pepper-filesystem-id", "pepper-key-passphrase", "submission-key.asc"]:
+        for expected in ["pepper-filesystem-id", "pepper-key-passphrase", "pepper-login-tag", "submission-key.asc"]:
             self.assertIn(expected, names)
         self.assertTrue(any(n.startswith("gnupg/") for n in names))
         for runtime in ["server.lock", "db.sqlite-wal", "db.sqlite-shm"]:

@@ -70,7 +70,11 @@ def _came_from_tor(request: Any) -> bool:
     """True if the request's connection was accepted by the Tor-only listener. Anywhere else
     the peer address is the socket's own, which a client whose address falls under Tor's
     prefix (an IPv6 ULA with ``--tor none``) could choose."""
-    transport = getattr(getattr(request, "channel", None), "transport", None)
+    return transport_from_tor(getattr(getattr(request, "channel", None), "transport", None))
+
+
+def transport_from_tor(transport: Any) -> bool:
+    """True if a connection with this transport was accepted by the Tor-only listener."""
     for _ in range(8):  # the wrapper chain (limits, TLS...) is never deep
         if transport is None:
             return False

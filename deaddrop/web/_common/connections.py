@@ -4,9 +4,12 @@ File descriptors are the one resource a slow, idle attacker can exhaust without 
 Each listener has a ``ConnectionLimits``: a cap of its own, a share of a process-wide
 ``ConnectionBudget`` that keeps a reserve for the other listener (the journalist one), and a
 cap per Tor circuit. When a listener is full, a new connection takes the place of the oldest
-one that is only waiting for a request (between requests, or still sending headers); if every
-connection is busy with a request, the new one is closed at once. So an idle flood recycles
-its own sockets and cannot lock out a client that sends its request promptly.
+one that is only waiting for a request (between requests, or still sending headers). If every
+connection is busy with a request, a connection from Tor takes the place of one of the circuit
+holding the most connections (if it holds at least two): slots are shared fairly across
+circuits, and no circuit holds more than its share while others wait. Otherwise the new one is
+closed at once. So an idle flood recycles its own sockets, a slow one cannot hold every slot
+from a few circuits, and neither locks out a client that sends its request promptly.
 
 Circuit ids are dictionary keys in memory only; they are never logged or stored.
 """
@@ -25,7 +28,11 @@ _log = Logger()
 
 
 class Evictable(Protocol):
-    def evict(self) -> None: ...
+    def evict(self) -> None:
+        """Make room for another connection (it may count against its circuit if slow)."""
+
+    def drop(self) -> None:
+        """Close: its circuit is being closed (counts nothing more)."""
 
 
 @dataclass
@@ -71,18 +78,23 @@ class ConnectionLimits:
     _waiting: collections.OrderedDict = field(default_factory=collections.OrderedDict)  # oldest first
     _per_circuit: dict[Circuit, int] = field(default_factory=dict)
     _members: dict = field(default_factory=dict)  # connection -> the circuit it is counted for, or None
+    _by_circuit: dict[Circuit, dict] = field(default_factory=dict)  # circuit -> its connections, oldest first
 
     def _full(self) -> bool:
         return (self.open >= self.max_connections
                 or self.budget.open >= self.budget.total - self.reserve_for_others)
 
-    def admit(self, connection: Evictable) -> bool:
-        """Count a new connection in; False if it must be closed at once."""
+    def admit(self, connection: Evictable, from_tor: bool = False) -> bool:
+        """Count a new connection in; False if it must be closed at once. ``from_tor``: it came
+        over a Tor circuit (its id is known from its first bytes), so it may take the place of a
+        busy connection of the circuit holding the most."""
         while self._full() and self._waiting:
             oldest, _ = self._waiting.popitem(last=False)
             # Its place is free now: the socket closes on the reactor's next turn.
             self._release(oldest)
             oldest.evict()
+        if self._full() and from_tor:
+            self._make_room_fairly()
         if self._full():
             return False
         self.open += 1
@@ -111,7 +123,35 @@ class ConnectionLimits:
             return False
         self._per_circuit[circuit] = held + 1
         self._members[connection] = circuit
+        self._by_circuit.setdefault(circuit, {})[connection] = None
         return True
+
+    def held_by(self, circuit: Circuit) -> int:
+        return self._per_circuit.get(circuit, 0)
+
+    def drop_circuit(self, circuit: Circuit) -> int:
+        """Close every connection of ``circuit`` (it is being closed through Tor). -> how many."""
+        connections = list(self._by_circuit.get(circuit, ()))
+        for connection in connections:
+            self._release(connection)
+            connection.drop()
+        return len(connections)
+
+    def _make_room_fairly(self) -> None:
+        """Every connection is busy: close one of the Tor circuit holding the most, if it holds
+        at least two (a newcomer's circuit is taken to hold none yet; if it is that same circuit,
+        it only swaps one of its own). Its slowest is chosen: one holding its place without
+        sending counts against the circuit (see the channel's ``evict``)."""
+        if not self._per_circuit:
+            return
+        circuit = max(self._per_circuit, key=self._per_circuit.__getitem__)
+        if self._per_circuit[circuit] < 2:
+            return
+        connections = list(self._by_circuit.get(circuit, ()))
+        slow = [c for c in connections if getattr(c, "is_slow", lambda: False)()]
+        victim = (slow or connections)[0]
+        self._release(victim)
+        victim.evict()
 
     def closed(self, connection: Evictable) -> None:
         self._release(connection)
@@ -129,6 +169,11 @@ class ConnectionLimits:
                 self._per_circuit[circuit] = held
             else:
                 self._per_circuit.pop(circuit, None)
+            members = self._by_circuit.get(circuit)
+            if members is not None:
+                members.pop(connection, None)
+                if not members:
+                    del self._by_circuit[circuit]
 
 
 def unlimited() -> ConnectionLimits:

@@ -16,7 +16,7 @@ from twisted.internet import reactor as _global_reactor
 from twisted.logger import Logger
 from twisted.web import http, server
 
-from deaddrop.web._common.circuits import Circuit, circuit_of
+from deaddrop.web._common.circuits import Circuit, circuit_of, transport_from_tor
 from deaddrop.web._common.connections import ConnectionLimits, unlimited
 from deaddrop.web._common.headers import apply_security_headers, raw_header_block
 from deaddrop.web._common.request_rate import RETRY_AFTER_SECONDS, CircuitRequestRate
@@ -43,6 +43,10 @@ class BodyPolicy:
     # Form and JSON bodies are at most ``max_form_bytes``: a minute is plenty even over Tor,
     # and a connection dribbling one must not hold a socket for the uploads' deadline.
     form_body_deadline: float = 60.0
+    # A request under way this long that has averaged under the floor (min_bytes_per_window
+    # per window) holds its connection without sending: if it is ended to make room for
+    # another, that counts against its circuit like a cut.
+    slow_after: float = 5.0
 
 
 StartUpload = Callable[["DeadDropRequest", bytes, "int | None"], MultipartUpload]
@@ -263,7 +267,9 @@ class DeadDropChannel(http.HTTPChannel):
     Deadlines: the request line and headers within ``header_timeout`` of the connection opening
     (or of the previous response), a body at ``min_bytes_per_window`` at least and done within
     ``body_deadline``, and no silence longer than the site's idle timeout. The site's
-    ``ConnectionLimits`` count the connection in per listener and per Tor circuit.
+    ``ConnectionLimits`` count the connection in per listener and per Tor circuit. A connection
+    cut mid-request for being slow (or ended, while slow, to make room) is reported to the
+    site's ``on_cut`` with its circuit: holding a slot without sending costs the circuit.
     """
 
     body_paused = False
@@ -275,12 +281,14 @@ class DeadDropChannel(http.HTTPChannel):
     _pipelined: Any = None
     _replaying = False
     _counted = False
+    _request_began: float | None = None  # when the first byte of the request under way arrived
+    _request_bytes = 0
 
     def connectionMade(self) -> None:
         super().connectionMade()
         self._window_bytes = 0
         limits: ConnectionLimits = self.site.connection_limits
-        if not limits.admit(self):
+        if not limits.admit(self, from_tor=transport_from_tor(self.transport)):
             # Full of busy connections: close at once (the socket is freed, nothing is read).
             self.transport.abortConnection()
             return
@@ -299,11 +307,46 @@ class DeadDropChannel(http.HTTPChannel):
         setattr(self, name, None)
 
     def _too_slow(self) -> None:
+        self._cut(mid_request_only=True)
+
+    def _cut(self, mid_request_only: bool = False) -> None:
+        """Abort, reporting the circuit if a request was under way (an idle keep-alive
+        connection timing out is a browser's habit, not a fault)."""
+        if self._request_began is not None or not mid_request_only:
+            self._request_began = None
+            if self.circuit is not None:
+                self.site.on_cut(self.circuit)
+        self._abort()
+
+    def _abort(self) -> None:
+        # Nothing more is judged on this connection while it closes (a timer due in the same
+        # reactor turn must not count it twice).
+        for name in ("_watchdog", "_header_deadline", "_body_deadline"):
+            self._cancel(name)
         self.transport.abortConnection()
 
+    def is_slow(self) -> bool:
+        """A request under way for ``slow_after`` seconds that has averaged under the floor
+        (not while its body is paused by us: then the encryptor is the slow one)."""
+        if self._request_began is None or self.body_paused:
+            return False
+        policy = self.site.body_policy
+        elapsed = self.site.reactor.seconds() - self._request_began
+        floor = policy.min_bytes_per_window / policy.window_seconds
+        return elapsed >= policy.slow_after and self._request_bytes < floor * elapsed
+
     def evict(self) -> None:
-        """Make room for a newer connection (called by ConnectionLimits, only while we wait)."""
-        self.transport.abortConnection()
+        """Make room for a newer connection (called by ConnectionLimits): an idle one, or a
+        busy one of the circuit holding the most. Counted as a cut if it was slow."""
+        if self.is_slow():
+            self._cut()
+        else:
+            self._abort()
+
+    def drop(self) -> None:
+        """Its circuit is being closed (called by ConnectionLimits): nothing more to count."""
+        self._request_began = None
+        self._abort()
 
     def dataReceived(self, data: bytes) -> None:
         if self.circuit is None and self._counted:
@@ -315,6 +358,10 @@ class DeadDropChannel(http.HTTPChannel):
                 return
         if not self._replaying:  # bytes read from the socket, once (not again when replayed)
             self._window_bytes += len(data)
+            if self._request_began is None and data and not self._handlingRequest:
+                self._request_began, self._request_bytes = self.site.reactor.seconds(), 0
+            if self._request_began is not None:
+                self._request_bytes += len(data)
         super().dataReceived(data)
 
     def allHeadersReceived(self) -> None:
@@ -340,6 +387,7 @@ class DeadDropChannel(http.HTTPChannel):
 
     def allContentReceived(self) -> None:
         self._cancel("_body_deadline")
+        self._request_began = None  # received whole: from here on the server is the one working
         super().allContentReceived()
 
     def requestDone(self, request: Any) -> None:
@@ -407,7 +455,7 @@ class DeadDropChannel(http.HTTPChannel):
             # on the next full one: a short form body straddling the tick is not a slow-loris.
             self.body_grace = False
         elif mid_request and not self.body_paused and self._window_bytes < policy.min_bytes_per_window:
-            self.transport.abortConnection()
+            self._cut()
             return
         self._window_bytes = 0
         self._watchdog = self.callLater(policy.window_seconds, self._check_progress)
@@ -449,6 +497,7 @@ class DeadDropSite(server.Site):
         request_rate: CircuitRequestRate | None = None,
         on_rate_limited: Callable[[Circuit], Any] = lambda circuit: None,
         report_failure: Callable[[Any], None] = log_failure_safely,
+        on_cut: Callable[[Circuit], Any] = lambda circuit: None,
     ) -> None:
         """``refuse_large_uploads_early=False``: an upload whose Content-Length is over the
         limit still goes to ``start_upload`` (with that length), which may read its text
@@ -470,6 +519,8 @@ class DeadDropSite(server.Site):
         # A request that failed inside the server: logged now (journalists), or counted for
         # the day's report (sources: a log line now would date what the source did).
         self.report_failure = report_failure
+        # A connection of this circuit was cut mid-request for being slow (see the channel).
+        self.on_cut = on_cut
 
     def takes_upload(self, method: bytes, target: bytes) -> bool:
         """Multipart bodies only for POST to ``upload_targets`` (any request if it is None)."""

@@ -72,6 +72,9 @@ _BUSY = "busy"
 _STILL_RECEIVING = "Another submission from you is still being received. Please wait for it to finish."
 # A circuit refused this many times a minute by the login throttle is flooding: close it.
 REFUSALS_BEFORE_CLOSING = 10
+# A circuit whose connections were cut this often in 10 minutes for holding a slot without
+# sending is closed: its owner must solve Tor's proof of work again for a new one.
+CUTS_BEFORE_CLOSING = 3
 _TOKEN_SHAPE = re.compile(r"[A-Za-z0-9_-]{43}")  # what SessionStore hands out (32 random bytes)
 
 __all__ = ["SourceInterface", "SourceLogin", "shield", "MAX_MESSAGE_CHARS"]
@@ -103,6 +106,9 @@ class SourceInterface(HtmlResponses):
     # Anonymous forms (log in, create) carry their state in a sealed token, not a session.
     forms: FormTokens = field(default_factory=lambda: FormTokens(FORM_LIFETIME))
     _refusals: FailureThrottle = field(default_factory=lambda: FailureThrottle(REFUSALS_BEFORE_CLOSING, 60.0))
+    _cuts: FailureThrottle = field(default_factory=lambda: FailureThrottle(CUTS_BEFORE_CLOSING, 600.0))
+    # The source listeners' connections (set by ``site``): a circuit being closed loses them at once.
+    _connections: ConnectionLimits | None = None
     # At most one "throttled" event every 10 s, instance-wide (it carries nothing about who):
     # a flood of refused logins costs no log line each.
     _throttled_events: EventGate = field(default_factory=lambda: EventGate(10.0))
@@ -125,6 +131,7 @@ class SourceInterface(HtmlResponses):
         # A circuit that has sent wrong codenames lately waits behind those that have not, and
         # gives up its place to them when the Argon2id queue is full.
         self.newsroom.queues.argon2id.standing = self.login_throttle.recent_failures
+        self.newsroom.queues.untagged.standing = self.login_throttle.recent_failures
 
     # -- plumbing --------------------------------------------------------------------------
 
@@ -403,8 +410,28 @@ class SourceInterface(HtmlResponses):
             # It keeps trying while refused: a flood, not a source. Tor closes the circuit (the
             # circuit id stays in memory; nothing about it is logged).
             self._refusals.reset(circuit)
-            self._flood("circuit_closed")
-            self.circuit_closer.close(circuit).addErrback(lambda f: None)
+            self._close_circuit(circuit)
+
+    def _cut(self, circuit: Any) -> None:
+        """A connection of ``circuit`` was cut for holding its slot without sending (slow
+        headers or body). It counts against the circuit's standing like a wrong codename, and a
+        circuit cut ``CUTS_BEFORE_CLOSING`` times in 10 minutes is closed through Tor, with every
+        connection it still has here."""
+        if not circuit.is_tor:
+            return
+        self.login_throttle.failed(circuit)
+        self._cuts.failed(circuit)
+        # No event for one cut (a source on a poor circuit may be cut once, and a line now
+        # would date its visit); a circuit closed for it is a flood, and says so.
+        if self._cuts.blocked(circuit):
+            self._cuts.reset(circuit)
+            self._close_circuit(circuit)
+
+    def _close_circuit(self, circuit: Any) -> None:
+        self._flood("circuit_closed")
+        self.circuit_closer.close(circuit).addErrback(lambda f: None)
+        if self._connections is not None:
+            self._connections.drop_circuit(circuit)
 
     def _abandoned(self, reservation: Any) -> None:
         """The visitor hung up while its codename was being checked (or waited to be): it
@@ -782,6 +809,8 @@ class SourceInterface(HtmlResponses):
         self.newsroom.activity.failed(describe_failure(failure))
 
     def site(self, reactor: Any = None, connection_limits: ConnectionLimits | None = None) -> DeadDropSite:
+        if connection_limits is not None:
+            self._connections = connection_limits
         return DeadDropSite(
             self.app.resource(),
             # A message carried through the login form: 100,000 characters of up to 4 bytes,
@@ -801,6 +830,7 @@ class SourceInterface(HtmlResponses):
             # keeps being throttled.
             on_rate_limited=self._rate_limited,
             report_failure=self._report_failure,
+            on_cut=self._cut,
         )
 
 
