@@ -181,6 +181,23 @@ class CircuitSet:
         with self._cond:
             return self._ids[slot % self.count]
 
+    def wait_ready(self, slot: int, stop: threading.Event | None = None) -> int:
+        """The circuit of ``slot`` once it is built (its introduction taken from the queue)."""
+        with self._cond:
+            slot %= self.count
+            while True:
+                wait = self._ready_at[slot] - time.monotonic()
+                if wait <= 0 or (stop is not None and stop.is_set()):
+                    return self._ids[slot]
+                self._cond.wait(timeout=min(wait, 1.0))
+
+    def closed_circuit(self, circuit: int) -> None:
+        """Circuit ``circuit`` was closed (the client Tor said so): its slot gets a fresh one."""
+        with self._cond:
+            slots = [slot for slot, current in enumerate(self._ids) if current == circuit]
+        for slot in slots:
+            self.replace(slot, circuit)
+
     def replace(self, slot: int, circuit: int) -> None:
         """Circuit ``circuit`` of ``slot`` was closed: a fresh one takes its place (once)."""
         with self._cond:

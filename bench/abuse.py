@@ -3,7 +3,8 @@
 real server while a legitimate source and a journalist work alongside.
 
     .venv/bin/python bench/abuse.py [--attacks all|NAME,...] [--seconds 45] [--kdf-cost default]
-                                    [--mode circuits|shared] [--attack-circuits 8] [--code DIR] [--quick]
+                                    [--mode circuits|shared|onion] [--attack-circuits 8] [--code DIR] [--quick]
+                                    [--repeat N]
 
 For each attack a fresh server (``twistd -n deaddrop --tor none`` on ephemeral 127.0.0.1
 ports, a copy of one prepared data dir: CA, client certificates, journalist accounts, and a
@@ -37,6 +38,18 @@ burst 50, as deaddrop/tor/_defences.py sets it; bench/_tor_client.py ``Introduct
 TCP listener, all in one shared budget. The journalist (and journalist-logins) are never on Tor.
 Targets (issue 9): 100% legitimate success, login p99 < 5 s, submit p99 < 10 s, journalist
 p99 < 500 ms, RSS < 512 MB, no pending-source leak after purge.
+
+``onion`` (issue 20) is the real onion path: a private Tor network (tests/integration/tornet.py:
+3 authorities, 2 relays, a client Tor), the server as ``twistd deaddrop --tor launch`` in it (its
+own Tor, PoW on, its Tor-only socket, real CLOSECIRCUIT), and every source-side client through
+the client Tor's SOCKS port, one circuit per SOCKS username (bench/_onion.py). The client Tor's
+control port says which circuits were closed; the attacker then moves to a fresh one, no faster
+than the PoW queue admits introductions. Its default attacks are issue 20's rows: a 40-circuit
+wrong-codename flood; 20 new sources at once right after it; a /create flood from fresh circuits
+at the PoW rate; reconnecting slow bodies from 64 and from 256 circuits with the server under
+``ulimit -n 1024``. Each row reports the Argon2id runs spent on logins (from the line the server
+logs when it stops) against the legitimate logins. Targets (issue 20): legitimate success 100%,
+login p99 < 5 s, journalist p99 < 500 ms.
 
 Only 127.0.0.1 and the server's own unix socket are ever contacted. ``--code DIR`` runs the
 server and admin commands from another checkout (e.g. an older commit unpacked with ``git
@@ -89,7 +102,7 @@ REPLY_TIMEOUT = 90.0  # from the submission's answer to the journalist's reply b
 
 class Server:
     def __init__(self, workdir: str, template: str, args: argparse.Namespace, extra: list[str],
-                 nofile: int | None, copy: bool = True) -> None:
+                 nofile: int | None, copy: bool = True, network: Any = None) -> None:
         self.workdir = workdir
         self.data = os.path.join(workdir, "data")
         if copy:
@@ -97,7 +110,10 @@ class Server:
         self.source_port, self.journalist_port = load.free_port(), load.free_port()
         tor_socket = os.path.join(self.data, "tor", "source.sock") if args.mode == "circuits" else None
         self.target = Target(self.source_port, tor_socket)
-        argv = ["--tor", "none",
+        tor = network.server_args() if network is not None else ["--tor", "none"]
+        if network is not None:
+            network.net.seed_data_dir(os.path.join(self.data, "tor"))
+        argv = tor + [
                 "--data-dir", self.data, "--submission-key", os.path.join(template, "submission-public.asc"),
                 "--kdf-cost", args.kdf_cost,
                 "--source-listen", f"tcp:{self.source_port}:interface=127.0.0.1",
@@ -134,6 +150,23 @@ class Server:
                     if self.proc.poll() is not None or time.monotonic() > deadline:
                         raise SystemExit(f"server did not start; see {self.log_path}")
                     time.sleep(0.1)
+        if network is not None:
+            # The real onion path: its own Tor publishes it; every source-side client goes
+            # through the client Tor of the private network.
+            from _onion import wait_published
+
+            address = wait_published(os.path.join(self.data, "logs", "security.jsonl"), self.proc, 180)
+            self.target = network.target(address)
+            deadline = time.monotonic() + 120
+            while True:  # the client Tor fetches the descriptor on the first visit
+                try:
+                    if raw_request(self.target, fresh_circuit(), "GET", "/", timeout=30)[0] == 200:
+                        break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"the onion did not answer; see {self.log_path}")
+                time.sleep(1.0)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -145,6 +178,17 @@ class Server:
                 self.proc.wait()
         subprocess.run(["gpgconf", "--homedir", os.path.join(self.data, "gnupg"), "--kill", "gpg-agent"],
                        capture_output=True)
+
+    def login_checks(self) -> tuple[int, int] | None:
+        """(Argon2id checks run for logins, codenames turned away by their tag), from the line the
+        server logs when it stops; None if the code under test does not log it."""
+        found = None
+        with open(self.log_path, errors="replace") as log:
+            for line in log:
+                match = re.search(r"source logins since start: (\d+) Argon2id checks, (\d+) codenames", line)
+                if match:
+                    found = int(match.group(1)), int(match.group(2))
+        return found
 
     def circuits_closed(self) -> int:
         """How many circuits the server had Tor close (bench/_tor_like.py logs a count, no id)."""
@@ -376,10 +420,13 @@ class Attack:
     nofile: int | None = None
     streams = 0  # source-side connections it holds at once, at most: sizes its circuits (0: none)
     per_circuit = MAX_STREAMS  # of those, on one circuit at once
+    circuits_wanted: int | None = None  # exactly this many circuits (else --attack-circuits or more)
+    onion_only = False  # a row of issue 20's table: --mode onion only
 
     def __init__(self, ctx: "Context") -> None:
         self.ctx = ctx
-        self.circuits = ctx.circuits(self.streams, self.per_circuit) if self.streams else None
+        self.circuits = (ctx.circuits(self.streams, self.per_circuit, self.circuits_wanted)
+                         if self.streams else None)
         self.lock = threading.Lock()
         self.requests = 0
         self.bytes_sent = 0
@@ -433,15 +480,19 @@ class Attack:
 
 
 class Context:
-    def __init__(self, server: Server, args: argparse.Namespace, template: "Template") -> None:
-        self.server, self.args, self.template = server, args, template
+    def __init__(self, server: Server, args: argparse.Namespace, template: "Template", network: Any = None) -> None:
+        self.server, self.args, self.template, self.network = server, args, template, network
         self.target = server.target
 
-    def circuits(self, streams: int, per_circuit: int = MAX_STREAMS) -> CircuitSet:
-        """An attacker's circuits: ``--attack-circuits``, or more if ``streams`` need them."""
+    def circuits(self, streams: int, per_circuit: int = MAX_STREAMS, count: int | None = None) -> CircuitSet:
+        """An attacker's circuits: ``count``, else ``--attack-circuits``, or more if ``streams``
+        need them. In onion mode the client Tor says when one was closed."""
         if not self.target.per_circuit:
             return CircuitSet(1, max_streams=1 << 30, introductions=None)  # shared mode: no circuits, one budget
-        return CircuitSet(max(self.args.attack_circuits, math.ceil(streams / per_circuit)), per_circuit)
+        circuits = CircuitSet(count or max(self.args.attack_circuits, math.ceil(streams / per_circuit)), per_circuit)
+        if self.network is not None:
+            self.network.watcher.listeners.append(circuits.closed_circuit)
+        return circuits
 
 
 def raw_request(target: Target, circuit: int | None, method: str, path: str, body: bytes = b"",
@@ -917,8 +968,163 @@ class JournalistLogins(Attack):
         self.notes.append(f"one-time codes checked: {checked} of {self.requests} attempts")
 
 
+# -- issue 20's rows, over the real onion path (--mode onion) -------------------------------------
+
+class OnionWrongCodenames(Attack):
+    name = "onion-wrong-codenames"
+    what = ("wrong codenames from 40 circuits, each sending the next as soon as answered (throttled, "
+            "then closed), closed circuits replaced at the PoW rate")
+    onion_only = True
+    circuits_wanted = 40
+    streams, per_circuit = 40, 1
+
+    def start(self) -> None:
+        for slot in range(self.circuits_wanted):
+            self.spawn(self.run, slot)
+
+    def run(self, slot: int) -> None:
+        while not self.stop.is_set():
+            try:
+                wrong_login(self, slot)
+            except OSError:
+                self.count(0, "conn-error", requests=0)
+                self.stop.wait(0.5)
+
+
+class OnionNewSources(OnionWrongCodenames):
+    name = "onion-new-sources"
+    what = "20 new sources at once, each on a fresh circuit, right after the 40-circuit wrong-codename flood"
+    burst = 20
+
+    def legit_phase(self, target: Any, legit: Legit, seconds: float) -> None:
+        """The flood for ``seconds``, then it stops and 20 sources arrive at once."""
+        self.stop.wait(seconds)
+        self.finish()
+
+        def one() -> None:
+            try:
+                legit.step("create", TimedBrowser(target, fresh_circuit()).create)
+            except StepError:
+                pass
+
+        threads = [threading.Thread(target=one, daemon=True) for _ in range(self.burst)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=SOURCE_TIMEOUT + 10)
+        times = legit.times.get("create", [])
+        if times:
+            self.notes.append(f"the {self.burst} new sources: create p50/p99 {fmt_pair(times)} s")
+
+
+class OnionCreateFlood(Attack):
+    name = "onion-create-flood"
+    what = "GET /generate + POST /create, each from a fresh circuit, at the PoW rate (5 new circuits a second)"
+    onion_only = True
+
+    def start(self) -> None:
+        self.pool = concurrent.futures.ThreadPoolExecutor(64)
+        self.spawn(self.run)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.stop.wait(max(0.0, INTRODUCTIONS.ready_at() - time.monotonic()))
+            if not self.stop.is_set():
+                self.pool.submit(self.one, fresh_circuit())
+
+    def one(self, circuit: int) -> None:
+        try:
+            status, cookie, text, sent = raw_request(self.ctx.target, circuit, "GET", "/generate", timeout=60)
+            self.count(sent)
+            match = re.search(r'id="codename"[^>]*>([^<]+)<', text)
+            if not match:
+                self.count(0, f"no-codename-{status}", requests=0)
+                return
+            body = form_body({"codename": htmllib.unescape(match.group(1)).strip(), "csrf_token": csrf_of(text)})
+            status, _, _, sent = raw_request(self.ctx.target, circuit, "POST", "/create", body,
+                                             {"Content-Type": FORM, "Cookie": cookie}, timeout=60)
+            self.count(sent, status)
+        except OSError:
+            self.count(0, "conn-error", requests=0)
+
+    def finish(self) -> None:
+        super().finish()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def after(self, server: Server) -> None:
+        rows, folders = server.pending_sources()
+        self.notes.append(f"pending sources after the attack: {rows} rows (store folders: {folders})")
+
+
+class OnionSlowBodies(Attack):
+    name = "onion-slow-bodies-64"
+    what = ("64 circuits x 16 streams holding slow POST bodies (a byte every 2 s), each reopened at once "
+            "when cut, closed circuits replaced at the PoW rate; server under ulimit -n 1024")
+    onion_only = True
+    nofile = 1024
+    circuits_wanted = 64
+    per_circuit = MAX_STREAMS
+    head = (b"POST /login HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+            b"Content-Length: 100000\r\n\r\ncodename=")
+
+    def __init__(self, ctx: "Context") -> None:
+        self.streams = self.circuits_wanted * self.per_circuit
+        super().__init__(ctx)
+
+    def prepare(self) -> None:
+        assert self.circuits is not None
+        # At leisure: the attacker's circuits are built (their introductions at the PoW rate).
+        for slot in range(self.circuits.count):
+            self.circuits.wait_ready(slot)
+
+    def start(self) -> None:
+        for slot in range(self.circuits_wanted):
+            self.spawn(self.run, slot)
+
+    def run(self, slot: int) -> None:
+        import select
+
+        assert self.circuits is not None
+        held: list[socket.socket] = []
+        try:
+            while not self.stop.is_set():
+                circuit = self.circuits.wait_ready(slot, self.stop)
+                while len(held) < self.per_circuit and not self.stop.is_set():
+                    try:
+                        s = self.ctx.target.connect(circuit, 30)
+                        s.sendall(self.head)
+                        self.count(len(self.head))
+                        held.append(s)
+                    except OSError:
+                        self.count(0, "conn-error", requests=0)
+                        self.stop.wait(1.0)
+                        break
+                self.stop.wait(2.0)
+                readable = select.select(held, [], [], 0)[0] if held else []
+                for s in list(held):
+                    try:
+                        if s in readable and not s.recv(4096):
+                            raise OSError("cut")
+                        s.send(b"x")
+                        self.bytes_sent += 1
+                    except OSError:
+                        self.count(0, "cut", requests=0)
+                        held.remove(s)
+                        s.close()
+        finally:
+            for s in held:
+                s.close()
+
+
+class OnionSlowBodies256(OnionSlowBodies):
+    name = "onion-slow-bodies-256"
+    what = OnionSlowBodies.what.replace("64 circuits", "256 circuits")
+    circuits_wanted = 256
+
+
 ATTACKS = [Attack, WrongCodenames, ConcurrentLogins, ManyCircuitLogins, AnonSessions, SlowUploads, ManyIdentityUploads, IdleConnections, GenerateCreate,
-           JournalistLogins]
+           JournalistLogins, OnionWrongCodenames, OnionNewSources, OnionCreateFlood, OnionSlowBodies,
+           OnionSlowBodies256]
 
 
 # -- one prepared data dir for every run ------------------------------------------------------------
@@ -955,12 +1161,14 @@ class Row:
         self.load_avg = load_avg
 
 
-def run_one(cls: type[Attack], template: Template, args: argparse.Namespace, workdir: str) -> Row:
+def run_one(cls: type[Attack], template: Template, args: argparse.Namespace, workdir: str,
+            network: Any = None) -> Row:
     run_dir = tempfile.mkdtemp(prefix=f"{cls.name[:8]}-", dir=workdir)
     extra = list(cls.server_args)
     if cls is GenerateCreate:
         extra += template.purge_args
-    server = Server(run_dir, template.dir, args, extra, cls.nofile)
+    server = Server(run_dir, template.dir, args, extra, cls.nofile, network=network)
+    closed_before = network.watcher.closed if network is not None else 0
     sampler = Sampler(server.proc.pid)
     sampler.start()
     attack = None
@@ -971,7 +1179,7 @@ def run_one(cls: type[Attack], template: Template, args: argparse.Namespace, wor
             "username": template.account["username"], "passphrase": template.account["passphrase"],
             "one_time_code": load.totp_now(template.account["totp_secret"], [-1])})["token"]
         journalist.close()
-        ctx = Context(server, args, template)
+        ctx = Context(server, args, template, network)
         attack = cls(ctx)
         attack.prepare()
         prepared_requests, prepared_bytes = attack.requests, attack.bytes_sent
@@ -986,8 +1194,11 @@ def run_one(cls: type[Attack], template: Template, args: argparse.Namespace, wor
         began = time.monotonic()
         done = threading.Event()
         jloop.start()
-        source = threading.Thread(target=source_loop, args=(server.target, legit, began + args.seconds, done),
-                                  daemon=True)
+        if hasattr(attack, "legit_phase"):
+            source = threading.Thread(target=attack.legit_phase, args=(server.target, legit, args.seconds), daemon=True)
+        else:
+            source = threading.Thread(target=source_loop, args=(server.target, legit, began + args.seconds, done),
+                                      daemon=True)
         source.start()
         source.join(timeout=args.seconds + 4 * SOURCE_TIMEOUT + REPLY_TIMEOUT)
         if source.is_alive():
@@ -1004,10 +1215,20 @@ def run_one(cls: type[Attack], template: Template, args: argparse.Namespace, wor
         server.stop()
         subprocess.run(["gpgconf", "--homedir", os.path.join(run_dir, "jg"), "--kill", "gpg-agent"],
                        capture_output=True)
-    if server.target.per_circuit:
+    if network is not None:
+        moved = f"; the attacker built {attack.circuits.replaced} fresh ones" if attack.circuit_count else ""
+        attack.notes.append(f"circuits closed, as the client Tor saw them: {network.watcher.closed - closed_before}"
+                            f"{moved}")
+    elif server.target.per_circuit:
         closed = server.circuits_closed()
         moved = f"; the attacker built {attack.circuits.replaced} fresh ones" if attack.circuit_count else ""
         attack.notes.append(f"circuits the server closed (CLOSECIRCUIT, emulated): {closed}{moved}")
+    checks = server.login_checks()
+    if checks is not None:
+        logins = len(legit.times.get("login", [])) + len(legit.times.get("read reply", []))
+        attack.notes.append(f"Argon2id runs for logins: {checks[0]} (legitimate logins that succeeded: {logins}); "
+                            f"codenames turned away by their tag: {checks[1]}")
+        attack.argon2id_runs = checks[0]
     attack.after(server)
     if not args.keep:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -1082,18 +1303,25 @@ def main() -> int:
     parser.add_argument("--codename-words", type=int, default=7, help="words in the server's codenames (default 7)")
     parser.add_argument("--pending-purge", default="1",
                         help="value for the server's pending-source purge option, if it has one (default 1)")
-    parser.add_argument("--mode", choices=("circuits", "shared"), default="circuits",
+    parser.add_argument("--mode", choices=("circuits", "shared", "onion"), default="circuits",
                         help="circuits: source-side clients come over Tor circuits (PROXY listener); "
-                             "shared: the plain listener, one budget for all (default circuits)")
+                             "shared: the plain listener, one budget for all; onion: the real onion path, "
+                             "twistd deaddrop --tor launch in a private Tor network, every source-side client "
+                             "through a client Tor, one circuit per SOCKS username; its default attacks are "
+                             "issue 20's rows (default circuits)")
     parser.add_argument("--attack-circuits", type=int, default=8,
                         help="circuits each attacker spreads over, at least (more where its concurrency needs them "
                              "at 16 streams a circuit; default 8)")
     parser.add_argument("--code", help="run the server and admin commands from this checkout instead")
     parser.add_argument("--keep", action="store_true", help="keep each run's work dir (server.log, data)")
+    parser.add_argument("--repeat", type=int, default=1, help="run the chosen attacks this many times, interleaved")
     args = parser.parse_args()
     if args.quick:
         args.seconds, args.kdf_cost = 15.0, "insecure-fast"
-    chosen = names if args.attacks == "all" else [n.strip() for n in args.attacks.split(",")]
+    if args.attacks == "all":
+        chosen = [cls.name for cls in ATTACKS if cls is Attack or cls.onion_only == (args.mode == "onion")]
+    else:
+        chosen = [n.strip() for n in args.attacks.split(",")]
     unknown = set(chosen) - set(names)
     if unknown:
         parser.error(f"unknown attack(s): {', '.join(sorted(unknown))}")
@@ -1109,7 +1337,14 @@ def main() -> int:
         print(f"NOTE: the code at {code} has no Tor-only PROXY listener (server.add_tor_only_listener or "
               "_add_tor_only_listener, circuits.from_tor): running --mode shared instead")
         args.mode = "shared"
-    if args.mode == "circuits":
+    if args.mode == "onion":
+        print(f"mode: onion, twistd deaddrop --tor launch in a private Tor network (3 authorities, 2 relays, a client "
+              f"Tor): the server's own Tor, PoW on, and its Tor-only socket; every source-side client through the "
+              f"client Tor, one circuit per SOCKS username; the legitimate source takes a fresh circuit each cycle; "
+              f"circuits the server closes (CLOSECIRCUIT) are seen on the client Tor's control port and replaced, "
+              f"attackers' new circuits no faster than the onion's PoW queue admits introductions "
+              f"({INTRODUCTIONS.rate:g}/s, burst {INTRODUCTIONS.burst})")
+    elif args.mode == "circuits":
         print(f"mode: circuits, --tor none plus the Tor-only listener haproxy:unix:DATA/tor/source.sock "
               f"(bench/_tor_like.tac): each source-side connection starts with Tor's PROXY line naming its "
               f"circuit; the legitimate source takes a fresh circuit each cycle; each attacker spreads over "
@@ -1123,13 +1358,21 @@ def main() -> int:
     template = Template(workdir, args)
     print(f"pending-source purge: {template.purge_note}")
     rows: list[Row] = []
+    network = None
     try:
+        if args.mode == "onion":
+            from _onion import OnionNetwork
+
+            network = OnionNetwork()
         print(HEADER, flush=True)
-        for cls in ATTACKS:
-            if cls.name in chosen:
-                rows.append(run_one(cls, template, args, workdir))
-                print_row(rows[-1], sys.stdout)
+        for _ in range(args.repeat):
+            for cls in ATTACKS:
+                if cls.name in chosen:
+                    rows.append(run_one(cls, template, args, workdir, network))
+                    print_row(rows[-1], sys.stdout)
     finally:
+        if network is not None:
+            network.stop()
         for home in (os.path.join(template.dir, "svs"),):
             subprocess.run(["gpgconf", "--homedir", home, "--kill", "gpg-agent"], capture_output=True)
         if not args.keep:
