@@ -184,6 +184,7 @@ class Newsroom:
     login_decoys: int = 0
     _evicting: bool = False
     _pending_estimate: int | None = None
+    _evict_again: bool = False
     _keygen: dict[int, Deferred] = field(default_factory=dict)
     # Stored filenames whose row is committed but whose file is not in the store yet. Readers
     # skip those rows, or a download would 404 and /lookup show an unreadable reply. (Safe
@@ -243,6 +244,8 @@ class Newsroom:
             if self._pending_estimate <= cap:
                 return
         if self._evicting:
+            # A round is under way; its count may predate this creation: another round follows.
+            self._evict_again = True
             return
         self._evicting = True
 
@@ -259,6 +262,10 @@ class Newsroom:
             if isinstance(result, Failure):
                 self._pending_estimate = None
                 _log.error("pending-source eviction failed: {error}", error=result.type.__name__)
+            elif self._evict_again:
+                self._evict_again = False
+                self._pending_estimate = None
+                self._evict_pending()
 
         evict().addBoth(done)
 
