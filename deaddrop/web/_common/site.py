@@ -46,7 +46,7 @@ class BodyPolicy:
     # A request under way this long that has averaged under the floor (min_bytes_per_window
     # per window) holds its connection without sending: if it is ended to make room for
     # another, that counts against its circuit like a cut.
-    slow_after: float = 5.0
+    slow_after: float = 2.0
 
 
 StartUpload = Callable[["DeadDropRequest", bytes, "int | None"], MultipartUpload]
