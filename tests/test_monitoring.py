@@ -240,8 +240,7 @@ class EventCatalogueTests(unittest.TestCase):
             (text.replace("| `source.flood` | reason, repeated | the source side",
                           "| `source.flood` | reason, repeated | no reasons here; the source side").replace(
                 "`busy`", "busy").replace("`requests`", "requests").replace("`circuit_closed`", "x").replace(
-                "`upload_ended`", "x").replace("`abandoned`", "x").replace("`cut`", "x"),
-             "a reason key, but no reason listed"),
+                "`upload_ended`", "x").replace("`abandoned`", "x"), "a reason key, but no reason listed"),
             (text + "", None),
         ]:
             if why is None:
