@@ -4,9 +4,12 @@
     deaddrop-svs --home DIR decrypt INPUT... --out OUTDIR [--progress] [--max-output-size BYTES]
                  [--passphrase-file F]
     deaddrop-svs --home DIR export FILE... --to-key KEY.asc --out OUTDIR [--passphrase-file F]
+                 [--keep-metadata FILE]...
+    deaddrop-svs [--home DIR] scrub FILE... --out OUTDIR [--keep-metadata FILE]...
 
 Exit codes: 0 all went well, 1 an error or any file failed, 2 usage error. This program
-never opens a network connection; everything goes through the local ``gpg`` binary.
+never opens a network connection; everything goes through the local ``gpg`` and ``mat2``
+binaries (mat2 in a network namespace of its own where the kernel allows one).
 """
 from __future__ import annotations
 
@@ -57,8 +60,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("inputs", nargs="+", metavar="FILE")
     p.add_argument("--to-key", required=True, metavar="KEY.asc")
     p.add_argument("--out", required=True, metavar="OUTDIR")
+    _keep_metadata(p)
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("scrub", parents=[home],
+                       help="remove metadata with mat2 into OUTDIR, without encrypting (for publication)")
+    p.add_argument("inputs", nargs="+", metavar="FILE")
+    p.add_argument("--out", required=True, metavar="OUTDIR")
+    _keep_metadata(p)
+    p.set_defaults(func=cmd_scrub)
     return parser
+
+
+def _keep_metadata(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--keep-metadata", action="append", default=[], metavar="FILE",
+                        help="let FILE leave unchanged, metadata and all (repeatable); without it a "
+                             "file mat2 cannot clean is refused")
 
 
 def _positive_int(text: str) -> int:
@@ -122,10 +139,21 @@ def cmd_export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     svs = home.open(passphrase) if own else None
     try:
         summary = run_export(svs, args.to_key, args.inputs, args.out, own_fingerprints=own,
-                             guard=InputGuard(home.root))
+                             guard=InputGuard(home.root), keep_metadata=args.keep_metadata)
     finally:
         if svs is not None:
             svs.kill_agent()
+    return 0 if summary.ok else 1
+
+
+def cmd_scrub(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from deaddrop.svs._guard import InputGuard
+    from deaddrop.svs.scrub import run_scrub
+
+    # No key is needed; the home, if known, is still never read as an input.
+    path = getattr(args, "home", None) or os.environ.get(HOME_ENV)
+    guard = InputGuard(Home(path).root if path else None)
+    summary = run_scrub(args.inputs, args.out, keep_metadata=args.keep_metadata, guard=guard)
     return 0 if summary.ok else 1
 
 
