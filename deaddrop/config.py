@@ -62,6 +62,12 @@ class Config:
     source_session_idle: float | None = None
     retention_days: int | None = None  # off: keep submissions and replies until deleted
     source_login_failures_per_minute: int = 10  # per Tor circuit (LOCAL: one shared bucket)
+    # The encrypted digest mail (off without smtp_server).
+    smtp_server: str | None = None  # HOST:PORT
+    smtp_from: str | None = None
+    smtp_tls: str = "starttls"  # or "none", for a loopback server only
+    smtp_tls_ca: str | None = None  # PEM CA(s) for the SMTP server's certificate (default: the system's)
+    notify_interval_minutes: int = 1440
 
     @property
     def source_session_lifetime(self) -> float:
@@ -105,6 +111,7 @@ class Config:
             raise ConfigError("--pending-source-hours must be more than 0 and at most a year")
         if not 100 <= self.max_pending_sources <= 10_000_000:
             raise ConfigError("--max-pending-sources must be between 100 and 10000000")
+        self._check_smtp()
         if self.submission_key is None:
             raise ConfigError(NO_KEY_HELP)
         if not os.path.isfile(self.submission_key):
@@ -129,6 +136,31 @@ class Config:
         idle = self.source_session_lifetime if self.source_session_idle is None else self.source_session_idle
         return replace(self, tor=tor, data_dir=os.path.abspath(self.data_dir), source_session_idle=idle,
                        submission_key=os.path.abspath(self.submission_key))
+
+    def _check_smtp(self) -> None:
+        from deaddrop._smtp import TLS_MODES, is_loopback, parse_server, valid_address
+
+        if not 1 <= self.notify_interval_minutes <= 31 * 24 * 60:
+            raise ConfigError("--notify-interval-minutes must be between 1 and 44640 (31 days)")
+        if self.smtp_tls not in TLS_MODES:
+            raise ConfigError(f"--smtp-tls must be starttls or none, not {self.smtp_tls!r}")
+        if self.smtp_server is None:
+            if self.smtp_from is not None:
+                raise ConfigError("--smtp-from needs --smtp-server HOST:PORT")
+            return
+        try:
+            host, _ = parse_server(self.smtp_server)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        if self.smtp_from is None:
+            raise ConfigError("--smtp-server needs --smtp-from ADDRESS (the digest's sender)")
+        if not valid_address(self.smtp_from):
+            raise ConfigError(f"--smtp-from {self.smtp_from!r} is not a plain address like deaddrop@example.org")
+        if self.smtp_tls == "none" and not is_loopback(host):
+            raise ConfigError(f"--smtp-tls none is refused for {host}: digests would cross the network in the "
+                              "clear. Use starttls, or a loopback server (127.0.0.1, ::1, localhost) that relays")
+        if self.smtp_tls_ca is not None and not os.path.isfile(self.smtp_tls_ca):
+            raise ConfigError(f"--smtp-tls-ca {self.smtp_tls_ca}: no such file")
 
     def with_changes(self, **changes: Any) -> "Config":
         return replace(self, **changes)

@@ -203,6 +203,7 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
     top.daily_report = DailyReport(reactor, newsroom.activity, events, db)
     top.daily_report.restore_saved_blocking()
     top.daily_report.setServiceParent(top)
+    _add_digest(top, config, reactor)
     _add_status_file(top, config, reactor, io_pool, fingerprint)
     _add_file_times(top, config, reactor, io_pool)
     return top
@@ -222,6 +223,26 @@ def _add_retention(top: DeadDropService, reactor: Any) -> None:
     top.retention = Retention(top.newsroom, top.settings, top.events)
     top.retention_timer = retention_timer(reactor, top.retention)
     top.retention_timer.setServiceParent(top)
+
+
+def _add_digest(top: DeadDropService, config: Config, reactor: Any) -> None:
+    """The encrypted digest mail, when ``--smtp-server`` is given (see ``deaddrop.digest``)."""
+    top.digest = None
+    if config.smtp_server is None:
+        return
+    from deaddrop._smtp import SmtpTarget, parse_server
+    from deaddrop.digest import DigestService
+
+    host, port = parse_server(config.smtp_server)
+    assert config.smtp_from is not None  # validated
+    target = SmtpTarget(host, port, config.smtp_tls, config.smtp_from,
+                        os.path.abspath(config.smtp_tls_ca) if config.smtp_tls_ca else None)
+    top.digest = DigestService(reactor=reactor, clock=reactor, db=top.db, pool=top.newsroom.crypto_pool,
+                               events=top.events, target=target, interval_minutes=config.notify_interval_minutes,
+                               gpg_binary=config.gpg_binary, homedir=config.path("digest-gnupg"))
+    top.digest.setServiceParent(top)
+    _log.info("digest mail: every {minutes} min via {server}", minutes=config.notify_interval_minutes,
+              server=target.describe())
 
 
 def _add_status_file(top: DeadDropService, config: Config, reactor: Any, io_pool: WorkerPool,
@@ -250,6 +271,7 @@ def _add_status_file(top: DeadDropService, config: Config, reactor: Any, io_pool
             source_session_minutes=config.source_session_minutes,
             journalist_session_minutes=config.journalist_session_minutes,
             demo=config.demo,
+            digest=top.digest.describe() if top.digest is not None else {"enabled": False},
         )
 
     top.status_file = StatusFile(reactor, config.data_dir, describe, io_pool)

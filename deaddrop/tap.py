@@ -49,6 +49,12 @@ class Options(usage.Options):
         ["pending-source-hours", None, 24.0, "Delete a source that has submitted nothing after this many hours.", float],
         ["max-pending-sources", None, 100_000,
          "Keep at most this many sources that have submitted nothing (the oldest go first).", int],
+        ["smtp-server", None, None, "HOST:PORT of the mail server for the encrypted digest (default: no digest)."],
+        ["smtp-from", None, None, "The digest's sender address."],
+        ["smtp-tls", None, "starttls", "starttls (required, certificate verified) or none (loopback servers only)."],
+        ["smtp-tls-ca", None, None, "PEM CA certificate(s) to verify the mail server with (default: the system's)."],
+        ["notify-interval-minutes", None, 1440,
+         "A digest every this many minutes, at fixed times (1440: daily at 00:00 UTC).", int],
     ]
     optFlags = [
         ["journalist-onion", None, "Also publish the journalist interface as an onion service with client authorisation."],
@@ -105,6 +111,11 @@ def config_from_options(options: Any) -> Config:
         retention_days=None if options["retention-days"] is None else int(options["retention-days"]),
         pending_source_hours=float(options["pending-source-hours"]),
         max_pending_sources=int(options["max-pending-sources"]),
+        smtp_server=options["smtp-server"],
+        smtp_from=options["smtp-from"],
+        smtp_tls=options["smtp-tls"],
+        smtp_tls_ca=options["smtp-tls-ca"],
+        notify_interval_minutes=int(options["notify-interval-minutes"]),
     )
 
 

@@ -23,7 +23,7 @@ from tests import _event_catalogue
 ROOT = Path(__file__).resolve().parents[1]
 WAZUH = ROOT / "docs" / "wazuh"
 JSON_KEYS = set(ALLOWED_FIELDS) | {"timestamp", "event", "program"}
-_EVENT_RE = re.compile(r"^(journalist|admin|tls|crl|tor|source|submission)\.[a-z0-9_.]+$")
+_EVENT_RE = re.compile(r"^(journalist|admin|tls|crl|tor|source|submission|digest)\.[a-z0-9_.]+$")
 
 
 def parse(name: str) -> ET.Element:
@@ -150,6 +150,9 @@ class WazuhRulesTests(unittest.TestCase):
             (("source.flood",), dict(reason="requests", repeated=41), 100722),
             (("admin.journalist.added",), dict(target="carol"), 100750),
             (("journalist.login.ok",), dict(username="alice"), 100710),
+            (("digest.send_failed",), dict(username="alice", reason="connection_refused", delay=60), 100760),
+            (("digest.send_failed",), dict(username="alice", reason="key_unusable"), 100761),
+            (("digest.sent",), dict(username="alice", count=1), 100763),
         ]
         for (name,), fields, _ in emitted:
             events.emit(name, **fields)

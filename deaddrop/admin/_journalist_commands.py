@@ -1,4 +1,4 @@
-"""``deaddrop-admin journalist add|list|delete|reset-2fa|reset-password``.
+"""``deaddrop-admin journalist add|list|delete|reset-2fa|reset-password|notify``.
 
 Works only on a data directory the server has initialised (a mistyped ``--data-dir`` is refused)
 and while the server runs: SQLite in WAL mode lets both write, and the server
@@ -57,6 +57,14 @@ def register(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
     p.add_argument("name", metavar="NAME")
     _add_cost(p)
     p.set_defaults(func=_reset_password)
+
+    p = actions.add_parser("notify", parents=[common_parent],
+                           help="send an account the encrypted digest mail (or stop it with --off)")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--email", metavar="ADDRESS", help="where the digest goes")
+    p.add_argument("--key", metavar="KEY.asc", help="the journalist's personal OpenPGP public key (armored)")
+    p.add_argument("--off", action="store_true", help="stop the digest and forget the address and key")
+    p.set_defaults(func=_notify)
 
 
 def _add_cost(parser: argparse.ArgumentParser) -> None:
@@ -197,8 +205,48 @@ def _reset_password_impl(instance: _Instance, args: argparse.Namespace, out: Out
     return 0
 
 
+def _notify_impl(instance: _Instance, args: argparse.Namespace, out: Output) -> int:
+    from deaddrop import _digest_mail
+    from deaddrop._smtp import valid_address
+    from deaddrop.store import digest_queries as dq
+
+    j = instance.journalist(args.name)
+    if args.off:
+        if args.email or args.key:
+            raise AdminError("--off takes neither --email nor --key")
+        removed = instance.run(dq.unregister, j.id)
+        if removed:
+            instance.events.emit("admin.journalist.notify_off", target=j.username)
+        out.result({"username": j.username, "notify": False},
+                   f"{j.username} gets no digest mail any more" if removed else f"{j.username} got no digest mail")
+        return 0
+    if not args.email or not args.key:
+        raise AdminError("give --email ADDRESS and --key KEY.asc (or --off)")
+    if not valid_address(args.email):
+        raise AdminError(f"--email {args.email!r} is not a plain address like alice@example.org")
+    try:
+        with open(args.key, "rb") as f:
+            armored = f.read(_digest_mail.MAX_KEY_BYTES + 1).decode("utf-8", "replace")
+    except OSError as e:
+        raise AdminError(f"--key {args.key}: {e.strerror}") from None
+    try:
+        fingerprint = _digest_mail.check_key(armored)
+    except _digest_mail.KeyProblem as e:
+        raise AdminError(f"--key {args.key}: {e}") from None
+    instance.run(dq.register, j.id, args.email, armored, fingerprint)
+    instance.events.emit("admin.journalist.notify_on", target=j.username, fingerprint=fingerprint)
+    out.result({"username": j.username, "notify": True, "email": args.email, "fingerprint": fingerprint}, (
+        f"{j.username} gets the encrypted digest at {args.email}\n"
+        f"  encrypted to {' '.join(fingerprint[i:i + 4] for i in range(0, len(fingerprint), 4))}: "
+        f"check this fingerprint with {j.username}\n"
+        "  (mails go out while the server runs with --smtp-server and --smtp-from; see deaddrop-admin status)"
+    ))
+    return 0
+
+
 _add = _with_instance(_add_impl)
 _list = _with_instance(_list_impl)
 _delete = _with_instance(_delete_impl)
 _reset_2fa = _with_instance(_reset_2fa_impl)
 _reset_password = _with_instance(_reset_password_impl)
+_notify = _with_instance(_notify_impl)

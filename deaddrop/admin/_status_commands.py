@@ -105,6 +105,14 @@ def counts(data_dir: str) -> dict[str, int]:
         conn.close()
 
 
+def _digest_recipients(data_dir: str) -> int:
+    conn = sqlite3.connect(f"file:{os.path.join(data_dir, 'db.sqlite')}?mode=ro", uri=True, timeout=10.0)
+    try:
+        return int(conn.execute("SELECT COUNT(*) FROM digest_recipients").fetchone()[0])
+    finally:
+        conn.close()
+
+
 def disk(data_dir: str) -> dict[str, int]:
     usage = shutil.disk_usage(data_dir)
     return {"free_bytes": usage.free, "total_bytes": usage.total}
@@ -226,6 +234,12 @@ def instance_status(data_dir: str) -> dict[str, Any]:
     status["expiring_certificates"] = certs["expiring_certificates"]
     for problem in certs["problems"]:
         status["checks"].append({"name": "certificates", "ok": False, "detail": problem})
+    status["digest"] = dict(reported.get("digest") or {"enabled": False}, running=server["running"],
+                            recipients=_digest_recipients(data_dir))
+    for name, failure in status["digest"].get("failing", {}).items():
+        status["checks"].append({"name": "digest", "ok": False, "detail": (
+            f"the digest mail to {name} is failing ({failure.get('reason')}) since {failure.get('since')}; see "
+            "digest.send_failed in the security log")})
     crl = certs["crl"]
     if crl and crl["expires_soon"]:
         when = "expired at" if crl["expired"] else "expires at"
@@ -273,10 +287,26 @@ def format_status(status: dict[str, Any]) -> str:
         "CRL:              " + (f"next update {crl['next_update']}" + (" (EXPIRED)" if crl["expired"] else
                                  f" (in {crl['days_left']} days)") if crl else "(none)"),
     ]
+    lines.append("Digest mail:      " + _digest_line(status["digest"]))
     expiring = status["expiring_certificates"]
     lines.append("Expiring (30 d):  " + ("none" if not expiring else
                                          "; ".join(f"{e['what']} {e['expires']}" for e in expiring)))
     return "\n".join(lines) + "\n" + _tor_commands.format_tor_status(status)
+
+
+def _digest_line(digest: dict[str, Any]) -> str:
+    who = f"{digest['recipients']} journalist(s) registered"
+    if not digest["running"]:
+        return f"server not running; {who}"
+    if not digest.get("enabled"):
+        return f"off (no --smtp-server); {who}"
+    line = f"every {digest['interval_minutes']} min via {digest['smtp_server']}; {who}"
+    if digest.get("last_slot"):
+        line += f"; last round {digest['last_slot']}"
+    failing = digest.get("failing") or {}
+    if failing:
+        line += "; FAILING for " + ", ".join(f"{name} ({f.get('reason')})" for name, f in failing.items())
+    return line
 
 
 def _status(args: argparse.Namespace, out: Output) -> int:

@@ -150,6 +150,22 @@ def _v7_login_tags(conn: sqlite3.Connection) -> None:
     conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES('login_tags_since', ?)", (str(day),))
 
 
+def _v8_digest_recipients(conn: sqlite3.Connection) -> None:
+    # Journalists who get the encrypted digest mail (issue 22): address, personal key, and what
+    # arrived since their last digest was accepted by the mail server. Counted by triggers in
+    # the transaction that stores a submission: no time, no id, no log line per submission.
+    conn.execute("CREATE TABLE IF NOT EXISTS digest_recipients ("
+                 " journalist_id INTEGER PRIMARY KEY REFERENCES journalists(id) ON DELETE CASCADE,"
+                 " email TEXT NOT NULL, public_key TEXT NOT NULL, fingerprint TEXT NOT NULL,"
+                 " new_submissions INTEGER NOT NULL DEFAULT 0, new_sources INTEGER NOT NULL DEFAULT 0)")
+    conn.execute("CREATE TRIGGER IF NOT EXISTS digest_count_submission AFTER INSERT ON submissions"
+                 " BEGIN UPDATE digest_recipients SET new_submissions = new_submissions + 1; END")
+    # A source becomes visible to journalists (pending 1 -> 0) with its first submission.
+    conn.execute("CREATE TRIGGER IF NOT EXISTS digest_count_source AFTER UPDATE OF pending ON sources"
+                 " WHEN OLD.pending = 1 AND NEW.pending = 0"
+                 " BEGIN UPDATE digest_recipients SET new_sources = new_sources + 1; END")
+
+
 Step = Callable[[sqlite3.Connection], None]
 
 # (the version a step produces, the step); versions are consecutive from BASELINE + 1.
@@ -160,6 +176,7 @@ STEPS: list[tuple[int, Step]] = [
     (5, _v5_reply_read_by_source),
     (6, _v6_listing_index),
     (7, _v7_login_tags),
+    (8, _v8_digest_recipients),
 ]
 
 CURRENT = BASELINE + len(STEPS)
