@@ -134,7 +134,10 @@ def check_key(armored: str, gpg_binary: str = "gpg") -> str:
         raise KeyProblem("the key file is larger than 256 KiB: not a public key")
     home = tempfile.mkdtemp(prefix="dd-key-", dir="/tmp" if os.path.isdir("/tmp") else None)
     try:
-        proc = subprocess.run(gpg_base_argv(gpg_binary, home) + ["--with-colons", "--fixed-list-mode", "--show-keys"],
+        # Not gpg_base_argv: with --trust-model always, gpg wants a trust database it never made
+        # when it meets an expired key, and fails instead of listing it.
+        proc = subprocess.run([gpg_binary, "--homedir", home, "--batch", "--no-tty", "--with-colons",
+                               "--fixed-list-mode", "--show-keys"],
                               input=armored.encode("utf-8", "replace"), capture_output=True, check=False,
                               env=_gpg_env())
     finally:

@@ -241,6 +241,39 @@ class DigestDeliveryTests(_DigestCase):
         self.assertIn("digest", [c["name"] for c in status["checks"] if not c["ok"]])
 
 
+def expired_key(testcase: unittest.TestCase) -> str:
+    """An armored public key that expired in 2020 (made with gpg's clock set back)."""
+    home = short_tempdir("dd-ek-")
+    testcase.addCleanup(kill_gpg_agent, home)
+    subprocess.run(["gpg", "--homedir", home, "--batch", "--passphrase", "", "--faked-system-time", "20200101T000000",
+                    "--quick-gen-key", "old key", "future-default", "default", "1d"], check=True, capture_output=True)
+    return subprocess.run(["gpg", "--homedir", home, "--armor", "--export"], check=True,
+                          capture_output=True).stdout.decode()
+
+
+class ExpiredKeyTests(_DigestCase):
+    @inlineCallbacks
+    def test_an_expired_key_is_refused_and_an_expiring_one_reported_without_retries(self):
+        old = expired_key(self)
+        with self.assertRaises(_digest_mail.KeyProblem) as e:
+            _digest_mail.check_key(old)
+        self.assertIn("cannot encrypt", str(e.exception))
+        mail = self.smtp(tls=True)
+        server = yield self.server_with_alice()
+        # Registered while valid, expired since: the digest cannot be encrypted, and says so once.
+        conn = sqlite3.connect(os.path.join(server.data_dir, "db.sqlite"))
+        conn.execute("UPDATE digest_recipients SET public_key = ?", (old,))
+        conn.commit()
+        conn.close()
+        digest = self.digest_for(server, SmtpTarget("localhost", mail.port, "starttls", "dd@example.org", self.cert))
+        yield digest.run_slot(SLOT)  # fires: no retry is pending
+        self.assertEqual(digest.failing["alice"]["reason"], "key_unusable")
+        self.assertIsNone(digest.failing["alice"]["next_retry"])
+        self.assertEqual(mail.messages(), [])
+        [event] = [e for e in security_events(server) if e["event"] == "digest.send_failed"]
+        self.assertEqual((event["reason"], "delay" in event), ("key_unusable", False))
+
+
 class NotifyCommandTests(_DigestCase):
     @inlineCallbacks
     def test_register_change_and_turn_off(self):
