@@ -333,7 +333,7 @@ class CountingTests(unittest.TestCase):
         self.assertNotRegex(triggers.lower(), r"\b(time|date|datetime|julianday|strftime|created_at|last_updated)\b")
 
 
-class OptionTests(unittest.SynchronousTestCase):
+class OptionTests(unittest.TestCase):
     def config(self, **kw) -> Config:
         key = test_svs().public_key_path
         return Config(submission_key=key, tor="none", **kw).validated()
@@ -369,7 +369,7 @@ class OptionTests(unittest.SynchronousTestCase):
         self.assertEqual(Options()["notify-interval-minutes"], 1440)
 
 
-class MailShapeTests(unittest.SynchronousTestCase):
+class MailShapeTests(unittest.TestCase):
     def test_padded_to_one_size_whatever_the_counts(self):
         sizes = {len(_digest_mail.plaintext(SLOT, n, m)) for n, m in ((0, 0), (1, 1), (10 ** 9, 10 ** 6))}
         self.assertEqual(sizes, {_digest_mail.PLAINTEXT_SIZE})
