@@ -24,6 +24,13 @@ _WORD = re.compile(r"^[a-z]+(?:-[a-z]+)?$")
 
 MIN_CODENAME_BITS = 64
 CODENAME_LIST, DESIGNATION_LISTS = "codename-words.txt", ("adjectives.txt", "nouns.txt")
+# Words of the codename list that are never drawn for a new codename (insults, crimes, illnesses,
+# weapons...), but still accepted: codenames made before they were retired keep working.
+RETIRED_LIST = "codename-retired.txt"
+# Designations ("adjective noun") an instance needs at the least, and per source it holds: new
+# ones are drawn at random until a free one comes up, so the space must stay mostly free.
+MIN_DESIGNATIONS = 100_000
+DESIGNATIONS_PER_SOURCE = 4
 
 
 class WordListError(ValueError):
@@ -53,27 +60,70 @@ def read_word_list(path: str) -> tuple[str, ...]:
 
 
 def check_word_lists(n_words: int, directory: str = WORDLIST_DIR) -> float:
-    """Start-up check: every list well formed, and a codename of ``n_words`` words at least
-    ``MIN_CODENAME_BITS`` bits. -> the codename's entropy in bits."""
+    """Start-up check: every list well formed, a codename of ``n_words`` words (drawn from the
+    words not retired) at least ``MIN_CODENAME_BITS`` bits, and at least ``MIN_DESIGNATIONS``
+    designations. -> the codename's entropy in bits."""
     import math
 
-    for name in DESIGNATION_LISTS:
-        read_word_list(os.path.join(directory, name))
+    adjectives, nouns = (read_word_list(os.path.join(directory, name)) for name in DESIGNATION_LISTS)
+    space = len(adjectives) * len(nouns)
+    if space < MIN_DESIGNATIONS:
+        raise WordListError(
+            f"the designation lists {os.path.join(directory, DESIGNATION_LISTS[0])} ({len(adjectives)} words) and "
+            f"{os.path.join(directory, DESIGNATION_LISTS[1])} ({len(nouns)} words) make {space:,} designations, "
+            f"fewer than the {MIN_DESIGNATIONS:,} required: use longer lists")
     path = os.path.join(directory, CODENAME_LIST)
-    words = read_word_list(path)
+    words = _drawable(read_word_list(path), _read_retired(directory))
     bits = n_words * math.log2(len(words)) if len(words) > 1 else 0.0
     if bits < MIN_CODENAME_BITS:
         needed = math.ceil(MIN_CODENAME_BITS / math.log2(len(words))) if len(words) > 1 else None
         advice = f"use --codename-words {needed} or more" if needed and needed <= MAX_WORDS else "use a longer list"
         raise WordListError(
-            f"a codename of {n_words} words from {path} ({len(words)} words) has {bits:.1f} bits, "
+            f"a codename of {n_words} words from {path} ({len(words)} words not retired) has {bits:.1f} bits, "
             f"fewer than the {MIN_CODENAME_BITS} required: {advice}")
     return bits
+
+
+def _read_retired(directory: str) -> frozenset[str]:
+    path = os.path.join(directory, RETIRED_LIST)
+    return frozenset(read_word_list(path)) if os.path.exists(path) else frozenset()
+
+
+def _drawable(words: tuple[str, ...], retired: frozenset[str]) -> tuple[str, ...]:
+    return tuple(w for w in words if w not in retired)
+
+
+def designation_space(directory: str | None = None) -> int:
+    """How many designations the lists make (adjectives x nouns)."""
+    directory = directory or WORDLIST_DIR
+    adjectives, nouns = (read_word_list(os.path.join(directory, name)) for name in DESIGNATION_LISTS)
+    return len(adjectives) * len(nouns)
+
+
+def check_designation_space(sources: int, directory: str | None = None) -> int:
+    """Start-up check against the instance: the lists must leave most designations free for the
+    sources it holds (``DESIGNATIONS_PER_SOURCE`` per source), or a new source could find no free
+    one. -> the space. Raises ``WordListError`` with one line saying what to do."""
+    directory = directory or WORDLIST_DIR
+    space = designation_space(directory)
+    needed = max(MIN_DESIGNATIONS, DESIGNATIONS_PER_SOURCE * sources)
+    if space < needed:
+        raise WordListError(
+            f"the designation lists in {directory} make {space:,} designations; this instance holds {sources:,} "
+            f"sources and needs at least {needed:,} ({DESIGNATIONS_PER_SOURCE} per source): use longer "
+            f"{DESIGNATION_LISTS[0]} and {DESIGNATION_LISTS[1]}")
+    return space
 
 
 @lru_cache(maxsize=None)
 def _load(name: str) -> tuple[str, ...]:
     return read_word_list(os.path.join(WORDLIST_DIR, name))
+
+
+@lru_cache(maxsize=None)
+def drawable_codename_words() -> tuple[str, ...]:
+    """The words new codenames are drawn from: the list less the retired words."""
+    return _drawable(codename_words(), _read_retired(WORDLIST_DIR))
 
 
 def codename_words() -> tuple[str, ...]:
@@ -86,7 +136,7 @@ def _codename_word_set() -> frozenset[str]:
 
 
 def generate_codename(n_words: int) -> str:
-    words = codename_words()
+    words = drawable_codename_words()
     return " ".join(secrets.choice(words) for _ in range(n_words))
 
 
@@ -142,4 +192,4 @@ def generate_designation() -> str:
 def entropy_bits(n_words: int) -> float:
     import math
 
-    return n_words * math.log2(len(codename_words()))
+    return n_words * math.log2(len(drawable_codename_words()))

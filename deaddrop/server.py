@@ -16,6 +16,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import serverFromString
 from twisted.logger import Logger
 
+from deaddrop.codenames import check_designation_space
 from deaddrop.config import Config, ConfigError
 from deaddrop.crypto.gpg import Keyring
 from deaddrop.crypto.kdf import CodenameKdf, Peppers
@@ -126,6 +127,8 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
     if schema_backup is not None:
         _log.info("database upgraded to schema version {v}; the previous one is kept in {path}",
                   v=SCHEMA_VERSION, path=schema_backup)
+    # The designation lists against this instance: a new source must find a free one.
+    check_designation_space(db.run_blocking(queries.count_sources))
     settings = InstanceSettings(config.organisation_name, config.max_upload_size,
                                 retention_days=config.retention_days).apply_stored(
         db.run_blocking(queries.get_settings)
@@ -200,6 +203,11 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
     add_journalist_interface(top, config, reactor)
     _add_tor(top, config, reactor)
     _add_retention(top, reactor)
+    if newsroom.disk is not None:
+        from deaddrop.disk_watch import DiskWatch
+
+        top.disk_watch = DiskWatch(reactor, newsroom.disk, settings, events)
+        top.disk_watch.setServiceParent(top)
     top.daily_report = DailyReport(reactor, newsroom.activity, events, db)
     top.daily_report.restore_saved_blocking()
     top.daily_report.setServiceParent(top)

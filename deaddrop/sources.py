@@ -83,6 +83,11 @@ def is_disk_full(error: BaseException) -> bool:
     return False
 
 
+class NoFreeDesignation(Exception):
+    """Twenty random designations were all taken: the lists are too small for the instance
+    (start-up checks them against the sources it holds; this is the rest of the way)."""
+
+
 class KeyNotReady(Exception):
     """The source's key pair does not exist yet and cannot be made without its codename."""
 
@@ -228,7 +233,7 @@ class Newsroom:
                 continue  # designation taken: draw another
             break
         else:
-            raise RuntimeError("could not find a free designation")
+            raise NoFreeDesignation()
         return SourceIdentity(source_id, fid, designation), derived.key_passphrase
 
     def _evict_pending(self) -> None:

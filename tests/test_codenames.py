@@ -1,3 +1,4 @@
+import os
 import re
 
 from hypothesis import given, settings, strategies as st
@@ -30,6 +31,56 @@ class WordlistTests(unittest.TestCase):
             adjective, noun = codenames.generate_designation().split(" ")
             self.assertIn(adjective, codenames._load("adjectives.txt"))
             self.assertIn(noun, codenames._load("nouns.txt"))
+
+
+def denied_words() -> set[str]:
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "denied-words.txt")
+    with open(path, encoding="utf-8") as f:
+        return {w for line in f if not line.startswith("#") for w in line.split()}
+
+
+class CuratedListTests(unittest.TestCase):
+    """Designations journalists say aloud, and codenames a frightened source reads (issue 17 §4)."""
+
+    def test_the_deny_list_is_real(self):
+        denied = denied_words()
+        self.assertGreater(len(denied), 300)
+        # The words a source was shown to journalists as, before the lists were curated.
+        for word in ["psychotic", "stupid", "maniacal", "drunk", "fat", "moron", "terrorist", "racist", "liar",
+                     "thief", "rat", "leaker", "spy", "mole", "suicide", "infancy"]:
+            self.assertIn(word, denied)
+
+    def test_no_denied_word_is_in_a_designation_list(self):
+        denied = denied_words()
+        for name in codenames.DESIGNATION_LISTS:
+            words = codenames._load(name)
+            self.assertEqual(sorted(set(words) & denied), [], name)
+
+    def test_no_denied_word_is_drawn_for_a_new_codename_and_old_codenames_still_work(self):
+        denied = denied_words()
+        drawable = set(codenames.drawable_codename_words())
+        self.assertEqual(sorted(drawable & denied), [])
+        retired = set(codenames._load(codenames.RETIRED_LIST))
+        self.assertEqual(retired, set(codenames.codename_words()) & denied)
+        self.assertEqual(drawable | retired, set(codenames.codename_words()))
+        for _ in range(200):
+            self.assertFalse(set(codenames.generate_codename(7).split()) & denied)
+        # A codename made before a word was retired is still a codename.
+        old = " ".join(sorted(retired)[:7])
+        self.assertEqual(codenames.normalise_codename(old), old)
+
+    def test_the_counts_the_wordlists_readme_states(self):
+        with open(os.path.join(codenames.WORDLIST_DIR, "README.md"), encoding="utf-8") as f:
+            readme = f.read()
+        adjectives, nouns = (codenames._load(n) for n in codenames.DESIGNATION_LISTS)
+        drawable = codenames.drawable_codename_words()
+        for stated in [f"{len(adjectives):,} adjectives", f"{len(nouns):,} nouns",
+                       f"{len(adjectives) * len(nouns):,} designations", f"{len(drawable):,} words",
+                       f"{len(codenames.codename_words()) - len(drawable)} retired"]:
+            self.assertIn(stated, readme)
+        self.assertGreaterEqual(len(drawable) ** 7, 10**8)
+        self.assertGreater(codenames.entropy_bits(7), 90)
+        self.assertGreaterEqual(len(adjectives) * len(nouns), codenames.MIN_DESIGNATIONS)
 
 
 class NormaliseTests(unittest.TestCase):

@@ -23,7 +23,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class WordListTests(unittest.TestCase):
-    def lists(self, codename_words: list[str], adjectives=("calm",), nouns=("otter",)) -> str:
+    def lists(self, codename_words: list[str], adjectives=None, nouns=None) -> str:
+        adjectives = adjectives if adjectives is not None else self.words(400)
+        nouns = nouns if nouns is not None else self.words(400)
         d = self.mktemp()
         os.makedirs(d)
         for name, words in [("codename-words.txt", codename_words), ("adjectives.txt", adjectives),
@@ -43,7 +45,7 @@ class WordListTests(unittest.TestCase):
         self.assertGreater(codenames.check_word_lists(5), 64)
         with self.assertRaises(codenames.WordListError) as caught:
             codenames.check_word_lists(4)
-        self.assertIn("has 51.7 bits, fewer than the 64 required: use --codename-words 5 or more", str(caught.exception))
+        self.assertIn("has 51.6 bits, fewer than the 64 required: use --codename-words 5 or more", str(caught.exception))
 
     def test_damaged_lists_are_refused_with_the_file_and_the_fault(self):
         cases = [
@@ -59,7 +61,7 @@ class WordListTests(unittest.TestCase):
                 codenames.check_word_lists(7, d)
             self.assertIn(os.path.join(d, "codename-words.txt"), str(caught.exception))
             self.assertIn(message, str(caught.exception))
-        d = self.lists(self.words(7000), nouns=("otter", "otter"))
+        d = self.lists(self.words(7000), nouns=self.words(400) + ["aaab"])
         with self.assertRaises(codenames.WordListError):
             codenames.check_word_lists(7, d)
         os.remove(os.path.join(d, "nouns.txt"))
@@ -74,6 +76,24 @@ class WordListTests(unittest.TestCase):
         self.assertIn("fewer than the 64 required", str(caught.exception))
         with self.assertRaises(usage.UsageError):
             Options().parseOptions(["--submission-key", test_svs().public_key_path, "--codename-words", "4"])
+
+
+    def test_designation_lists_too_small_for_any_instance_are_refused_at_start_up(self):
+        d = self.lists(self.words(7000), adjectives=self.words(300), nouns=self.words(300))
+        with self.assertRaises(codenames.WordListError) as caught:
+            codenames.check_word_lists(7, d)
+        self.assertIn("make 90,000 designations, fewer than the 100,000 required: use longer lists",
+                      str(caught.exception))
+        self.assertIn(os.path.join(d, "adjectives.txt"), str(caught.exception))
+
+    def test_designation_lists_too_small_for_this_instance_are_refused_in_one_line(self):
+        d = self.lists(self.words(7000), adjectives=self.words(400), nouns=self.words(400))
+        self.assertEqual(codenames.check_designation_space(40_000, d), 160_000)
+        with self.assertRaises(codenames.WordListError) as caught:
+            codenames.check_designation_space(40_001, d)
+        self.assertEqual(str(caught.exception).count("\n"), 0)
+        self.assertIn("make 160,000 designations; this instance holds 40,001 sources and needs at least "
+                      "160,004 (4 per source)", str(caught.exception))
 
 
 class SessionOptionTests(unittest.TestCase):

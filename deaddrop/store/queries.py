@@ -102,6 +102,10 @@ def migrate_source_login(conn: sqlite3.Connection, source_id: int, login_id: str
     return cur.rowcount == 1
 
 
+def count_sources(conn: sqlite3.Connection) -> int:
+    return conn.execute("SELECT COUNT(*) FROM sources").fetchone()[0]
+
+
 def pending_sources_before(conn: sqlite3.Connection, cutoff: float) -> list[int]:
     """Sources that never submitted anything, created before ``cutoff``."""
     rows = conn.execute("SELECT id FROM sources WHERE pending = 1 AND created_at < ?", (cutoff,)).fetchall()

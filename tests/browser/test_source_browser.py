@@ -11,6 +11,7 @@ import shutil
 import sqlite3
 import tempfile
 import time
+from urllib.parse import urlparse
 
 from twisted.internet.defer import inlineCallbacks
 from twisted.internet.threads import deferToThread
@@ -90,7 +91,7 @@ class SourceBrowserTests(unittest.TestCase):
         self._page(driver, "generate")
         self.assertEqual(len(codename.split()), 7, codename)
         follow(driver, "form[action='/create'] button[type=submit]")
-        self.assertTrue(driver.current_url.endswith("/lookup"), driver.current_url)
+        self.assertTrue(urlparse(driver.current_url).path == "/lookup", driver.current_url)
         text = self._page(driver, "lookup-empty")
         self.assertIn("Your codename is active", text)
         self.assertIn("There are no replies yet", text)
@@ -100,10 +101,10 @@ class SourceBrowserTests(unittest.TestCase):
         _css(driver, "#msg").send_keys(MESSAGE)
         _css(driver, "#fh").send_keys(attachment)  # the file chooser, without a dialog
         follow(driver, "form[action='/submit'] button[type=submit]")
-        self.assertTrue(driver.current_url.endswith("/lookup"), driver.current_url)
+        self.assertTrue(urlparse(driver.current_url).path == "/lookup", driver.current_url)
         text = self._page(driver, "lookup-submitted")
         self.assertIn("We received your message and 1 document", text)
-        self.assertEqual(_css(driver, "#msg").get_attribute("value"), "")
+        self.assertEqual(driver.find_elements(By.CSS_SELECTOR, "#msg"), [])  # what arrived, no form
 
     def _log_out_and_back_in(self, driver, codename: str) -> None:
         follow(driver, "header a[href='/logout']")
@@ -120,7 +121,7 @@ class SourceBrowserTests(unittest.TestCase):
         self.assertIn(NOT_RECOGNIZED, self._page(driver, "login-error"))
         _css(driver, "#codename").send_keys(f"  {codename}  ")
         follow(driver, "form[action='/login'] button[type=submit]")
-        self.assertTrue(driver.current_url.endswith("/lookup"), driver.current_url)
+        self.assertTrue(urlparse(driver.current_url).path == "/lookup", driver.current_url)
         self.assertIn("Send more and read replies", _text(driver))
 
     def _read_and_delete_reply(self, driver) -> None:
@@ -303,7 +304,7 @@ class SourceLanguagesBrowserTests(unittest.TestCase):
         _css(driver, "#codename").send_keys(", ".join(words[:3]).upper() + "-" + "-".join(words[3:]))
         _shot(self, driver, f"source-{code}-login")
         follow(driver, "form[action='/login'] button[type=submit]")
-        self.assertTrue(driver.current_url.endswith("/lookup"), driver.current_url)
+        self.assertTrue(urlparse(driver.current_url).path == "/lookup", driver.current_url)
         seen["codename"] = codename
         return seen
 
@@ -408,7 +409,7 @@ class SourceLanguagesBrowserTests(unittest.TestCase):
             screenshot(driver, "source-expired-login")
             _css(driver, "#codename").send_keys(codename.replace(" ", ","))
             follow(driver, "form[action='/login'] button[type=submit]")
-            self.assertTrue(driver.current_url.endswith("/lookup"), driver.current_url)
+            self.assertTrue(urlparse(driver.current_url).path == "/lookup", driver.current_url)
             self.assertIn("Thank you. We received your message.", _text(driver))
         yield deferToThread(run)
         [msg] = stored_files(self.server.data_dir)
@@ -461,7 +462,8 @@ class SourceLanguagesBrowserTests(unittest.TestCase):
         audit("lookup-first")
         _css(driver, "#msg").send_keys("x" * 10)
         follow(driver, "form[action='/submit'] button[type=submit]")
-        audit("lookup-next")
+        audit("received-next")
+        follow(driver, "a[href^='/lookup?form=']")
         driver.find_element(By.CSS_SELECTOR, "details.reveal summary").click()
         audit("lookup-codename-shown")
         follow(driver, "form[action='/submit'] button[type=submit]")  # empty: an error
@@ -508,3 +510,125 @@ class SourceLanguagesBrowserTests(unittest.TestCase):
             return _axe_violations(driver)
         violations = yield deferToThread(run)
         self.assertIn("label", [v["id"] for v in violations])
+
+
+# -- issue 17: each submission stored once, Back never resubmits, nothing typed lost ------------
+
+def _back(driver) -> str:
+    """Browser Back, as a source presses it. -> the page's text (Chromium's own error page if
+    it had to ask to resend a form)."""
+    driver.back()
+    return driver.find_element(By.TAG_NAME, "body").text
+
+
+def _asks_to_resubmit(driver) -> bool:
+    # Chromium, asked to show a page that was the answer to a POST, shows this error page.
+    return "ERR_CACHE_MISS" in driver.page_source or "Confirm Form Resubmission" in driver.page_source
+
+
+class ResubmitBrowserTests(unittest.TestCase):
+    """Post/redirect/get and one-time forms in a real Chromium with JavaScript off."""
+
+    timeout = 120
+
+    @inlineCallbacks
+    def setUp(self):
+        require_chromium()
+        self.server = yield start_server(self, max_upload_size=64 * 1024, source_session_idle=3600.0)
+        self.url = self.server.source_url
+        self.driver = yield deferToThread(start_driver, DESKTOP)
+        self.addCleanup(deferToThread, quit_driver, self.driver)
+
+    def _new_source(self) -> str:
+        driver = self.driver
+        driver.get(self.url + "/generate")
+        codename = _text(driver, "#codename")
+        follow(driver, "form[action='/create'] button[type=submit]")
+        return codename
+
+    def _messages(self) -> list[bytes]:
+        found = []
+        for path in stored_files(self.server.data_dir):
+            if path.endswith("-msg.gpg"):
+                with open(path, "rb") as f:
+                    found.append(test_svs().decrypt(f.read()))
+        return found
+
+    @inlineCallbacks
+    def test_back_after_sending_shows_what_arrived_not_the_message_again(self):
+        driver = self.driver
+
+        def run() -> None:
+            self._new_source()
+            form_page = driver.current_url
+            self.assertIn("/lookup?form=", form_page)
+            self.assertEqual(_css(driver, "#msg").get_attribute("autocomplete"), "off")
+            _css(driver, "#msg").send_keys(KEPT)
+            follow(driver, "form[action='/submit'] button[type=submit]")
+            self.assertIn("We received your message", _text(driver))
+            screenshot(driver, "source-received")
+            text = _back(driver)
+            self.assertEqual(driver.current_url, form_page)
+            self.assertFalse(_asks_to_resubmit(driver))
+            self.assertIn("We received your message", text)  # what arrived, not the form again
+            self.assertEqual(driver.find_elements(By.CSS_SELECTOR, "#msg"), [])
+            driver.forward()
+            self.assertIn("We received your message", _text(driver))
+            driver.refresh()  # a reload of the received page: a GET, nothing is sent again
+            self.assertIn("We received your message", _text(driver))
+            follow(driver, "a[href^='/lookup?form=']")  # "Send more and read replies": a fresh form
+            self.assertEqual(_css(driver, "#msg").get_attribute("value"), "")
+        yield deferToThread(run)
+        self.assertEqual(len(self._messages()), 1)
+
+    @inlineCallbacks
+    def test_a_double_clicked_send_stores_one_message(self):
+        driver = self.driver
+
+        def run() -> None:
+            from selenium.webdriver.common.action_chains import ActionChains
+
+            self._new_source()
+            _css(driver, "#msg").send_keys("DOUBLE-CLICKED-5d1e")
+            button = _css(driver, "form[action='/submit'] button[type=submit]")
+            before = driver.execute_cdp_cmd("Page.getFrameTree", {})["frameTree"]["frame"]["loaderId"]
+            ActionChains(driver).double_click(button).perform()
+            from selenium.webdriver.support.ui import WebDriverWait
+            WebDriverWait(driver, 20).until(
+                lambda d: d.execute_cdp_cmd("Page.getFrameTree", {})["frameTree"]["frame"]["loaderId"] != before
+                and d.execute_script("return document.readyState") == "complete")
+            self.assertIn("We received your message", _text(driver))
+        yield deferToThread(run)
+        self.assertEqual(self._messages(), [b"DOUBLE-CLICKED-5d1e"])
+
+    @inlineCallbacks
+    def test_back_after_logout_never_asks_to_resubmit_even_after_a_refused_form(self):
+        driver = self.driver
+        big = os.path.join(self.server.data_dir, "..", "too-big.bin")
+        with open(big, "wb") as f:
+            f.write(os.urandom(20 * 1024))
+        self.addCleanup(os.remove, big)
+
+        def run() -> None:
+            self._new_source()
+            follow(driver, "form[action='/submit'] button[type=submit]")  # empty: refused
+            self.assertIn("Please write a message or choose a file", _text(driver))
+            self.assertIn("/lookup?form=", driver.current_url)  # at a GET-able address
+            _css(driver, "#msg").send_keys(KEPT)
+            _css(driver, "#fh").send_keys(os.path.abspath(big))
+            self.server.service.settings.allow_uploads = False  # the admin stops taking files
+            follow(driver, "form[action='/submit'] button[type=submit]")  # refused after the body
+            self.assertIn("This drop box does not accept files at the moment", _text(driver))
+            self.assertEqual(_css(driver, "#msg").get_attribute("value").replace("\r\n", "\n"), KEPT)
+            self.assertIn("/lookup?form=", driver.current_url)
+            driver.refresh()  # the refused form's page reloads without resending anything
+            self.assertIn("This drop box does not accept files at the moment", _text(driver))
+            self.assertEqual(_css(driver, "#msg").get_attribute("value").replace("\r\n", "\n"), KEPT)
+            follow(driver, "form[action='/submit'] button[type=submit]")  # without the file now
+            self.assertIn("We received your message", _text(driver))
+            follow(driver, "header a[href='/logout']")
+            for _ in range(4):  # back through everything this visit showed
+                _back(driver)
+                self.assertFalse(_asks_to_resubmit(driver), driver.current_url)
+        yield deferToThread(run)
+        self.assertEqual(len(self._messages()), 1)

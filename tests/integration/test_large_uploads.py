@@ -225,8 +225,14 @@ class DiskAdmissionTests(unittest.TestCase):
         yield self.submit_ok("", [("fits.bin", os.urandom(int(largest * MB) - 100_000))])
         self.assertGreaterEqual(free_bytes(self.mnt), self.RESERVE)
         self.assertEqual(sorted(decrypt_documents(self.server.data_dir)), sorted(self.sent))
+        # Not logged when the source was refused (that would date it), but counted for the day,
+        # and said by the timer that watches the disk (here, already at start-up).
         events = [e for e in security_events(self.server) if e["event"] == "source.upload.no_room"]
         self.assertEqual(len(events), 1)
+        self.assertEqual(self.server.service.newsroom.activity.today.failures["not stored: no_room"], 1)
+        self.assertTrue(self.server.service.disk_watch.check())
+        events = [e for e in security_events(self.server) if e["event"] == "source.upload.no_room"]
+        self.assertEqual(len(events), 2)
 
     @inlineCallbacks
     def test_uploads_in_flight_count_against_the_space_they_will_need(self):

@@ -52,6 +52,16 @@ class SessionCookie:
         self._set(request, token.encode())
         return token, session
 
+    def touch(self, request: Any) -> None:
+        """Set the cookie again, unchanged. A browser evicts the site's pages from its back/forward
+        cache when one of its cookies is set, so Back asks the server again instead of showing
+        an old page as it was (with what was typed in it)."""
+        if any(c.startswith(self.name.encode() + b"=") for c in request.cookies):
+            return  # this response sets it already (a login)
+        token = self.token(request)
+        if token is not None:
+            self._set(request, token.encode("ascii"))
+
     def end(self, request: Any, session: Session | None) -> None:
         if session is not None:
             self.store.destroy(session)

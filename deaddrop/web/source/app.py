@@ -25,7 +25,7 @@ from deaddrop.settings import InstanceSettings
 from deaddrop.source_texts import SourceTexts
 from deaddrop.store.disk_space import NoRoom
 from deaddrop.sources import (
-    EncryptedPart, LoginThrottled, Newsroom, SourceIdentity, SourceNotFound, StorageFailed, is_disk_full,
+    EncryptedPart, LoginThrottled, Newsroom, NoFreeDesignation, SourceIdentity, SourceNotFound, StorageFailed, is_disk_full,
 )
 from deaddrop.web._common.circuits import CircuitCloser, NoCloser, circuit_of
 from deaddrop.web._common.connections import ConnectionLimits
@@ -47,6 +47,9 @@ from deaddrop.web._common.upload import (
 )
 from deaddrop.web.source import i18n, messages as msgs, pages
 from deaddrop.web.source._browser import is_tor_browser
+from deaddrop.web.source._submission_forms import (
+    RECEIVED, SENDING, DraftBudget, Receipt, SubmissionForm, SubmissionForms,
+)
 from deaddrop.web.source._proxies import refuse_proxied
 from deaddrop.web.source.pages import MAX_MESSAGE_CHARS, CustomTexts, PageContext, ShownReply
 
@@ -75,6 +78,9 @@ REFUSALS_BEFORE_CLOSING = 10
 # A circuit whose connections were cut this often in 10 minutes for holding a slot without
 # sending is closed: its owner must solve Tor's proof of work again for a new one.
 CUTS_BEFORE_CLOSING = 3
+# Refusals of a passing state (busy, another upload in flight, no room on the disk) answered with the form at once,
+# with their status; every other refused form is a redirect to its page (see _form_again).
+_ANSWERED_AT_ONCE = frozenset({429, 503, 507})
 _TOKEN_SHAPE = re.compile(r"[A-Za-z0-9_-]{43}")  # what SessionStore hands out (32 random bytes)
 
 __all__ = ["SourceInterface", "SourceLogin", "shield", "MAX_MESSAGE_CHARS"]
@@ -114,12 +120,12 @@ class SourceInterface(HtmlResponses):
     _throttled_events: EventGate = field(default_factory=lambda: EventGate(10.0))
     # "source.flood", per reason, at most once every 10 s (see _flood).
     _flood_events: EventGate = field(default_factory=lambda: EventGate(10.0))
-    # "source.upload.no_room" at most once every 10 minutes: the admin needs to hear, not count.
-    _disk_events: EventGate = field(default_factory=lambda: EventGate(600.0))
     # Requests per Tor circuit, shared by every listener of this site.
     request_rate: CircuitRequestRate = field(default_factory=CircuitRequestRate)
     # Uploads still arriving, per source id: a source the newsroom deletes has them ended.
     _uploads: dict[int, set[MultipartUpload]] = field(default_factory=dict)
+    # Typed messages kept for refused forms, across all sessions (see _submission_forms).
+    drafts: DraftBudget = field(default_factory=DraftBudget)
 
     cookie: SessionCookie = field(init=False)
 
@@ -268,7 +274,7 @@ class SourceInterface(HtmlResponses):
         session = self._session(request)
         if self._identity(session):
             session.flash(i18n.negotiate(request).gettext(msgs.ALREADY_LOGGED_IN), "warning")
-            return self._redirect(request, "/lookup")
+            return self._to_lookup(request, session)
         codename = codenames.generate_codename(self.codename_words)
         # Sealed into the form's token: /create accepts codenames we generated and nothing else,
         # and nothing is kept here.
@@ -310,6 +316,12 @@ class SourceInterface(HtmlResponses):
             request.setHeader(b"retry-after", b"60")
             ctx = self._form_ctx(request, "create", codename)
             return self._html(request, pages.generate(ctx, codename, ctx._(BUSY_MESSAGE)), 503)
+        except NoFreeDesignation:
+            reservation.cancel()
+            # Counted for the day's report (and start-up refuses lists this small): a calm page.
+            self.newsroom.activity.failed("no free designation: the designation lists are too small")
+            request.setHeader(b"retry-after", b"3600")
+            return self._error(request, 503, msgs.T_TRY_AGAIN, msgs.NO_NEW_CODENAMES)
         except CancelledError:
             self._abandoned(reservation)
             raise
@@ -321,7 +333,7 @@ class SourceInterface(HtmlResponses):
         self._log_in(fresh, token, identity, passphrase, codename)
         fresh.data["first_visit"] = True  # "what happens next" after the first submission
         fresh.flash(i18n.negotiate(request).gettext(msgs.CODENAME_ACTIVE), "ok")
-        return self._redirect(request, "/lookup")
+        return self._to_lookup(request, fresh)
 
     def _log_in(self, session: Session, token: str, identity: SourceIdentity, passphrase: str, codename: str) -> None:
         session.data["source"] = identity
@@ -332,8 +344,9 @@ class SourceInterface(HtmlResponses):
 
     @app.route("/login", methods=["GET"])
     def login_form(self, request: Any) -> Any:
-        if self._identity(self._session(request)):
-            return self._redirect(request, "/lookup")
+        session = self._session(request)
+        if self._identity(session):
+            return self._to_lookup(request, session)
         ctx = self._form_ctx(request, "login")
         notice = ctx._(msgs.INACTIVE, minutes=ctx.number(self.session_minutes)) if self._arg(request, "expired") else None
         return self._html(request, pages.login(ctx, notice=notice))
@@ -396,9 +409,10 @@ class SourceInterface(HtmlResponses):
         self._log_in(fresh, token, identity, passphrase, codename)
         if carried.strip():
             login = SourceLogin(fresh, identity, passphrase)
-            page = yield self._store_submission(request, login, carried, UploadResult({"msg": carried}, []))
+            page = yield self._store_submission(request, login, carried, UploadResult({"msg": carried}, []),
+                                                self._forms(fresh).issue())
             return page
-        return self._redirect(request, "/lookup")
+        return self._to_lookup(request, fresh)
 
     def _refused(self, circuit: Any, event: bool = True) -> None:
         if event:
@@ -465,22 +479,81 @@ class SourceInterface(HtmlResponses):
 
     # -- logged-in pages -------------------------------------------------------------------
 
+    # -- one-time submission forms (see _submission_forms) ------------------------------------
+
+    @staticmethod
+    def _forms(session: Session) -> SubmissionForms:
+        return session.data.setdefault("forms", SubmissionForms())
+
+    def _to_lookup(self, request: Any, session: Session, form: SubmissionForm | None = None,
+                   refused: bool = False) -> bytes:
+        """Redirect to the logged-in page, at the address of a form of its own. A refused form's
+        address ends in ``#send`` (its error, by the form), so a client can tell it from a stored one."""
+        form = form or self._forms(session).issue()
+        if form.state == RECEIVED:
+            # Not the form page's own address: a browser could take a redirect to the page it
+            # is on as a reload and replace it, and Back would then skip what was sent.
+            # And Back must not bring the form back from the back/forward cache, the sent
+            # message still in it: that cache lets go of a site's pages when it sets a cookie.
+            self.cookie.touch(request)
+            return self._redirect(request, f"/lookup?form={form.token}&received=1")
+        return self._redirect(request, f"/lookup?form={form.token}" + ("#send" if refused else ""))
+
+    def _keep_draft(self, request: Any, session: Session, form: SubmissionForm, message: str) -> None:
+        """The typed message of a refused form, sealed with the cookie, within the shared budget."""
+        name = f"draft:{form.token}"
+        self._drop_draft(session, name)
+        if not message or not self.drafts.keep(session, name, len(message.encode("utf-8")), self._drop_draft):
+            return
+        SessionStore.seal(session, self.cookie.token(request), name, message)
+        form.has_draft = True
+
+    def _drop_draft(self, session: Session, name: str) -> None:
+        session.sealed.pop(name, None)
+        self.drafts.release(session, name)
+        form = self._forms(session).get(name.removeprefix("draft:"))
+        if form is not None:
+            form.has_draft = False
+
     @app.route("/lookup", methods=["GET"])
     @login_required
-    def lookup(self, request: Any, login: SourceLogin) -> Deferred:
-        return self._lookup_page(request, login)
+    def lookup(self, request: Any, login: SourceLogin) -> Any:
+        forms = self._forms(login.session)
+        token = self._arg(request, "form")
+        form = forms.get(token)
+        if token and form is None:  # an address from an ended session, or forgotten: a fresh form
+            return self._to_lookup(request, login.session)
+        if form is not None and form.state == RECEIVED:
+            # Back after sending, a reload, a replayed form: what arrived, never the form again.
+            return self._received_page(request, login, form)
+        if form is None:  # /lookup itself (links, typed address)
+            form = forms.issue()
+        status, error, message = 200, None, ""
+        if form.error is not None:
+            ctx = self._ctx(request, None)
+            status, error = form.error[0], form.error[1](ctx)
+            if form.has_draft:
+                message = SessionStore.unseal(login.session, self.cookie.token(request), f"draft:{form.token}") or ""
+        return self._lookup_page(request, login, status=status, message=message, error=error, form=form)
+
+    def _received_page(self, request: Any, login: SourceLogin, form: SubmissionForm) -> Deferred:
+        ctx = self._ctx(request, login.session, logged_in=True)
+        receipt = form.receipt
+        assert receipt is not None
+        text = msgs.received(ctx.lang, receipt.message, receipt.documents)
+        return self._html(request, pages.received(ctx, text, receipt.first, self._forms(login.session).issue().token))
 
     @inlineCallbacks
     def _lookup_page(self, request: Any, login: SourceLogin, *, status: int = 200, message: str = "",
-                     error: str | None = None):
+                     error: str | None = None, form: SubmissionForm | None = None):
         self.newsroom.ensure_key(login.identity, login.passphrase)  # heals a key lost to a crash after a first submission
         replies = yield self.newsroom.replies_for(login.identity, login.passphrase)
         ctx = self._ctx(request, login.session, logged_in=True)
         codename = SessionStore.unseal(login.session, self.cookie.token(request), "codename")
         # Newest first: the store lists them in the order they were sent.
         shown = [ShownReply(r.filename, r.text, r.created_at, r.new) for r in reversed(replies)]
-        page = pages.lookup(ctx, shown, message=message, error=error, codename=codename,
-                            first_submission_done=bool(login.session.data.pop("show_next", False)))
+        form = form or self._forms(login.session).issue()
+        page = pages.lookup(ctx, shown, message=message, error=error, codename=codename, form_token=form.token)
         html = yield self._html(request, page, status)
         if any(r.new for r in replies):
             yield self.newsroom.mark_replies_read(login.identity, replies)
@@ -503,7 +576,8 @@ class SourceInterface(HtmlResponses):
         except UploadError as e:
             return self._refused_upload_page(request, e, upload.fields_so_far())
         except EncryptionFailed as e:
-            return self._storage_failed(request, e, upload.fields_so_far().get("msg", ""))
+            fields = upload.fields_so_far()
+            return self._storage_failed(request, e, fields.get("msg", ""), fields.get(pages.FORM_TOKEN_FIELD))
         # The login checked once, when the upload started: a session that ended while the body
         # was arriving (expiry, a logout in another tab) does not lose what was sent.
         login: SourceLogin | None = request.upload_login
@@ -511,32 +585,55 @@ class SourceInterface(HtmlResponses):
             _discard(self.newsroom, result)
             return self._refused_upload_page(request, UploadError(403, "expired", _EXPIRED), result.fields)
         message = result.fields.get("msg", "")
-        ctx = self._ctx(request, None)
-        problem = None
+        token = result.fields.get(pages.FORM_TOKEN_FIELD)
+        problem: tuple[int, str, dict[str, Any]] | None = None
         if not login.session.check_csrf(result.fields.get("csrf_token")):
-            problem = (403, ctx._(msgs.STALE_SUBMIT))
+            problem = (403, msgs.STALE_SUBMIT, {})
         elif result.fields.get(pages.HONEYPOT_FIELD):
-            problem = (403, ctx._(msgs.HONEYPOT))  # as SecureDrop: a bot
+            problem = (403, msgs.HONEYPOT, {})  # as SecureDrop: a bot
         elif len(message) > MAX_MESSAGE_CHARS:
-            problem = (413, ctx._(msgs.TOO_LONG, count=ctx.number(len(message)), limit=ctx.number(MAX_MESSAGE_CHARS)))
+            problem = (413, msgs.TOO_LONG, dict(count=len(message), limit=MAX_MESSAGE_CHARS))
         elif not message.strip() and not result.files:
-            problem = (400, ctx._(msgs.EMPTY))
+            problem = (400, msgs.EMPTY, {})
         elif result.files and not self.settings.allow_uploads:
-            problem = (400, ctx._(msgs.NO_FILES))
+            problem = (400, msgs.NO_FILES, {})
         if problem is not None:
             _discard(self.newsroom, result)
             live = self._still_logged_in(request, login)
             if live is None:  # nothing stored: the login page, the message carried in it
                 return self._refused_upload_page(request, UploadError(problem[0], "expired", _EXPIRED), result.fields)
-            page = yield self._lookup_page(request, live, status=problem[0], message=message, error=problem[1])
-            return page
-        page = yield self._store_submission(request, login, message, result)
+            return self._form_again(request, problem[0], message, problem[1], token=token, **problem[2])
+        form = self._forms(login.session).adopt(token)
+        while form.state == SENDING:  # the same form, sent twice at once (a double click)
+            yield form.settled()
+        if form.state == RECEIVED:  # already stored: answered with what arrived, stored once
+            _discard(self.newsroom, result)
+            live = self._still_logged_in(request, login)
+            if live is None:
+                return self._received_after_logout(request, self._thanks(request, form))
+            return self._to_lookup(request, live.session, self._received_in(live.session, form))
+        page = yield self._store_submission(request, login, message, result, form)
         return page
 
     @inlineCallbacks
-    def _store_submission(self, request: Any, login: SourceLogin, message: str, result: UploadResult):
-        """Encrypt the message, commit it with the (already encrypted) files, thank the source."""
+    def _store_submission(self, request: Any, login: SourceLogin, message: str, result: UploadResult,
+                          form: SubmissionForm):
+        """Encrypt the message, commit it with the (already encrypted) files, show what arrived."""
         parts = []
+        SubmissionForms.sending(form)
+        try:
+            page = yield self._encrypt_and_commit(request, login, message, result, form, parts)
+        except BaseException:
+            if form.state == SENDING:  # cancelled or failed unexpectedly: the form can be sent again
+                SubmissionForms.refused(form, 500, lambda ctx: ctx._(msgs.NOT_STORED))
+            raise
+        if form.state == SENDING:  # not stored, and nothing to keep (e.g. the source was deleted)
+            SubmissionForms.reopened(form)
+        return page
+
+    @inlineCallbacks
+    def _encrypt_and_commit(self, request: Any, login: SourceLogin, message: str, result: UploadResult,
+                            form: SubmissionForm, parts: list[EncryptedPart]):
         try:
             if message.strip():
                 part = yield shield(self.newsroom.encrypt_message(login.identity, message))
@@ -546,25 +643,37 @@ class SourceInterface(HtmlResponses):
             yield shield(self.newsroom.commit_submission(login.identity, parts, login.passphrase))
         except (EncryptionFailed, StorageFailed) as e:
             _discard(self.newsroom, result, parts)
-            return self._storage_failed(request, e, message)
+            return self._storage_failed(request, e, message, form.token)
         except Busy:
             _discard(self.newsroom, result, parts)
             self._flood("busy")
             request.setHeader(b"retry-after", b"60")
-            return self._form_again(request, 503, message, msgs.BUSY)  # the message stays in the form
+            return self._form_again(request, 503, message, msgs.BUSY, token=form.token)  # the message stays
         except SourceNotFound:  # deleted by the newsroom while this was on its way: nothing kept
             _discard(self.newsroom, result, parts)
             return self._error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED,
                                kept=message if _same_origin(request) else "")
-        thanks = msgs.received(i18n.negotiate(request), bool(message.strip()), len(result.files))
+        first = bool(login.session.data.pop("first_visit", False))
+        SubmissionForms.received(form, Receipt(bool(message.strip()), len(result.files), first=first))
+        self._drop_draft(login.session, f"draft:{form.token}")
         live = self._still_logged_in(request, login)
         if live is None:
-            return self._received_after_logout(request, thanks)
-        session = live.session
-        session.flash(thanks, "ok")
-        if login.session.data.pop("first_visit", False) or session.data.pop("first_visit", False):
-            session.data["show_next"] = True
-        return self._redirect(request, "/lookup")
+            return self._received_after_logout(request, self._thanks(request, form))
+        return self._to_lookup(request, live.session, self._received_in(live.session, form))
+
+    def _thanks(self, request: Any, form: SubmissionForm) -> str:
+        receipt = form.receipt
+        assert receipt is not None
+        return msgs.received(i18n.negotiate(request), receipt.message, receipt.documents)
+
+    def _received_in(self, session: Session, form: SubmissionForm) -> SubmissionForm:
+        """``form`` as known to ``session``: a source that logged in again while its submission
+        was arriving sees what arrived in its new session too."""
+        mine = self._forms(session).adopt(form.token)
+        if mine is not form and mine.state != RECEIVED and form.receipt is not None:
+            first = form.receipt.first or bool(session.data.pop("first_visit", False))
+            SubmissionForms.received(mine, dataclasses.replace(form.receipt, first=first))
+        return mine
 
     def _still_logged_in(self, request: Any, login: SourceLogin) -> SourceLogin | None:
         """``login``'s session if it is still live, else this browser's current login to the same
@@ -583,21 +692,40 @@ class SourceInterface(HtmlResponses):
         notice = ctx._(msgs.RECEIVED_AFTER_LOGOUT, minutes=ctx.number(self.session_minutes))
         return render_sync(pages.login(ctx, notice=notice))
 
-    def _storage_failed(self, request: Any, e: EncryptionFailed | StorageFailed, message: str = "") -> Any:
+    def _storage_failed(self, request: Any, e: EncryptionFailed | StorageFailed, message: str = "",
+                        token: str | None = None) -> Any:
         # Counted for the day's report (daily_report), never logged now: it would date the source.
         self.newsroom.activity.not_stored("disk_full" if e.disk_full else "storage_failed")
         error = msgs.OUT_OF_SPACE if e.disk_full else msgs.NOT_STORED
-        return self._form_again(request, 507 if e.disk_full else 500, message, error)
+        return self._form_again(request, 507 if e.disk_full else 500, message, error, token=token)
 
-    def _form_again(self, request: Any, status: int, message: str, error: str, **values: Any) -> bytes:
-        """The submission form again, ``message`` in it, ``error`` above it; replies are not read
-        (no gpg), so this renders at once, even while the body is still arriving."""
+    def _form_again(self, request: Any, status: int, message: str, error: str, token: str | None = None,
+                    **values: Any) -> bytes:
+        """The submission form again, at a GET-able address: a redirect to the form's page, which
+        shows ``error`` (with ``status``) and ``message`` (kept sealed in the session). Numbers in
+        ``values`` are formatted in the page's language (``size``: a size in bytes). Nothing is
+        read or decrypted here, so this answers at once, even while the body is still arriving."""
         login = self._current_login(request)
         if login is None:
-            return self._error(request, status, msgs.T_NOT_STORED, error, **values)
-        ctx = self._ctx(request, login.session, logged_in=True)
-        set_html(request, status)
-        return render_sync(pages.lookup(ctx, None, message=message[:MAX_MESSAGE_CHARS], error=ctx._(error, **values)))
+            ctx = self._ctx(request, None)
+            return self._error(request, status, msgs.T_NOT_STORED, error, **_formatted(ctx, values))
+        forms = self._forms(login.session)
+        form = forms.adopt(token)
+        if form.state == RECEIVED:  # that form was stored already: the error goes on a new one
+            form = forms.issue()
+        render_error = (lambda ctx: ctx._(error, **_formatted(ctx, values)))
+        if status in _ANSWERED_AT_ONCE or getattr(request, "answering_early", False):
+            # Busy, another upload in flight, a full disk: a passing state, told with its status
+            # (and Retry-After) on the form itself. And a refusal sent while the file is still
+            # arriving: a browser still sending does not follow a redirect, it shows this page.
+            SubmissionForms.reopened(form)
+            ctx = self._ctx(request, login.session, logged_in=True)
+            set_html(request, status)
+            return render_sync(pages.lookup(ctx, None, message=message[:MAX_MESSAGE_CHARS], error=render_error(ctx),
+                                            form_token=form.token))
+        SubmissionForms.refused(form, status, render_error)
+        self._keep_draft(request, login.session, form, message[:MAX_MESSAGE_CHARS])
+        return self._to_lookup(request, login.session, form, refused=True)
 
     def _refused_upload_page(self, request: Any, error: UploadError, fields: dict[str, str]) -> bytes:
         """What a source sees when a submission is refused: always the typed message back."""
@@ -607,7 +735,7 @@ class SourceInterface(HtmlResponses):
         if error.reason == _CLOSED:
             return self._error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED, kept=message)
         if error.reason == _NO_ROOM:
-            return self._no_room_page(request, message, have_message)
+            return self._no_room_page(request, message, have_message, fields.get(pages.FORM_TOKEN_FIELD))
         if error.reason == _EXPIRED or self._current_login(request) is None:
             if session is not None and session.data.get("closed"):
                 return self._error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED, kept=message)
@@ -615,39 +743,37 @@ class SourceInterface(HtmlResponses):
             set_html(request, 403)
             notice = ctx._(msgs.EXPIRED_SUBMIT, minutes=ctx.number(self.session_minutes))
             return render_sync(pages.login(ctx, notice=notice, carried=message[:MAX_MESSAGE_CHARS]))
-        ctx = self._ctx(request, None)
+        token = fields.get(pages.FORM_TOKEN_FIELD)
         if error.reason == REASON_FILES_TOO_LARGE:
-            size = ctx.size(self.settings.max_upload_size)
             return self._form_again(request, 413, message, msgs.TOO_LARGE if have_message else msgs.TOO_LARGE_LOST,
-                                    size=size)
+                                    token=token, size=self.settings.max_upload_size)
         if error.reason == REASON_STALE_FORM:
-            return self._form_again(request, 403, message, msgs.STALE_SUBMIT)
+            return self._form_again(request, 403, message, msgs.STALE_SUBMIT, token=token)
         if error.reason == _IN_FLIGHT:
-            return self._form_again(request, 429, message, msgs.IN_FLIGHT)
+            return self._form_again(request, 429, message, msgs.IN_FLIGHT, token=token)
         if error.reason == _BUSY or error.status == 503:
             request.setHeader(b"retry-after", b"60")
-            return self._form_again(request, 503, message, msgs.BUSY)
-        return self._form_again(request, error.status, message, msgs.BAD_FORM if have_message else msgs.BAD_FORM_LOST)
+            return self._form_again(request, 503, message, msgs.BUSY, token=token)
+        return self._form_again(request, error.status, message, msgs.BAD_FORM if have_message else msgs.BAD_FORM_LOST,
+                                token=token)
 
-    def _no_room_page(self, request: Any, message: str, have_message: bool) -> bytes:
+    def _no_room_page(self, request: Any, message: str, have_message: bool, token: str | None = None) -> bytes:
         """The disk cannot take these files and keep its reserve: say what size fits now."""
         disk = self.newsroom.disk
         largest = min(self.settings.max_upload_size, disk.largest_upload() - _FORM_ALLOWANCE if disk else 0)
         if largest < 100_000:
-            return self._form_again(request, 507, message, msgs.NO_ROOM_AT_ALL)
+            return self._form_again(request, 507, message, msgs.NO_ROOM_AT_ALL, token=token)
         # Rounded down to what the page shows (tenths of a MB below 10 MB, whole MB above): a
         # file of the size named must fit.
         step = 100_000 if largest < 10_000_000 else 1_000_000
         largest -= largest % step
-        size = self._ctx(request, None).size(largest)
         return self._form_again(request, 507, message, msgs.NO_ROOM if have_message else msgs.NO_ROOM_LOST,
-                                size=size)
+                                token=token, size=largest)
 
     def _disk_refused(self) -> None:
-        folded = self._disk_events.admit()
-        if folded is not None:  # folded like the flood events: refusals must not flood the log
-            _log.warn("uploads refused: the disk has too little free space beyond --disk-reserve")
-            self.events.emit("source.upload.no_room", repeated=folded or None)
+        # Counted for the day's report; the admin hears of the full disk from a timer
+        # (disk_watch), never at the moment a source was refused.
+        self.newsroom.activity.not_stored("no_room")
 
     @app.route("/delete", methods=["POST"])
     @login_required
@@ -662,7 +788,7 @@ class SourceInterface(HtmlResponses):
         lang = i18n.negotiate(request)
         if deleted:
             login.session.flash(lang.gettext(msgs.REPLY_DELETED), "ok")
-            return self._redirect(request, "/lookup")
+            return self._to_lookup(request, login.session)
         page = yield self._lookup_page(request, login, status=404, error=lang.gettext(msgs.REPLY_NOT_FOUND))
         return page
 
@@ -673,7 +799,7 @@ class SourceInterface(HtmlResponses):
         count = yield shield(self.newsroom.delete_all_replies(login.identity))
         ctx = self._ctx(request, None)
         login.session.flash(ctx._(msgs.REPLIES_DELETED, count=ctx.number(count)), "ok")
-        return self._redirect(request, "/lookup")
+        return self._to_lookup(request, login.session)
 
     # -- machine-readable ------------------------------------------------------------------
 
@@ -733,7 +859,8 @@ class SourceInterface(HtmlResponses):
         read past that point."""
         limits = UploadLimits(
             max_file_bytes=self.settings.max_upload_size,
-            text_fields={"csrf_token": 256, "msg": MAX_MESSAGE_CHARS * 4, pages.HONEYPOT_FIELD: 1024},
+            text_fields={"csrf_token": 256, pages.FORM_TOKEN_FIELD: 64, "msg": MAX_MESSAGE_CHARS * 4,
+                         pages.HONEYPOT_FIELD: 1024},
             file_fields=frozenset({"fh"}),
         )
         files_refused = None
@@ -780,6 +907,7 @@ class SourceInterface(HtmlResponses):
         def answer_now(error: UploadError) -> None:
             # Not a word more is read: the page goes out now, with what was typed.
             fields = upload.fields_so_far()
+            request.answering_early = True  # the form itself, at once (see _form_again)
             request.answer_early(error.status, self._refused_upload_page(request, error, fields))
 
         upload = MultipartUpload(boundary, limits, open_sink, request.pause_body, request.resume_body,
@@ -846,6 +974,11 @@ def _same_origin(request: Any) -> bool:
     if origin is None or origin == b"null":
         return True
     return origin.split(b"://", 1)[-1] == (request.getHeader(b"host") or b"")
+
+
+def _formatted(ctx: PageContext, values: dict[str, Any]) -> dict[str, Any]:
+    """Values of an error message in the page's language: sizes in MB, other numbers grouped."""
+    return {k: ctx.size(v) if k == "size" else ctx.number(v) if isinstance(v, int) else v for k, v in values.items()}
 
 
 def _discard(newsroom: Newsroom, result: UploadResult, parts: list[EncryptedPart] = ()) -> None:

@@ -28,6 +28,8 @@ ALREADY_LOGGED_IN = N_("You are already logged in. To make a new codename, log o
 CODENAME_ACTIVE = N_("Your codename is active. Remember it: it is the only way back to your replies.")
 STALE_CREATE = N_("This page was out of date. Nothing was stored. Please get a new codename.")
 NOT_GENERATED = N_("That codename was not made for this visit. Please get a new one.")
+NO_NEW_CODENAMES = N_("No new codename can be made at the moment. Nothing was stored. Please try again in a few "
+                      "hours.")
 GET_NEW_CODENAME = N_("Please get a new codename.")
 STALE_LOGIN = N_("This page was out of date. Please enter your codename again.")
 INACTIVE = N_("For your safety, you were logged out {minutes} minutes after logging in. Please log in again.")

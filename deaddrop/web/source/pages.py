@@ -17,6 +17,8 @@ from deaddrop.web._common.pages import head
 from deaddrop.web.source.i18n import LANGUAGES, Language
 
 HONEYPOT_FIELD = "website"
+# Each submission form's own one-time token (see web/source/_submission_forms.py).
+FORM_TOKEN_FIELD = "form_token"
 MAX_MESSAGE_CHARS = 100_000
 # Where the language menu may send a source back to (never a URL taken from the request).
 RETURN_PATHS = frozenset({"/", "/login", "/lookup", "/safety"})
@@ -296,7 +298,7 @@ def login(ctx: PageContext, error: str | None = None, notice: str | None = None,
 
 
 def lookup(ctx: PageContext, replies: list[ShownReply] | None, *, message: str = "", error: str | None = None,
-           codename: str | None = None, first_submission_done: bool = False) -> Tag:
+           codename: str | None = None, form_token: str = "") -> Tag:
     """The logged-in page: new-reply notice, the submission form, then the replies, newest first."""
     _ = ctx._
     new = sum(1 for r in replies or () if r.new)
@@ -304,8 +306,6 @@ def lookup(ctx: PageContext, replies: list[ShownReply] | None, *, message: str =
     if new:
         body.append(tags.p(tags.a(ctx.lang.ngettext("{n} new reply", "{n} new replies", new).format(n=ctx.number(new)),
                                   href="#replies"), class_="flash flash-ok", id="new-replies"))
-    if first_submission_done:
-        body.append(_what_happens_next(ctx))
     if codename:
         body.append(tags.details(class_="card reveal")(
             tags.summary(_("Show my codename")),
@@ -313,7 +313,7 @@ def lookup(ctx: PageContext, replies: list[ShownReply] | None, *, message: str =
             tags.p(_("Keep it on paper in a safe place, never in a file or a phone. Close this panel when "
                      "others can see your screen."), class_="hint"),
         ))
-    body.append(_submission_form(ctx, message, error))
+    body.append(_submission_form(ctx, message, error, form_token))
     if replies is None:  # a page answered before the replies were read (e.g. a refused upload)
         body.append(tags.p(tags.a(_("Back to your page"), href="/lookup")))
         return _frame(ctx, _("Send more and read replies"), body)
@@ -360,7 +360,17 @@ def _what_happens_next(ctx: PageContext) -> Tag:
     )
 
 
-def _submission_form(ctx: PageContext, message: str, error: str | None) -> Tag:
+def received(ctx: PageContext, what_arrived: str, first: bool, next_form: str) -> Tag:
+    """What one form delivered: the answer to it, and what Back or a reload of its page shows."""
+    _ = ctx._
+    body: list[Any] = [tags.h1(what_arrived, id="received")]
+    if first:
+        body.append(_what_happens_next(ctx))
+    body.append(tags.p(tags.a(_("Send more and read replies"), href=f"/lookup?form={next_form}", class_="button")))
+    return _frame(ctx, what_arrived, body)
+
+
+def _submission_form(ctx: PageContext, message: str, error: str | None, form_token: str = "") -> Tag:
     _ = ctx._
     section = tags.section(class_="card", **{"aria-labelledby": "send"})(
         tags.h2(_("Send a message or files"), id="send"),
@@ -370,12 +380,14 @@ def _submission_form(ctx: PageContext, message: str, error: str | None) -> Tag:
     form = tags.form(method="post", action="/submit", enctype="multipart/form-data")(
         # First in the body, so the server knows the request is genuine before any file arrives.
         _csrf(ctx),
+        tags.input(type="hidden", name=FORM_TOKEN_FIELD, value=form_token) if form_token else "",
         tags.div(class_="honey", **{"aria-hidden": "true"})(
             tags.label(_("Leave this field empty"), for_=HONEYPOT_FIELD),
             tags.input(type="text", name=HONEYPOT_FIELD, id=HONEYPOT_FIELD, tabindex="-1", autocomplete="off"),
         ),
         tags.label(_("Message"), for_="msg"),
-        tags.textarea(message, name="msg", id="msg", maxlength=str(MAX_MESSAGE_CHARS),
+        # autocomplete off: a browser does not put a sent message back in the box on Back.
+        tags.textarea(message, name="msg", id="msg", maxlength=str(MAX_MESSAGE_CHARS), autocomplete="off",
                       **{"aria-describedby": "limits"}),
     )
     if ctx.allow_uploads:

@@ -1,0 +1,36 @@
+"""``source.upload.no_room``: said on a timer while the disk is down to its reserve.
+
+An upload refused for want of space must not be logged when it is refused: the line would date
+the source's attempt. The admin still needs to hear about a full disk, so the state is checked
+every ``INTERVAL`` seconds instead, whatever sources do, and the event is written while the
+largest upload the disk can take is smaller than the instance's upload limit. (The day's
+refusals are counted in ``submissions.daily``, as ``not_stored``.)
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.application.internet import TimerService
+
+EVENT = "source.upload.no_room"
+INTERVAL = 600.0
+
+
+class DiskWatch(TimerService):
+    def __init__(self, reactor: Any, disk: Any, settings: Any, events: Any) -> None:
+        super().__init__(INTERVAL, self.check)
+        self.clock = reactor
+        self._disk = disk
+        self._settings = settings
+        self._events = events
+
+    def check(self) -> bool:
+        """-> whether the disk is short of room (and the event was written)."""
+        largest = self._disk.largest_upload()
+        if largest >= self._settings.max_upload_size:
+            return False
+        try:
+            self._events.emit(EVENT, bytes=largest)
+        except OSError:
+            pass  # the log's own disk may be the full one; the next check tries again
+        return True
