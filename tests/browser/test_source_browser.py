@@ -387,7 +387,7 @@ class SourceLanguagesBrowserTests(unittest.TestCase):
             follow(driver, "form[action='/submit'] button[type=submit]")
             self.elapsed = time.monotonic() - started
             text = _text(driver)
-            self.assertIn("Your files are too large: this drop box accepts at most 0.1 MB in total", text)
+            self.assertIn("Your files are too large: this drop box accepts at most 0.0655 MB in total", text)
             self.assertIn("Nothing was stored", text)
             self.assertEqual(_css(driver, "#msg").get_attribute("value").replace("\r\n", "\n"), KEPT)
             screenshot(driver, "source-too-large")

@@ -145,7 +145,7 @@ class SourceFlowTests(unittest.TestCase):
         yield browser.create_source()
         response, html = yield browser.submit("", [("big.bin", os.urandom(3 * 1024 * 1024))])
         self.assertEqual(response.code, 413)
-        self.assertIn("Your files are too large: this drop box accepts at most 0.1 MB in total", html)
+        self.assertIn("Your files are too large: this drop box accepts at most 0.0655 MB in total", html)
         self.assertEqual(stored_files(server.data_dir), [])
         self.assertEqual(os.listdir(os.path.join(server.data_dir, "tmp")), [])
         # A message that fits still goes through afterwards.

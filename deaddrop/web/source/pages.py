@@ -6,6 +6,7 @@ Every visible string goes through the page's ``Language`` (gettext catalogs unde
 from __future__ import annotations
 
 import datetime
+from decimal import ROUND_DOWN, Decimal
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -58,14 +59,24 @@ class PageContext:
         return format_decimal(n, locale=self.lang.code)
 
     def size(self, n_bytes: int) -> str:
-        """Bytes in megabytes (10^6), the unit a non-specialist knows from their files."""
-        mb = n_bytes / 1_000_000
-        pattern = "#,##0.#" if mb < 10 else "#,##0"
-        return self._("{n} MB", n=format_decimal(mb, format=pattern, locale=self.lang.code))
+        """Bytes in megabytes (10^6), the unit a non-specialist knows from their files, and the
+        one the admin sets. Three significant digits (whole MB from 100 MB), rounded down: a
+        limit is never stated larger than it is, nor as "0 MB"."""
+        return self._("{n} MB", n=format_decimal(size_in_mb(n_bytes), locale=self.lang.code,
+                                                 decimal_quantization=False))
 
     def date(self, timestamp: float) -> str:
         return format_date(datetime.datetime.fromtimestamp(timestamp, datetime.timezone.utc).date(),
                            format="long", locale=self.lang.code)
+
+
+def size_in_mb(n_bytes: int) -> Decimal:
+    """``n_bytes`` in MB to three significant digits, rounded down (whole MB from 100 MB)."""
+    mb = Decimal(max(0, int(n_bytes))) / Decimal(1_000_000)
+    if mb == 0:
+        return mb
+    quantum = Decimal(1).scaleb(min(0, mb.adjusted() - 2))
+    return mb.quantize(quantum, rounding=ROUND_DOWN).normalize() if mb < 1000 else mb.quantize(Decimal(1), rounding=ROUND_DOWN)
 
 
 @dataclass
