@@ -168,6 +168,20 @@ def normalise_codename(text: str) -> str | None:
     return " ".join(words)
 
 
+def unknown_words(text: str, limit: int = 16) -> list[str]:
+    """The typed words that are in no codename (not in the list), in the order typed, at most
+    ``limit`` of them, each cut to 40 characters: what a source is told to check after a miss."""
+    if not isinstance(text, str):
+        return []
+    known = _codename_word_set()
+    found: list[str] = []
+    for token in _SEPARATORS.split(text[:MAX_CODENAME_CHARS].strip().lower()):
+        for word in _split_hyphens(token, known) if token else []:
+            if word not in known and word[:40] not in found:
+                found.append(word[:40])
+    return found[:limit]
+
+
 def _split_hyphens(token: str, known: frozenset[str]) -> list[str]:
     """``t-shirt-abacus`` -> ``["t-shirt", "abacus"]``: a hyphen joins two parts only when
     together they are a listed word (no part of a listed hyphenated word is a word itself)."""

@@ -91,8 +91,8 @@ class CatalogTests(unittest.TestCase):
                 self.assertIn(word[code], message.string.lower(), f"{code}: {message.string!r}")
 
     def test_every_language_says_the_codename_words_stay_english(self):
-        key = ("The codename words are English words, whatever language you use here. "
-               "Type them exactly as they are shown.")
+        key = ("The codename words are English words, whatever language you use here. Capital letters "
+               "do not matter, and spaces, commas, hyphens, dots or new lines may separate the words.")
         self.assertIn(key, used_messages())
         for code in i18n.TRANSLATED:
             self.assertTrue(_catalog(code).get(key).string)

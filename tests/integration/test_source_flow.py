@@ -124,9 +124,27 @@ class SourceFlowTests(unittest.TestCase):
             self.addCleanup(browser.close)
             response, html = yield browser.login(attempt)
             self.assertEqual(response.code, 403, attempt[:40])
-            self.assertIn(NOT_RECOGNIZED, html)
+            self.assertTrue(NOT_RECOGNIZED in html or "are not in the codename word list" in html, attempt[:40])
             response, html = yield browser.get("/lookup")
             self.assertIn("Log in with your codename", html)  # no session was granted
+
+    @inlineCallbacks
+    def test_a_mistyped_codename_names_the_words_outside_the_list_and_keeps_nothing(self):
+        codename = yield self.browser.create_source()
+        yield self.browser.get("/logout")
+        words = codename.split()
+        from deaddrop import codenames
+
+        typo = next(t for t in (words[2][:-1] + c for c in "qzxj") if t not in codenames.codename_words())
+        typed = " ".join(words[:2] + [typo] + words[3:]).upper()
+        response, html = yield self.browser.login(typed)
+        self.assertEqual(response.code, 403)
+        self.assertIn("These words are not in the codename word list, so they are part of no codename: "
+                      f"{typo}. Check them and type your codename again.", html)
+        for word in words:  # the box is empty: no word of the codename is on the page
+            self.assertNotIn(word, html.lower().replace(typo, ""))
+        response, html = yield self.browser.login(" ".join(words))
+        self.assertIn("Send more and read replies", html)
 
     @inlineCallbacks
     def test_empty_submission_is_refused_and_stores_nothing(self):

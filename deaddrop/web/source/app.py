@@ -366,10 +366,15 @@ class SourceInterface(HtmlResponses):
         ctx = self._form_ctx(request, "login")  # the form again, for every answer that shows it
         if not form_ok:
             return self._html(request, pages.login(ctx, ctx._(msgs.STALE_LOGIN), carried=carried), 403)
-        codename = codenames.normalise_codename(self._arg(request, "codename") or "")
+        typed = self._arg(request, "codename") or ""
+        codename = codenames.normalise_codename(typed)
         if codename is None:
-            # Malformed codenames cannot match any source: no KDF, and they count nowhere.
-            return self._html(request, pages.login(ctx, ctx._(NOT_RECOGNIZED), carried=carried), 403)
+            # Malformed codenames cannot match any source: no KDF, and they count nowhere. Words
+            # outside the list are named (they are part of no codename); the box is left empty
+            # (docs/threat-model.md, "A mistyped codename").
+            unknown = codenames.unknown_words(typed)
+            error = ctx._(msgs.NOT_IN_LIST, words=", ".join(unknown)) if unknown else ctx._(NOT_RECOGNIZED)
+            return self._html(request, pages.login(ctx, error, carried=carried), 403)
         # Failures count per circuit, never globally; the attempt's place is taken before the
         # KDF, so a burst of concurrent attempts cannot all get past the check.
         circuit = circuit_of(request)

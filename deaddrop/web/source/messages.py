@@ -23,6 +23,8 @@ T_TOO_LARGE = N_("Too large")
 
 # -- codename and login --------------------------------------------------------------------------
 NOT_RECOGNIZED = N_("Sorry, that is not a recognized codename. Check the words and try again.")
+NOT_IN_LIST = N_("These words are not in the codename word list, so they are part of no codename: {words}. Check "
+                 "them and type your codename again.")
 THROTTLED = N_("Too many attempts to log in. Please wait a minute and try again.")
 ALREADY_LOGGED_IN = N_("You are already logged in. To make a new codename, log out first.")
 CODENAME_ACTIVE = N_("Your codename is active. Remember it: it is the only way back to your replies.")

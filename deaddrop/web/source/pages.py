@@ -15,12 +15,15 @@ from babel.numbers import format_decimal
 from twisted.web.template import Tag, tags
 
 from deaddrop.web._common.pages import head
-from deaddrop.web.source.i18n import LANGUAGES, Language
+from deaddrop.web.source.i18n import LANGUAGES, N_, Language
 
 HONEYPOT_FIELD = "website"
 # Each submission form's own one-time token (see web/source/_submission_forms.py).
 FORM_TOKEN_FIELD = "form_token"
 MAX_MESSAGE_CHARS = 100_000
+# What login accepts (codenames.normalise_codename), said wherever a codename is shown.
+CODENAME_WORDS_HINT = N_("The codename words are English words, whatever language you use here. Capital letters "
+                         "do not matter, and spaces, commas, hyphens, dots or new lines may separate the words.")
 # Where the language menu may send a source back to (never a URL taken from the request).
 RETURN_PATHS = frozenset({"/", "/login", "/lookup", "/safety"})
 
@@ -246,8 +249,7 @@ def safety(ctx: PageContext, retention_days: int | None = None) -> Tag:
                  "words. It is the only way to come back, read our replies and send more. We do not store it, "
                  "so we cannot give it back if you lose it. Write it on paper and keep it in a safe place, "
                  "or learn it by heart, and never share it.")),
-        tags.p(_("The codename words are English words, whatever language you use here. Type them "
-                 "exactly as they are shown.")),
+        tags.p(_(CODENAME_WORDS_HINT)),
         tags.h2(_("When you are done")),
         tags.p(_("Log out, then close Tor Browser, or choose New Identity in its menu.")),
         tags.p(tags.a(_("Back to the start"), href="/")),
@@ -264,8 +266,7 @@ def generate(ctx: PageContext, codename: str, error: str | None = None) -> Tag:
         tags.p(_("This is your codename. Write it down on paper or learn it by heart, and keep it somewhere safe. "
                  "You need it to come back and read replies from our journalists.")),
         tags.p(codename, id="codename", class_="codename", lang="en", dir="ltr"),
-        tags.p(_("The codename words are English words, whatever language you use here. Type them "
-                 "exactly as they are shown."), class_="hint"),
+        tags.p(_(CODENAME_WORDS_HINT), class_="hint"),
         tags.p(_("We do not store your codename and cannot give it back if you lose it. Anyone who knows it can "
                  "read the replies sent to you, so never share it."), class_="hint"),
         tags.form(method="post", action="/create")(
