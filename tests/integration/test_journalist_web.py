@@ -14,6 +14,8 @@ import zipfile
 from twisted.internet.defer import inlineCallbacks
 from twisted.trial import unittest
 
+from deaddrop.settings import InstanceSettings
+
 from deaddrop.admin import ca
 from deaddrop.web.journalist import pages
 from tests._support import (
@@ -219,7 +221,7 @@ class JournalistWebTests(unittest.TestCase):
                 response, html = yield b.get(path)
             else:
                 response, html = yield b.post(path, data={"csrf_token": csrf, "username": "x",
-                                                          "organisation_name": "x", "max_upload_mib": "1"})
+                                                          "organisation_name": "x", "max_upload_mb": "1"})
             self.assertEqual(response.code, 403, path)
         self.assertEqual(len(db_rows(self.server, "SELECT id FROM journalists")), 2)
 
@@ -274,7 +276,7 @@ class JournalistWebTests(unittest.TestCase):
         b = yield self.logged_in()
         response, html = yield b.get("/admin/settings")
         response, html = yield b.post("/admin/settings", data={
-            "csrf_token": b.csrf(html), "organisation_name": "The Daily Planet", "max_upload_mib": "7",
+            "csrf_token": b.csrf(html), "organisation_name": "The Daily Planet", "max_upload_mb": "7",
             "refuse_uploads": "1"})
         self.assertIn("Settings saved", html)
         source = self.source_browser()
@@ -285,12 +287,47 @@ class JournalistWebTests(unittest.TestCase):
         response, html = yield source.get("/lookup")
         self.assertNotIn('type="file"', html)
         stored = dict(db_rows(self.server, "SELECT key, value FROM settings"))
-        self.assertEqual(stored, {"organisation_name": "The Daily Planet", "max_upload_size": str(7 * 1024 * 1024),
-                                  "allow_uploads": "0", "retention_days": "0"})
+        self.assertEqual({k: v for k, v in stored.items() if k in InstanceSettings.KEYS},
+                         {"organisation_name": "The Daily Planet", "max_upload_size": "7000000",
+                          "allow_uploads": "0", "retention_days": "0"})
         response, html = yield b.get("/admin/settings")
         response, html = yield b.post("/admin/settings", data={
-            "csrf_token": b.csrf(html), "organisation_name": "", "max_upload_mib": "0"})
+            "csrf_token": b.csrf(html), "organisation_name": "", "max_upload_mb": "0"})
         self.assertEqual(response.code, 400)
+
+    @inlineCallbacks
+    def test_saving_the_settings_changes_only_what_was_changed_and_sizes_round_trip(self):
+        """Issue 17 §5: saving only the retention field once turned 200,000 bytes into 1 MiB."""
+        import re
+
+        self.server.service.settings.max_upload_size = 200_000
+        b = yield self.logged_in()
+        response, html = yield b.get("/admin/settings")
+        self.assertIn('value="0.2"', html)  # the sources' unit (they read "0.2 MB"), exactly
+
+        def form(html: str, **changes: str) -> dict:
+            fields = dict(re.findall(r'<input[^>]*name="([^"]+)"[^>]*value="([^"]*)"', html))
+            fields = {k: v for k, v in fields.items() if k != "refuse_uploads"}
+            fields.update(changes)
+            return fields
+
+        response, html = yield b.post("/admin/settings", data=form(html, retention_days="30"))
+        self.assertIn("Settings saved", html)
+        settings = self.server.service.settings
+        self.assertEqual((settings.max_upload_size, settings.retention_days, settings.allow_uploads),
+                         (200_000, 30, True))
+        # Exact sizes round-trip; another admin's change to a field this form did not touch stays.
+        response, html = yield b.get("/admin/settings")
+        settings.organisation_name = "Changed meanwhile"
+        response, html = yield b.post("/admin/settings", data=form(html, max_upload_mb="1.234567"))
+        self.assertEqual((settings.max_upload_size, settings.organisation_name), (1_234_567, "Changed meanwhile"))
+        response, html = yield b.get("/admin/settings")
+        self.assertIn('value="1.234567"', html)
+        for bad in ["0.001", "1.2345678", "1,5", "-1", "100001", "abc"]:
+            response, html = yield b.post("/admin/settings", data=form(html, max_upload_mb=bad))
+            self.assertEqual(response.code, 400, bad)
+            self.assertIn("number of MB (1 MB = 1,000,000 bytes", html)
+        self.assertEqual(settings.max_upload_size, 1_234_567)
 
     @inlineCallbacks
     def test_source_texts_and_logo_per_language_from_the_settings(self):

@@ -135,7 +135,7 @@ class RetentionTests(unittest.TestCase):
         yield b.log_in(admin, TotpDevice(server, admin.totp_secret))
         response, html = yield b.get("/admin/settings")
         self.assertIn('name="retention_days"', html)
-        form = {"csrf_token": b.csrf(html), "organisation_name": "DeadDrop", "max_upload_mib": "500"}
+        form = {"csrf_token": b.csrf(html), "organisation_name": "DeadDrop", "max_upload_mb": "500"}
         response, html = yield b.post("/admin/settings", data=dict(form, retention_days="0"))
         self.assertEqual(response.code, 400)
         response, html = yield b.get("/admin/settings")

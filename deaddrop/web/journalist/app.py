@@ -33,13 +33,15 @@ from deaddrop.web._common.sessions import Session, SessionStore
 from deaddrop.web._common.site import BodyPolicy, DeadDropSite, log_failure_safely
 from deaddrop.web._common.static import serve_static
 from deaddrop.web.journalist import pages, source_texts
+from deaddrop.web.journalist.pages import megabytes, parse_megabytes
 from deaddrop.web.journalist._files import FileResponse
 from deaddrop.web.journalist.cert_binding import issued_for, refuse_mismatch
 
 COOKIE = "dd_journalist"
 MAX_ZIP_TICKETS = 8  # zip downloads a session remembers (see _zip_then_page)
 MiB = 1024 * 1024
-MAX_UPLOAD_MIB = 100 * 1024
+MIN_UPLOAD_BYTES = 1024  # as --max-upload-size
+MAX_UPLOAD_BYTES = 100 * 10**9
 
 
 def login_error(failure: LoginFailed) -> str:
@@ -559,22 +561,42 @@ class JournalistInterface(HtmlResponses):
     @admin_required
     @inlineCallbacks
     def save_settings(self, request: Any, login: JournalistLogin):
+        """Only what the admin changed is changed: each field is compared with the value its
+        form showed (``shown_*``), so an untouched field keeps the setting as it is now, even if
+        another admin changed it meanwhile."""
         session, admin = login.session, login.journalist
-        name = (form_arg(request, "organisation_name", 100) or "").strip()
-        size_text = (form_arg(request, "max_upload_mib", 16) or "").strip()
-        retention_text = (form_arg(request, "retention_days", 16) or "").strip()
+        current = self.settings
+
+        def changed(field: str, limit: int) -> str | None:
+            """The field's new value, or None: left as its form showed it, or not sent at all."""
+            raw = form_arg(request, field, limit)
+            shown = form_arg(request, f"shown_{field}", limit)
+            if raw is None or (shown is not None and raw.strip() == shown.strip()):
+                return None
+            return raw.strip()
+
+        name = changed("organisation_name", 100)
+        size_text = changed("max_upload_mb", 32)
+        retention_text = changed("retention_days", 16)
+        refuse = form_arg(request, "refuse_uploads") == "1"
+        refuse_changed = form_arg(request, "shown_refuse_uploads") != ("1" if refuse else "0")
+        size = parse_megabytes(size_text) if size_text is not None else current.max_upload_size
         error = None
-        if not name or len(name) > 100 or any(ord(c) < 32 for c in name):
+        if name is not None and (not name or len(name) > 100 or any(ord(c) < 32 for c in name)):
             error = "The organisation name must be 1 to 100 characters."
-        elif not size_text.isdigit() or not 1 <= int(size_text) <= MAX_UPLOAD_MIB:
-            error = f"The largest upload must be a whole number of MiB between 1 and {MAX_UPLOAD_MIB}."
+        elif size is None or not MIN_UPLOAD_BYTES <= size <= MAX_UPLOAD_BYTES:
+            error = (f"The largest upload must be a number of MB (1 MB = 1,000,000 bytes, up to six decimals) "
+                     f"between {megabytes(MIN_UPLOAD_BYTES)} and {megabytes(MAX_UPLOAD_BYTES)}.")
         elif retention_text and not (retention_text.isdigit() and 1 <= int(retention_text) <= MAX_RETENTION_DAYS):
             error = f"Retention must be empty (keep everything) or a whole number of days between 1 and {MAX_RETENTION_DAYS}."
         if error:
             page = pages.settings_page(self._name, session, admin, self.settings, error)
             return (yield self._html(request, page, 400))
-        updated = InstanceSettings(name, int(size_text) * MiB, form_arg(request, "refuse_uploads") != "1",
-                                   int(retention_text) if retention_text else None)
+        updated = InstanceSettings(
+            current.organisation_name if name is None else name,
+            size,
+            current.allow_uploads if not refuse_changed else not refuse,
+            current.retention_days if retention_text is None else (int(retention_text) if retention_text else None))
         yield shield(self.accounts.db.run(updated.save))
         # In memory after the database: the source side reads this same object per request.
         self.settings.organisation_name = updated.organisation_name

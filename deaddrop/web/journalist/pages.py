@@ -63,6 +63,22 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+def megabytes(n_bytes: int) -> str:
+    """Bytes as decimal MB, exactly (up to six decimals): what the settings form shows."""
+    whole, rest = divmod(int(n_bytes), 1_000_000)
+    return f"{whole}.{rest:06d}".rstrip("0").rstrip(".") if rest else str(whole)
+
+
+def parse_megabytes(text: str) -> int | None:
+    """Decimal MB (at most six decimals) as bytes, exactly; None if it is not such a number."""
+    import re
+
+    match = re.fullmatch(r"([0-9]{1,9})(?:\.([0-9]{1,6}))?", text.strip())
+    if not match:
+        return None
+    return int(match.group(1)) * 1_000_000 + int((match.group(2) or "").ljust(6, "0"))
+
+
 def human_size(n: int) -> str:
     size = float(n)
     for unit in ("bytes", "KiB", "MiB", "GiB"):
@@ -570,14 +586,21 @@ def settings_page(site_name: str, session: Session, journalist: Journalist, sett
             tags.label("Organisation name", for_="organisation_name"),
             tags.input(type="text", name="organisation_name", id="organisation_name",
                        value=settings.organisation_name, maxlength="100", required=""),
-            tags.label("Largest upload, in MiB", for_="max_upload_mib"),
-            tags.input(type="number", name="max_upload_mib", id="max_upload_mib", min="1", max="102400",
-                       value=str(max(1, settings.max_upload_size // (1024 * 1024))), required=""),
+            tags.label("Largest upload, in MB (1 MB = 1,000,000 bytes, as sources are told)", for_="max_upload_mb"),
+            # Text, not a number field: the exact size, in the sources' unit, round-trips as typed.
+            tags.input(type="text", name="max_upload_mb", id="max_upload_mb", inputmode="decimal",
+                       value=megabytes(settings.max_upload_size), required="", pattern=r"[0-9]+(\.[0-9]{1,6})?"),
             tags.label(refuse, " Refuse file uploads (sources can still send messages)"),
             tags.label("Delete submissions and replies older than this many days (empty: keep them)",
                        for_="retention_days"),
             tags.input(type="number", name="retention_days", id="retention_days", min="1", max="36500",
                        value=str(settings.retention_days or "")),
+            # What this form showed: a field left as it was changes nothing (see save_settings).
+            *[tags.input(type="hidden", name=f"shown_{k}", value=v) for k, v in [
+                ("organisation_name", settings.organisation_name),
+                ("max_upload_mb", megabytes(settings.max_upload_size)),
+                ("retention_days", str(settings.retention_days or "")),
+                ("refuse_uploads", "0" if settings.allow_uploads else "1")]],
             tags.p(tags.a("Welcome text, submission instructions and logo of the source pages",
                           href="/admin/source-texts")),
             tags.div(class_="actions")(tags.button("Save", type="submit")),
