@@ -808,6 +808,12 @@ class SourceInterface(HtmlResponses):
 
     # -- machine-readable ------------------------------------------------------------------
 
+    @app.route("/favicon.ico", methods=["GET"])
+    def favicon(self, request: Any) -> bytes:
+        # Browsers ask for it on every visit: no icon, and no error page either.
+        request.setResponseCode(204)
+        return b""
+
     @app.route("/robots.txt", methods=["GET"])
     def robots(self, request: Any) -> bytes:
         request.setHeader(b"content-type", b"text/plain; charset=utf-8")
