@@ -166,7 +166,7 @@ class DeadDropRequest(server.Request):
 
     def _refuse_early(self, status: int, title: str, message: str) -> None:
         """Answer before the body is read, then hang up: never buffer what we will refuse."""
-        self.answer_early(status, self.channel.site.render_error_page(status, title, message))
+        self.answer_early(status, self.channel.site.render_error_page(status, title, message, self.requestHeaders))
 
     def answer_early(self, status: int, body: bytes) -> None:
         """Answer with ``body`` while the request body is still arriving, then hang up.
@@ -198,7 +198,8 @@ class DeadDropRequest(server.Request):
         if not _url_is_text(self.path, self.getHeader(b"host")):
             # Klein answers a non-UTF-8 path itself, but logs a traceback (and the peer address)
             # first; a Host werkzeug cannot IDNA-encode ends in a 500.
-            body = self.channel.site.render_error_page(400, "Bad address", "That address could not be read.")
+            body = self.channel.site.render_error_page(400, "Bad address", "That address could not be read.",
+                                                       self.requestHeaders)
             self.setResponseCode(400)
             self.setHeader(b"content-type", b"text/html; charset=utf-8")
             self.setHeader(b"content-length", b"%d" % len(body))
@@ -220,7 +221,7 @@ class DeadDropRequest(server.Request):
             log_failure_safely(reason)
         if self.finished or self.channel is None:
             return
-        body = self.channel.site.render_error_page(500, "Something went wrong", "The server could not handle that request. Nothing you sent was stored unless you saw a confirmation.")
+        body = self.channel.site.render_error_page(500, "Something went wrong", "The server could not handle that request. Nothing you sent was stored unless you saw a confirmation.", self.requestHeaders)
         self.setResponseCode(500)
         self.setHeader(b"content-type", b"text/html; charset=utf-8")
         self.setHeader(b"content-length", b"%d" % len(body))
@@ -426,8 +427,14 @@ class DeadDropChannel(http.HTTPChannel):
             self._replaying = False
 
     def refuse(self, status: int, title: str, message: str) -> None:
-        """Answer with an error page straight on the transport and hang up (nothing is read)."""
-        self.answer(status, self.site.render_error_page(status, title, message))
+        """Answer with an error page straight on the transport and hang up (nothing is read).
+        The page speaks the language of the headers received so far, if any."""
+        headers = self.requests[-1].requestHeaders.copy() if self.requests else None
+        pending = getattr(self, "_HTTPChannel__header", b"")  # the last header line, not filed yet
+        if headers is not None and b":" in pending:
+            name, _, value = pending.partition(b":")
+            headers.addRawHeader(name.strip().lower(), value.strip())
+        self.answer(status, self.site.render_error_page(status, title, message, headers))
 
     def answer(self, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = ()) -> None:
         """Write a whole HTML response straight on the transport and hang up."""

@@ -634,7 +634,8 @@ class JournalistInterface(HtmlResponses):
         return DeadDropSite(
             self.app.resource(),
             body_policy=BodyPolicy(max_form_bytes=2 * MiB),
-            render_error_page=lambda status, title, message: error_page_bytes(self._name, status, title, message),
+            render_error_page=lambda status, title, message, headers=None: error_page_bytes(
+                self._name, status, title, message),
             # The one multipart upload of this side: an admin's logo for the source pages.
             start_upload=self.start_logo_upload,
             upload_targets=frozenset({source_texts.LOGO_PATH}),

@@ -33,7 +33,7 @@ from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.form_tokens import FormTokens
 from deaddrop.web._common.forms import form_arg
 from deaddrop.web._common.guards import login_required
-from deaddrop.web._common.pages import error_page_bytes, render_sync, set_html
+from deaddrop.web._common.pages import render_sync, set_html
 from deaddrop.web._common.responses import HtmlResponses
 from deaddrop.web._common.session_cookie import SessionCookie
 from deaddrop.web._common.sessions import Session, SessionStore
@@ -373,7 +373,9 @@ class SourceInterface(HtmlResponses):
             # outside the list are named (they are part of no codename); the box is left empty
             # (docs/threat-model.md, "A mistyped codename").
             unknown = codenames.unknown_words(typed)
-            error = ctx._(msgs.NOT_IN_LIST, words=", ".join(unknown)) if unknown else ctx._(NOT_RECOGNIZED)
+            error = ctx._(NOT_RECOGNIZED)
+            if unknown:
+                error += " " + ctx._(msgs.NOT_IN_LIST, words=", ".join(unknown))
             return self._html(request, pages.login(ctx, error, carried=carried), 403)
         # Failures count per circuit, never globally; the attempt's place is taken before the
         # KDF, so a burst of concurrent attempts cannot all get past the check.
@@ -943,6 +945,13 @@ class SourceInterface(HtmlResponses):
         # Read per request: admins can change the limit while the server runs.
         return self.settings.max_upload_size + MAX_MESSAGE_CHARS * 4 + (1 << 20)
 
+    def _early_page(self, status: int, title: str, message: str, headers: Any = None) -> bytes:
+        """A refusal answered before a route runs (too many requests, too large, headers too
+        large, tor2web...): the source frame, in the language the headers ask for."""
+        ctx = PageContext(lang=i18n.from_headers(headers), site_name=self._name, session_minutes=self.session_minutes,
+                          max_upload_size=self.settings.max_upload_size, allow_uploads=self.settings.allow_uploads)
+        return render_sync(pages.error(ctx, ctx._(title), ctx._(message)))
+
     def _report_failure(self, failure: Any) -> None:
         """A source request failed: described (code positions only) in the day's report, not now."""
         self.newsroom.activity.failed(describe_failure(failure))
@@ -956,7 +965,7 @@ class SourceInterface(HtmlResponses):
             # percent-encoded (3 bytes each), plus the other fields.
             body_policy=BodyPolicy(max_form_bytes=MAX_MESSAGE_CHARS * 12 + (64 << 10)),
             multipart_limit=self._multipart_limit,
-            render_error_page=lambda status, title, message: error_page_bytes(self._name, status, title, message),
+            render_error_page=self._early_page,
             start_upload=self.start_upload,
             too_large_message="That upload is larger than this instance accepts. Nothing was stored.",
             upload_targets=frozenset({b"/submit"}),

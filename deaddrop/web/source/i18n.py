@@ -95,6 +95,21 @@ def negotiate(request: Any) -> Language:
     return language(from_accept_language(header) or DEFAULT)
 
 
+def from_headers(headers: Any) -> Language:
+    """``negotiate`` for raw request headers (a refusal answered before any route runs);
+    English when there are none yet."""
+    if headers is None:
+        return language(DEFAULT)
+    for raw in headers.getRawHeaders(b"cookie", [])[:8]:
+        for pair in raw[:4096].split(b";"):
+            name, _, value = pair.strip().partition(b"=")
+            code = value.decode("ascii", "replace")
+            if name == COOKIE.encode() and code in LANGUAGES:
+                return language(code)
+    accept = (headers.getRawHeaders(b"accept-language") or [b""])[0]
+    return language(from_accept_language(accept.decode("latin-1")) or DEFAULT)
+
+
 def remember(request: Any, code: str) -> None:
     """Set the menu's cookie: the language code and nothing else, for this browser session only."""
     request.addCookie(COOKIE.encode(), code.encode("ascii"), path=b"/", httpOnly=True,

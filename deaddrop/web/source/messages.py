@@ -23,8 +23,7 @@ T_TOO_LARGE = N_("Too large")
 
 # -- codename and login --------------------------------------------------------------------------
 NOT_RECOGNIZED = N_("Sorry, that is not a recognized codename. Check the words and try again.")
-NOT_IN_LIST = N_("These words are not in the codename word list, so they are part of no codename: {words}. Check "
-                 "them and type your codename again.")
+NOT_IN_LIST = N_("These words are not in the codename word list, so they are part of no codename: {words}.")
 THROTTLED = N_("Too many attempts to log in. Please wait a minute and try again.")
 ALREADY_LOGGED_IN = N_("You are already logged in. To make a new codename, log out first.")
 CODENAME_ACTIVE = N_("Your codename is active. Remember it: it is the only way back to your replies.")
@@ -102,3 +101,23 @@ NOT_FOUND = N_("There is nothing at this address.")
 NOT_ALLOWED = N_("That action is not available this way.")
 REFUSED = N_("The request could not be handled.")
 BAD_ADDRESS = N_("That address could not be read.")
+
+# -- refusals answered before any route runs (web/_common/site.py, _proxies.py) -----------------
+# The English texts there are these message ids: listed here to be extracted and translated.
+EARLY_REFUSALS = (
+    N_("Too many requests"),
+    N_("Too many requests over this connection at once. Wait a few seconds, then reload the page."),
+    N_("Too large"),
+    N_("That upload is larger than this instance accepts. Nothing was stored."),
+    N_("That request is too large."),
+    N_("Request refused"),
+    N_("The request's headers are too large."),
+    N_("Unsupported upload"),
+    N_("This address does not accept uploads."),
+    N_("Bad address"),
+    N_("Something went wrong"),
+    N_("The server could not handle that request. Nothing you sent was stored unless you saw a confirmation."),
+    N_("Please use Tor Browser"),
+    N_("You reached this page through a proxy service (tor2web), which can see what you send and who you are. "
+       "Nothing was stored. Download Tor Browser from torproject.org and open this address in it."),
+)
