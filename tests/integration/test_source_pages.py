@@ -206,15 +206,18 @@ class SourcePagesTests(_SourceServerTest):
         csrf = self.browser.csrf(html)
         source_id = yield self._source_id()
         yield self.server.service.newsroom.delete_source(source_id)
-        response, html = yield self.browser.get("/lookup")
-        self.assertEqual(response.code, 403)
-        self.assertIn("The newsroom has closed the conversation for this codename", html)
-        self.assertNotIn("minutes after logging in", html)
         body, content_type = multipart_body([("csrf_token", csrf), ("msg", "KEPT-AFTER-DELETE")], [("", b"")])
         response, html = yield self.browser.post("/submit", data=body, headers={"Content-Type": content_type})
         self.assertEqual(response.code, 403)
         self.assertIn("closed the conversation", html)
         self.assertIn("KEPT-AFTER-DELETE", html)  # what they typed is not lost: they can copy it
+        self.assertNotIn("minutes after logging in", html)
+        # Said once, and logged out: the cookie is gone, and the next visit is a fresh one.
+        self.assertEqual([c for c in self.browser.cookies if c.name == "dd_source" and c.value], [])
+        response, html = yield self.browser.get("/lookup")
+        self.assertEqual(response.code, 200)
+        self.assertIn("Log in with your codename", html)
+        self.assertNotIn("closed the conversation", html)
 
     @inlineCallbacks
     def test_a_returning_source_is_told_about_inactivity(self):

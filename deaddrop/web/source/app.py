@@ -197,6 +197,8 @@ class SourceInterface(HtmlResponses):
     def _refuse_anonymous(self, request: Any, post: bool) -> Any:
         session = self._session(request)
         if session is not None and session.data.get("closed"):
+            # Said once, calmly, and logged out: the next visit starts afresh (as SecureDrop does).
+            self.cookie.end(request, session)
             return self._error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED)
         # A cookie that no longer opens a session: logged out for inactivity (or a restart).
         expired = bool(_TOKEN_SHAPE.fullmatch(self.cookie.token(request) or ""))
@@ -745,6 +747,7 @@ class SourceInterface(HtmlResponses):
             return self._no_room_page(request, message, have_message, fields.get(pages.FORM_TOKEN_FIELD))
         if error.reason == _EXPIRED or self._current_login(request) is None:
             if session is not None and session.data.get("closed"):
+                self.cookie.end(request, session)  # said once, and logged out
                 return self._error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED, kept=message)
             ctx = self._form_ctx(request, "login")
             set_html(request, 403)
