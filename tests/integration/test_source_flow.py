@@ -164,6 +164,8 @@ class SourceFlowTests(unittest.TestCase):
         response, html = yield browser.submit("", [("big.bin", os.urandom(3 * 1024 * 1024))])
         self.assertEqual(response.code, 413)
         self.assertIn("Your files are too large: this drop box accepts at most 0.0655 MB in total", html)
+        self.assertIn("Please choose smaller files.", html)  # nothing was typed: no "your message is below"
+        self.assertNotIn("Your message is still below", html)
         self.assertEqual(stored_files(server.data_dir), [])
         self.assertEqual(os.listdir(os.path.join(server.data_dir, "tmp")), [])
         # A message that fits still goes through afterwards.

@@ -755,7 +755,10 @@ class SourceInterface(HtmlResponses):
             return render_sync(pages.login(ctx, notice=notice, carried=message[:MAX_MESSAGE_CHARS]))
         token = fields.get(pages.FORM_TOKEN_FIELD)
         if error.reason == REASON_FILES_TOO_LARGE:
-            return self._form_again(request, 413, message, msgs.TOO_LARGE if have_message else msgs.TOO_LARGE_LOST,
+            # "Your message is still below" only when there is one (a form sent with an empty box has none).
+            said = (msgs.TOO_LARGE if message.strip() else msgs.TOO_LARGE_NOTHING_TYPED) if have_message \
+                else msgs.TOO_LARGE_LOST
+            return self._form_again(request, 413, message, said,
                                     token=token, size=self.settings.max_upload_size)
         if error.reason == REASON_STALE_FORM:
             return self._form_again(request, 403, message, msgs.STALE_SUBMIT, token=token)

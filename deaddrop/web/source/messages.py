@@ -49,6 +49,8 @@ NO_FILES = N_("This drop box does not accept files at the moment. Nothing was st
               "below: you can send it without the files.")
 TOO_LARGE = N_("Your files are too large: this drop box accepts at most {size} in total. Nothing was stored. "
                "Your message is still below: send it again with smaller files, or without them.")
+TOO_LARGE_NOTHING_TYPED = N_("Your files are too large: this drop box accepts at most {size} in total. Nothing was "
+                             "stored. Please choose smaller files.")
 TOO_LARGE_LOST = N_("Your files are too large: this drop box accepts at most {size} in total. Nothing was "
                     "stored. To get back the message you typed, use your browser's Back button.")
 IN_FLIGHT = N_("Another submission from you is still being received. Nothing was stored from this one. Your "
