@@ -186,3 +186,28 @@ class JournalistExtractionTests(unittest.TestCase):
             self.assertIn(expected, found)
         self.assertFalse({m for m in found if m in ("POST", "hidden", "ok", "warning")})
         self.assertGreater(len(found), 60)
+
+
+class ArabicPluralTests(unittest.TestCase):
+    """Issue 17 §7: Arabic counts follow Babel's plural rule (six forms), and one and two are said
+    in words ("5 دقيقة" and "و1 مستند" were wrong)."""
+
+    def test_the_catalogs_plural_rule_is_babels(self):
+        from babel.messages.plurals import get_plural
+
+        for code in i18n.TRANSLATED:
+            rule = get_plural(code)
+            catalog = _catalog(code)
+            self.assertEqual((catalog.num_plurals, catalog.plural_expr), (rule.num_plurals, rule.plural_expr), code)
+        self.assertEqual(get_plural("ar").num_plurals, 6)
+
+    def test_one_and_two_documents_and_replies_in_arabic(self):
+        from deaddrop.web.source import messages
+
+        ar = i18n.language("ar")
+        self.assertEqual(messages.received(ar, True, 1), "شكرًا لك. وصلتنا رسالتك ومستند واحد.")
+        self.assertEqual(messages.received(ar, True, 2), "شكرًا لك. وصلتنا رسالتك ومستندان.")
+        self.assertEqual(messages.received(ar, False, 11), "شكرًا لك. وصلنا 11 مستندًا.")
+        self.assertEqual(ar.ngettext("{n} new reply", "{n} new replies", 1).format(n=1), "رد جديد واحد")
+        for n in (1, 2):
+            self.assertNotIn(str(n), messages.received(ar, True, n))

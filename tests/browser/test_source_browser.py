@@ -333,7 +333,7 @@ class SourceLanguagesBrowserTests(unittest.TestCase):
         self.assertIn("كيف تحمي نفسك", seen["safety"])
         self.assertIn("اسمك الرمزي مفعّل الآن", seen["lookup"])
         self.assertIn("شكرًا لك. وصلتنا رسالتك.", seen["submitted"])
-        yield self._reply_is_shown(driver, "ar", "1 رد جديد")
+        yield self._reply_is_shown(driver, "ar", "رد جديد واحد")
 
     @inlineCallbacks
     def _reply_is_shown(self, driver, code: str, notice: str):
