@@ -124,5 +124,5 @@ class RouteGuardTests(unittest.TestCase):
 
         # /submit checks its login itself: the CSRF token is in the streamed multipart body.
         public = {"index", "generate", "create", "login_form", "login", "logout", "submit", "robots", "metadata",
-                  "public_key", "static", "safety", "choose_language", "logo"}
+                  "public_key", "static", "safety", "choose_language", "logo", "favicon"}
         self.assertEqual(self._unguarded(SourceInterface, public), set())

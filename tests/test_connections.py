@@ -42,7 +42,7 @@ class _Harness:
                  **site_options):
         self.clock = Clock()
         self.site = DeadDropSite(_Ok(), body_policy=policy or BodyPolicy(),
-                                 render_error_page=lambda status, title, message: b"error",
+                                 render_error_page=lambda status, title, message, headers=None: b"error",
                                  connection_limits=limits, reactor=self.clock, **site_options)
         self.open: list = []
         testcase.addCleanup(self.close_all)
