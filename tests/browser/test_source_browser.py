@@ -643,3 +643,34 @@ class ResubmitBrowserTests(unittest.TestCase):
                 self.assertFalse(_asks_to_resubmit(driver), driver.current_url)
         yield deferToThread(run)
         self.assertEqual(len(self._messages()), 1)
+
+
+class LanguageSwitchBrowserTests(unittest.TestCase):
+    """Issue 17 §2 in Chromium with JavaScript off: the language menu on the codename page."""
+
+    timeout = 90
+
+    @inlineCallbacks
+    def test_switching_language_on_the_codename_page_keeps_the_same_codename(self):
+        server = yield start_server(self)
+        driver = yield deferToThread(start_driver, DESKTOP)
+        self.addCleanup(deferToThread, quit_driver, driver)
+
+        def run() -> None:
+            driver.get(server.source_url + "/generate")
+            codename = _text(driver, "#codename")
+            follow(driver, "nav.languages a[hreflang='es']")
+            self.assertEqual(_css(driver, "html").get_attribute("lang"), "es")
+            self.assertEqual(_text(driver, "#codename"), codename)  # the one the source wrote down
+            follow(driver, "nav.languages a[hreflang='ar']")
+            self.assertEqual(_text(driver, "#codename"), codename)
+            follow(driver, "form[action='/create'] button[type=submit]")  # and it is the one that works
+            self.assertEqual(urlparse(driver.current_url).path, "/lookup")
+            driver.get(server.source_url + "/logout")
+            driver.get(server.source_url + "/login")
+            _css(driver, "#codename").send_keys(codename)
+            follow(driver, "form[action='/login'] button[type=submit]")
+            self.assertEqual(urlparse(driver.current_url).path, "/lookup")
+            driver.get(server.source_url + "/generate")
+            self.assertEqual(urlparse(driver.current_url).path, "/lookup")  # logged in: no new codename
+        yield deferToThread(run)

@@ -10,6 +10,7 @@ import dataclasses
 import hmac
 import json
 import re
+from urllib.parse import quote
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -258,6 +259,9 @@ class SourceInterface(HtmlResponses):
         if code in i18n.LANGUAGES:
             i18n.remember(request, code)
         back = self._arg(request, "next")
+        keep = self._arg(request, "keep")
+        if back == "/generate" and keep:  # the same codename, in the new language
+            return self._redirect(request, f"/generate?keep={quote(keep, safe='')}")
         return self._redirect(request, back if back in pages.RETURN_PATHS else "/")
 
     @app.route("/logo/<name>", methods=["GET"])
@@ -277,7 +281,10 @@ class SourceInterface(HtmlResponses):
         if self._identity(session):
             session.flash(i18n.negotiate(request).gettext(msgs.ALREADY_LOGGED_IN), "warning")
             return self._to_lookup(request, session)
-        codename = codenames.generate_codename(self.codename_words)
+        # The codename this browser was shown, when it switched languages on this page (a token
+        # sealed for this browser only); else a new one.
+        codename = (self.forms.open(self._arg(request, "keep"), "create", self.cookie.token(request))
+                    or codenames.generate_codename(self.codename_words))
         # Sealed into the form's token: /create accepts codenames we generated and nothing else,
         # and nothing is kept here.
         return self._html(request, pages.generate(self._form_ctx(request, "create", codename), codename))

@@ -6,6 +6,7 @@ Every visible string goes through the page's ``Language`` (gettext catalogs unde
 from __future__ import annotations
 
 import datetime
+from urllib.parse import quote
 from decimal import ROUND_DOWN, Decimal
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -25,7 +26,7 @@ MAX_MESSAGE_CHARS = 100_000
 CODENAME_WORDS_HINT = N_("The codename words are English words, whatever language you use here. Capital letters "
                          "do not matter, and spaces, commas, hyphens, dots or new lines may separate the words.")
 # Where the language menu may send a source back to (never a URL taken from the request).
-RETURN_PATHS = frozenset({"/", "/login", "/lookup", "/safety"})
+RETURN_PATHS = frozenset({"/", "/login", "/lookup", "/safety", "/generate"})
 
 
 @dataclass
@@ -102,9 +103,12 @@ def _error(message: str | None) -> Tag | str:
 
 def _language_menu(ctx: PageContext) -> Tag:
     back = ctx.path if ctx.path in RETURN_PATHS else "/"
+    # On the codename page the form's sealed token rides along, so the same codename comes back
+    # in the other language (it is encrypted, bound to this browser's cookie, and expires).
+    keep = f"&keep={quote(ctx.csrf_token, safe='')}" if back == "/generate" and ctx.csrf_token else ""
     items = []
     for code, (name, _direction) in LANGUAGES.items():
-        link = tags.a(name, href=f"/language/{code}?next={back}", lang=code, hreflang=code)
+        link = tags.a(name, href=f"/language/{code}?next={back}{keep}", lang=code, hreflang=code)
         if code == ctx.lang.code:
             link(**{"aria-current": "true"})
         items.append(tags.li(link))
