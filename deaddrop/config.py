@@ -14,7 +14,8 @@ MiB = 1024 * 1024
 NO_KEY_HELP = (
     "no submission key: on the offline Secure Viewing Station run "
     "`deaddrop-svs --home DIR init`, copy DIR/submission-public.asc here and start with "
-    "--submission-key submission-public.asc (or run ./scripts/demo for a throwaway demo)"
+    "--submission-key submission-public.asc (needed at the first start only: the data dir keeps a copy; "
+    "or run ./scripts/demo for a throwaway demo)"
 )
 
 
@@ -32,7 +33,8 @@ class Config:
     tor_options: tuple[tuple[str, str], ...] = ()
     tor_pow: bool = True  # --tor-pow on|off: Tor's proof-of-work defence on the source onion
     journalist_onion: bool = False
-    submission_key: str | None = None
+    submission_key: str | None = None  # None: the copy the data dir holds (deaddrop.submission_key)
+    replace_submission_key: bool = False
     codename_words: int = 7
     max_upload_size: int = 500 * MiB
     # Kept free on the store's file system: uploads that would eat into it are refused at once.
@@ -68,6 +70,9 @@ class Config:
     smtp_tls: str = "starttls"  # or "none", for a loopback server only
     smtp_tls_ca: str | None = None  # PEM CA(s) for the SMTP server's certificate (default: the system's)
     notify_interval_minutes: int = 1440
+    # The twistd deaddrop options as given, less --data-dir and the key options: what a restored
+    # instance is started with (``deaddrop-admin restore`` prints it; see DATA/status.json).
+    start_options: tuple[str, ...] = ()
 
     @property
     def source_session_lifetime(self) -> float:
@@ -112,10 +117,16 @@ class Config:
         if not 100 <= self.max_pending_sources <= 10_000_000:
             raise ConfigError("--max-pending-sources must be between 100 and 10000000")
         self._check_smtp()
-        if self.submission_key is None:
-            raise ConfigError(NO_KEY_HELP)
-        if not os.path.isfile(self.submission_key):
-            raise ConfigError(f"--submission-key {self.submission_key}: no such file")
+        submission_key = self.submission_key
+        if submission_key is None:
+            if self.replace_submission_key:
+                raise ConfigError("--replace-submission-key needs --submission-key NEW.asc (the SVS's new public key)")
+            # The instance's own key, kept in the data dir since its first start.
+            submission_key = os.path.join(self.data_dir, "submission-key.asc")
+            if not os.path.isfile(submission_key):
+                raise ConfigError(NO_KEY_HELP)
+        elif not os.path.isfile(submission_key):
+            raise ConfigError(f"--submission-key {submission_key}: no such file")
         from deaddrop.tor import check_tor_option, is_loopback_endpoint, parse_tor_mode
 
         try:
@@ -135,7 +146,7 @@ class Config:
                 raise ConfigError("--journalist-onion needs a loopback --journalist-listen")
         idle = self.source_session_lifetime if self.source_session_idle is None else self.source_session_idle
         return replace(self, tor=tor, data_dir=os.path.abspath(self.data_dir), source_session_idle=idle,
-                       submission_key=os.path.abspath(self.submission_key))
+                       submission_key=os.path.abspath(submission_key))
 
     def _check_smtp(self) -> None:
         from deaddrop._smtp import TLS_MODES, is_loopback, parse_server, valid_address

@@ -33,6 +33,7 @@ from deaddrop.store._atomic import write_atomically
 from deaddrop.store.db import SCHEMA_VERSION, Database
 from deaddrop.store.disk_space import DiskReserve, DiskSpace
 from deaddrop.store.files import Store
+from deaddrop.submission_key import KEY_FILE as SUBMISSION_KEY_FILE, use_submission_key
 from deaddrop.web._common.connections import ConnectionLimits, budget_for, raise_fd_limit
 from deaddrop.web._common.sessions import SessionStore
 from deaddrop.web._common.throttle import FailureThrottle
@@ -112,12 +113,18 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
 
     keyring = Keyring(config.path("gnupg"), config.gpg_binary)
     top.closers.append(keyring.stop_agent)
-    with open(config.submission_key, encoding="utf-8", errors="replace") as f:
-        submission_armored = f.read()
-    fingerprint = keyring.import_submission_key(submission_armored)
-    key_copy = config.path("submission-key.asc")
-    write_atomically(key_copy, submission_armored.encode("utf-8"), mode=0o644)
+    try:
+        submission_armored, fingerprint, replaced = use_submission_key(config, keyring, events)
+    except BaseException:
+        # A refused key ends the start here: let go of the data dir (a caller may try again).
+        for close in reversed(top.closers):
+            close()
+        raise
+    key_copy = config.path(SUBMISSION_KEY_FILE)
     _log.info("submission key fingerprint {fingerprint}", fingerprint=fingerprint)
+    if replaced is not None:
+        _log.warn("*** the submission key was REPLACED (--replace-submission-key): {previous} -> {fingerprint} ***",
+                  previous=replaced, fingerprint=fingerprint)
     if config.demo:
         _log.warn("*** DEMO INSTANCE: the submission key is a throwaway demo key. Never use this for real sources. ***")
 
@@ -280,6 +287,7 @@ def _add_status_file(top: DeadDropService, config: Config, reactor: Any, io_pool
             journalist_session_minutes=config.journalist_session_minutes,
             demo=config.demo,
             digest=top.digest.describe() if top.digest is not None else {"enabled": False},
+            start_options=list(config.start_options),
         )
 
     top.status_file = StatusFile(reactor, config.data_dir, describe, io_pool)

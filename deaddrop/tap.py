@@ -59,6 +59,8 @@ class Options(usage.Options):
     optFlags = [
         ["journalist-onion", None, "Also publish the journalist interface as an onion service with client authorisation."],
         ["demo", None, "Mark this instance as a demo everywhere (the README's demo uses it)."],
+        ["replace-submission-key", None,
+         "Accept a --submission-key other than the one the data dir holds (a security event)."],
         ["journalist-explain-missing-cert", None,
          "Show a browser without a client certificate one static page saying it needs one (off: refuse the handshake)."],
     ]
@@ -92,6 +94,8 @@ def config_from_options(options: Any) -> Config:
         tor_pow=parse_pow_switch(options["tor-pow"]),
         journalist_onion=bool(options["journalist-onion"]),
         submission_key=options["submission-key"],
+        replace_submission_key=bool(options["replace-submission-key"]),
+        start_options=given_options(options),
         codename_words=int(options["codename-words"]),
         max_upload_size=int(options["max-upload-size"]),
         disk_reserve=options["disk-reserve"],
@@ -117,6 +121,28 @@ def config_from_options(options: Any) -> Config:
         smtp_tls_ca=options["smtp-tls-ca"],
         notify_interval_minutes=int(options["notify-interval-minutes"]),
     )
+
+
+# Options naming a file: recorded absolute, so the start command restore prints works from anywhere.
+_FILE_OPTIONS = {"journalist-ca", "journalist-crl", "journalist-tls-cert", "journalist-tls-key", "tor-binary"}
+# Not part of a restored instance's start: the data dir is the restore target, the key is in it.
+_NOT_RECORDED = {"data-dir", "submission-key", "replace-submission-key"}
+
+
+def given_options(options: Any) -> tuple[str, ...]:
+    """The options given that differ from their defaults, as arguments (for ``Config.start_options``)."""
+    argv: list[str] = []
+    for name, _short, default, *_ in Options.optParameters:
+        value = options[name]
+        if name in _NOT_RECORDED or value is None or value == default:
+            continue
+        argv += [f"--{name}", os.path.abspath(value) if name in _FILE_OPTIONS else str(value)]
+    for name, *_ in Options.optFlags:
+        if name not in _NOT_RECORDED and options[name]:
+            argv.append(f"--{name}")
+    for key, value in options["tor-option"]:
+        argv += ["--tor-option", f"{key}={value}"]
+    return tuple(argv)
 
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")

@@ -206,3 +206,17 @@ class SessionLengthOnPagesTests(unittest.TestCase):
         self.addCleanup(browser.close)
         response, html = yield browser.get("/login")
         self.assertIn("You are logged out 90 minutes after logging in, or after 30 minutes without activity.", html)
+
+
+class SubmissionKeyOptionTests(unittest.TestCase):
+    def test_the_key_survives_tor_options(self):
+        # A --tor-option once took the submission key's place (a loop variable of the same name).
+        from tests._support import test_svs
+
+        options = Options()
+        options.parseOptions(["--tor", "none", "--submission-key", test_svs().public_key_path,
+                              "--tor-option", "DirAuthority=x", "--replace-submission-key"])
+        self.assertEqual(options.config.submission_key, test_svs().public_key_path)
+        self.assertEqual(options.config.validated().submission_key, test_svs().public_key_path)
+        self.assertIn("--tor-option", options.config.start_options)
+        self.assertNotIn("--replace-submission-key", options.config.start_options)

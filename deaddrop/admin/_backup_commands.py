@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import sys
 import time
 from typing import Any
 
+from deaddrop.admin import _status_commands
 from deaddrop.admin._datadir import initialised_data_dir
 from deaddrop.admin.backup import BackupError, make_backup, restore_backup
 from deaddrop.admin._output import AdminError, Output
@@ -53,7 +55,10 @@ def _backup(args: argparse.Namespace, out: Output) -> int:
     data_dir = initialised_data_dir(args.data_dir)
     started = time.monotonic()
     try:
-        report = make_backup(data_dir, args.out, args.to_key, args.sign_key, args.gnupg_home, args.gpg_binary)
+        # What the running server was started with, so that restore can say how to start the copy.
+        reported = _status_commands.server_status(data_dir)["reported"]
+        report = make_backup(data_dir, args.out, args.to_key, args.sign_key, args.gnupg_home, args.gpg_binary,
+                             start_options=reported.get("start_options"))
     except BackupError as e:
         raise AdminError(str(e)) from None
     seconds = time.monotonic() - started
@@ -82,6 +87,13 @@ def restore_command(archive: str) -> str:
             "--gnupg-home BACKUP_GNUPG_HOME --signer SIGNER.asc")
 
 
+def start_command(data_dir: str, options: tuple[str, ...] | None) -> list[str]:
+    """The command that starts the restored instance: no --submission-key (the data dir holds it)."""
+    twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
+    return [twistd if os.path.isfile(twistd) else "twistd", "-n", "--pidfile=", "deaddrop", "--data-dir", data_dir,
+            *(options or ())]
+
+
 def _restore(args: argparse.Namespace, out: Output) -> int:
     started = time.monotonic()
     try:
@@ -89,6 +101,7 @@ def _restore(args: argparse.Namespace, out: Output) -> int:
     except BackupError as e:
         raise AdminError(str(e)) from None
     seconds = time.monotonic() - started
+    command = start_command(report.data_dir, report.start_options)
     events = SecurityEvents(os.path.join(report.data_dir, "logs", "security.jsonl"))
     try:
         events.emit("admin.restore", count=report.files, bytes=report.bytes)
@@ -96,9 +109,17 @@ def _restore(args: argparse.Namespace, out: Output) -> int:
         events.close()
     out.result(
         {"data_dir": report.data_dir, "files": report.files, "bytes": report.bytes, "signer": report.signer,
-         "schema_version": report.schema_version, "created": report.created, "seconds": round(seconds, 3)},
+         "schema_version": report.schema_version, "created": report.created, "seconds": round(seconds, 3),
+         "start_command": command},
         f"restored {report.files} files ({_size(report.bytes)}) from a backup of {report.created} signed by "
         f"{report.signer} into {report.data_dir} in {seconds:.1f} s; every file matched the manifest\n"
-        f"  start the server with --data-dir {report.data_dir} (it keeps the onion address, sources and accounts)",
+        f"  start it with: {shlex.join(command)}\n"
+        + ("  (the options it ran with at the backup; files they name outside the data dir are not in the backup; "
+           "no --submission-key: the data dir holds the instance's key)\n" if report.start_options is not None else
+           "  (the server was not running during the backup, so the options it ran with are not known: add them, "
+           "e.g. from its systemd unit; no --submission-key: the data dir holds the instance's key)\n")
+        + f"  or, as the service of docs/deploy/install.md: chown -R deaddrop: {shlex.quote(report.data_dir)}, "
+          "then systemctl start deaddrop\n"
+          "  it keeps the onion address, sources, accounts and submission key",
     )
     return 0

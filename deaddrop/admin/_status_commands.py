@@ -25,6 +25,7 @@ from deaddrop.admin._datadir import initialised_data_dir
 from deaddrop.admin._output import Output
 from deaddrop.runtime_status import status_path
 from deaddrop.store import migrations
+from deaddrop.submission_key import replacements
 
 EXPIRY_WARNING_DAYS = 30
 # A CRL lives 30 days (deaddrop-admin crl) and is refreshed monthly: warn in its last week, as the
@@ -229,6 +230,11 @@ def instance_status(data_dir: str) -> dict[str, Any]:
     status["disk"] = disk(data_dir)
     status["submission_key_fingerprint"] = reported.get("submission_key_fingerprint") or key_fingerprint(
         os.path.join(data_dir, "submission-key.asc"))
+    try:
+        status["submission_key_replacements"] = replacements(data_dir)
+    except ValueError as e:
+        status["submission_key_replacements"] = []
+        status["checks"].append({"name": "submission_key_replacements", "ok": False, "detail": str(e)})
     certs = certificates(data_dir, reported, datetime.datetime.fromtimestamp(now, datetime.timezone.utc))
     status["crl"] = certs["crl"]
     status["expiring_certificates"] = certs["expiring_certificates"]
@@ -284,6 +290,10 @@ def format_status(status: dict[str, Any]) -> str:
         f"Journalists:      {c['journalists']}",
         f"Free disk:        {_gib(status['disk']['free_bytes'])} of {_gib(status['disk']['total_bytes'])}",
         f"Submission key:   {status['submission_key_fingerprint'] or '(none yet)'}",
+        *([f"Key replaced:     {status['submission_key_replacements'][-1]['date']}, was "
+            f"{status['submission_key_replacements'][-1]['previous']} (--replace-submission-key; "
+            f"{len(status['submission_key_replacements'])} time(s) in all, see the security log)"]
+          if status.get("submission_key_replacements") else []),
         "CRL:              " + (f"next update {crl['next_update']}" + (" (EXPIRED)" if crl["expired"] else
                                  f" (in {crl['days_left']} days)") if crl else "(none)"),
     ]

@@ -81,6 +81,8 @@ class RestoreReport:
     schema_version: int
     created: str
     signer: str = ""
+    # The options the server ran with during the backup (None: it was not running).
+    start_options: tuple[str, ...] | None = None
 
 
 # -- the recipient key ---------------------------------------------------------------------------
@@ -237,7 +239,7 @@ def _tarinfo(name: str, size: int, mode: int) -> tarfile.TarInfo:
 
 
 def make_backup(data_dir: str, out_path: str, key_file: str, sign_key: str, gnupg_home: str | None = None,
-                gpg_binary: str = "gpg") -> BackupReport:
+                gpg_binary: str = "gpg", start_options: list[str] | None = None) -> BackupReport:
     """Write the backup of ``data_dir`` to ``out_path`` (which must not exist): signed with the
     secret key ``sign_key`` from ``gnupg_home`` (gpg's own home if None), encrypted to ``key_file``."""
     out_path = os.path.abspath(out_path)
@@ -282,6 +284,7 @@ def make_backup(data_dir: str, out_path: str, key_file: str, sign_key: str, gnup
                 body = json.dumps({
                     "format": FORMAT, "deaddrop_version": deaddrop.__version__, "schema_version": version,
                     "created": time.strftime("%Y-%m-%d", time.gmtime()), "files": manifest, "folders": folders,
+                    "start_options": start_options,
                 }, sort_keys=True, indent=1).encode()
                 tar.addfile(_tarinfo(MANIFEST, len(body), 0o600), io.BytesIO(body))
             proc.stdin.close()
@@ -432,7 +435,8 @@ def restore_backup(archive: str, data_dir: str, signer_file: str, gnupg_home: st
         _restore_folders(data_dir, folders)  # only now: the modes come from a signed manifest
         _check_database(data_dir)
         fsync_directory(data_dir)
-        return RestoreReport(report.data_dir, report.files, report.bytes, report.schema_version, report.created, signer)
+        return RestoreReport(report.data_dir, report.files, report.bytes, report.schema_version, report.created,
+                             signer, report.start_options)
     except BaseException as e:
         _clear(data_dir, created)
         if isinstance(e, (tarfile.TarError, EOFError)):
@@ -499,7 +503,11 @@ def _extract(stream: IO[bytes], data_dir: str) -> tuple[RestoreReport, Any]:
         missing = sorted(set(manifest["files"]) - set(written))
         changed = sorted(n for n in written if manifest["files"].get(n) != written[n])
         raise BackupError(f"the archive does not match its manifest (missing {missing[:3]}, changed {changed[:3]})")
-    report = RestoreReport(data_dir, len(written), total, int(manifest["schema_version"]), manifest["created"])
+    options = manifest.get("start_options")
+    if options is not None and not (isinstance(options, list) and all(isinstance(o, str) for o in options)):
+        raise BackupError("the archive's manifest holds bad start options")
+    report = RestoreReport(data_dir, len(written), total, int(manifest["schema_version"]), manifest["created"],
+                           start_options=None if options is None else tuple(options))
     return report, manifest.get("folders")
 
 

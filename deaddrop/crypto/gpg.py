@@ -174,6 +174,19 @@ class Keyring:
 
     # -- the submission key -------------------------------------------------------------
 
+    def fingerprint_of(self, armored: str) -> str:
+        """The fingerprint of the one public key in ``armored``, read without importing it."""
+        forbid_reactor_thread("gpg")
+        if "PRIVATE KEY BLOCK" in armored:
+            raise SubmissionKeyError("the submission key file contains a SECRET key; give the server only the public "
+                                     "half (submission-public.asc) and keep the secret key on the SVS")
+        with self._lock.reading():
+            found = self._gpg.scan_keys_mem(armored)
+        fingerprints = sorted({key["fingerprint"] for key in found})
+        if len(fingerprints) != 1:
+            raise SubmissionKeyError(f"the submission key file must hold exactly one key, found {len(fingerprints)}")
+        return fingerprints[0]
+
     def import_submission_key(self, armored: str) -> str:
         """Import the SVS's public key; return its fingerprint. Refuses a secret key."""
         forbid_reactor_thread("gpg")

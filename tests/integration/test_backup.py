@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import sqlite3
 import subprocess
@@ -149,7 +150,8 @@ class BackupRoundTripTests(unittest.TestCase):
             with open(os.path.join(server.data_dir, name), "rb") as a, open(os.path.join(target, name), "rb") as b:
                 self.assertEqual(a.read(), b.read(), name)
 
-        restored = yield start_journalist_server(self, data_dir=target)
+        # No --submission-key: the restored data dir holds the instance's key.
+        restored = yield start_journalist_server(self, data_dir=target, submission_key=None)
         # The source logs in with its codename and reads the reply (its key came back too).
         source = Browser(restored.source_url)
         self.addCleanup(source.close)
@@ -480,3 +482,67 @@ class BackupPlaintextTests(unittest.TestCase):
             self.assertNotIn(f.read(), blob)
         self.assertNotIn(b"CREATE TABLE", blob)
         self.assertIn(b"CREATE TABLE", admin.decrypt(archive))  # the snapshot is in it, encrypted
+
+
+class RestoredStartCommandTests(unittest.TestCase):
+    """The command restore prints starts the restored instance as the original ran (real twistd)."""
+
+    timeout = 180
+
+    def test_the_printed_command_starts_the_restored_instance(self):
+        from tests._process import ConnectionBroke, ServerProcess, exchange, free_port
+
+        work = short_tempdir("dd-bks-")
+        self.addCleanup(shutil.rmtree, work, True)
+        data = os.path.join(work, "data")
+        journalist_port = free_port()
+        server = ServerProcess(data, workdir=work, extra_args=[
+            "--journalist-listen", f"tcp:{journalist_port}:interface=127.0.0.1", "--source-session-minutes", "60"])
+        self.addCleanup(server.cleanup)
+        server.start()
+        admin = AdminKey(self)
+        archive = os.path.join(work, "b.gpg")
+        code, out, err = run_cli("backup", "--data-dir", data, "--out", archive, *admin.backup_args())
+        self.assertEqual(code, 0, err)
+        server.stop()
+
+        target = os.path.join(work, "restored")
+        code, out, err = run_cli("--json", "restore", archive, "--data-dir", target, *admin.restore_args())
+        self.assertEqual(code, 0, err)
+        command = json.loads(out)["start_command"]
+        self.assertEqual(command[1:6], ["-n", "--pidfile=", "deaddrop", "--data-dir", target])
+        self.assertNotIn("--submission-key", command)  # the data dir holds the instance's key
+        for option, value in (("--source-listen", f"tcp:{server.port}:interface=127.0.0.1"),
+                              ("--journalist-listen", f"tcp:{journalist_port}:interface=127.0.0.1"),
+                              ("--source-session-minutes", "60"), ("--tor", "none")):
+            self.assertEqual(command[command.index(option) + 1], value, option)
+        code, text, err = run_cli("restore", archive, "--data-dir", os.path.join(work, "again"), *admin.restore_args())
+        self.assertIn(f"start it with: {shlex.join(command).replace(os.path.join(work, 'restored'), os.path.join(work, 'again'))}", text)
+
+        with open(os.path.join(work, "restored.log"), "wb") as log:
+            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    cwd=work, start_new_session=True)
+        self.addCleanup(kill_gpg_agent, os.path.join(target, "gnupg"))
+        self.addCleanup(_stop, proc)
+        deadline = time.monotonic() + 60
+        while True:
+            self.assertIsNone(proc.poll(), open(os.path.join(work, "restored.log")).read())
+            try:
+                response = exchange(server.port, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 5)
+                break
+            except (OSError, ConnectionBroke):
+                self.assertLess(time.monotonic(), deadline, "the restored instance did not start")
+                time.sleep(0.2)
+        self.assertEqual(response.status, 200)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    import signal
+
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
