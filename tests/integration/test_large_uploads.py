@@ -81,6 +81,12 @@ def status_and_html(answer: bytes) -> tuple[int, str]:
     return int(head.split(b" ", 2)[1]), body.decode("utf-8", "replace")
 
 
+def location_of(answer: bytes) -> str:
+    """The Location of a raw 303 answer."""
+    head = answer.partition(b"\r\n\r\n")[0].decode("latin-1")
+    return next(line.split(":", 1)[1].strip() for line in head.split("\r\n") if line.lower().startswith("location:"))
+
+
 def source_id(data_dir: str) -> int:
     db = sqlite3.connect(os.path.join(data_dir, "db.sqlite"))
     try:
@@ -118,12 +124,23 @@ class SessionDuringUploadTests(unittest.TestCase):
         self.assertIn("you were logged out", page)
         upload = yield d
         status, page = status_and_html(upload.answer)
-        self.assertEqual(status, 200, page[:600])
-        self.assertIn("Thank you. We received your message and 1 document.", page)
-        self.assertIn(RECEIVED_ANYWAY, page)
-        self.assertIn('action="/login"', page)  # and it can log in again from there
+        # Post/redirect/get, like the received page of a live session: a reload asks again for
+        # the page, it never sends the form again.
+        self.assertEqual(status, 303, page[:600])
+        received_page = location_of(upload.answer)
+        self.assertRegex(received_page, r"^/login\?received=[A-Za-z0-9_-]+$")
+        for _reload in range(2):
+            response, page = yield browser.get(received_page)
+            self.assertEqual(response.code, 200)
+            self.assertIn("Thank you. We received your message and 1 document.", page)
+            self.assertIn(RECEIVED_ANYWAY, page)
+            self.assertIn('action="/login"', page)  # and it can log in again from there
         self.assertEqual(decrypt_documents(server.data_dir), [("evidence.pdf", payload)])
         self.assertEqual(os.listdir(os.path.join(server.data_dir, "tmp")), [])
+        # A receipt is sealed: an edited or made-up one says nothing was received.
+        response, page = yield browser.get(received_page[:-3] + "AAA")
+        self.assertNotIn("Thank you", page)
+        self.assertNotIn(RECEIVED_ANYWAY, page)
 
     @inlineCallbacks
     def test_an_upload_outlives_a_logout_in_another_tab_and_a_fresh_login_gets_the_notice(self):
@@ -138,13 +155,22 @@ class SessionDuringUploadTests(unittest.TestCase):
         yield browser.get("/logout")
         upload = yield d
         status, page = status_and_html(upload.answer)
-        self.assertEqual(status, 200, page[:600])
+        self.assertEqual(status, 303, page[:600])
+        response, page = yield browser.get(location_of(upload.answer))
         self.assertIn("Thank you. We received 1 document.", page)
         self.assertIn(RECEIVED_ANYWAY, page)
         self.assertEqual(decrypt_documents(server.data_dir), [("memo.txt", payload)])
         # Logged in again: the source's page works as before.
         response, page = yield browser.login(codename)
         self.assertIn("Send more and read replies", page)
+        # The received page again (Back, a reload) while logged in: its thanks, on the source's
+        # page; and the same form sent again under the new login stores nothing twice.
+        response, page = yield browser.get(location_of(upload.answer))
+        self.assertIn("Thank you. We received 1 document.", page)
+        self.assertIn("Send more and read replies", page)
+        replay = yield throttled_upload(browser, html, "", [("memo.txt", payload)], rate=4_000_000)
+        self.assertNotIn(b"Thank you", replay.answer)
+        self.assertEqual(decrypt_documents(server.data_dir), [("memo.txt", payload)])
 
     @inlineCallbacks
     def test_a_source_deleted_during_its_upload_gets_the_calm_page_and_nothing_is_kept(self):

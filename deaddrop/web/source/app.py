@@ -82,6 +82,8 @@ CUTS_BEFORE_CLOSING = 3
 # Refusals of a passing state (busy, another upload in flight, no room on the disk) answered with the form at once,
 # with their status; every other refused form is a redirect to its page (see _form_again).
 _ANSWERED_AT_ONCE = frozenset({429, 503, 507})
+# The purpose (and binding) of the sealed receipt of a submission received after its session ended.
+_RECEIPT = "received"
 _TOKEN_SHAPE = re.compile(r"[A-Za-z0-9_-]{43}")  # what SessionStore hands out (32 random bytes)
 
 __all__ = ["SourceInterface", "SourceLogin", "shield", "MAX_MESSAGE_CHARS"]
@@ -354,10 +356,16 @@ class SourceInterface(HtmlResponses):
     @app.route("/login", methods=["GET"])
     def login_form(self, request: Any) -> Any:
         session = self._session(request)
+        thanks = self._receipt_thanks(request, i18n.negotiate(request))
         if self._identity(session):
+            if thanks:  # logged in again in another tab while the upload arrived
+                session.flash(thanks, "ok")
             return self._to_lookup(request, session)
         ctx = self._form_ctx(request, "login")
         notice = ctx._(msgs.INACTIVE, minutes=ctx.number(self.session_minutes)) if self._arg(request, "expired") else None
+        if thanks:
+            ctx = dataclasses.replace(ctx, flashes=[("ok", thanks)])
+            notice = ctx._(msgs.RECEIVED_AFTER_LOGOUT, minutes=ctx.number(self.session_minutes))
         return self._html(request, pages.login(ctx, notice=notice))
 
     @app.route("/login", methods=["POST"])
@@ -626,7 +634,7 @@ class SourceInterface(HtmlResponses):
             _discard(self.newsroom, result)
             live = self._still_logged_in(request, login)
             if live is None:
-                return self._received_after_logout(request, self._thanks(request, form))
+                return self._received_after_logout(request, form)
             return self._to_lookup(request, live.session, self._received_in(live.session, form))
         page = yield self._store_submission(request, login, message, result, form)
         return page
@@ -674,13 +682,8 @@ class SourceInterface(HtmlResponses):
         self._drop_draft(login.session, f"draft:{form.token}")
         live = self._still_logged_in(request, login)
         if live is None:
-            return self._received_after_logout(request, self._thanks(request, form))
+            return self._received_after_logout(request, form)
         return self._to_lookup(request, live.session, self._received_in(live.session, form))
-
-    def _thanks(self, request: Any, form: SubmissionForm) -> str:
-        receipt = form.receipt
-        assert receipt is not None
-        return msgs.received(i18n.negotiate(request), receipt.message, receipt.documents)
 
     def _received_in(self, session: Session, form: SubmissionForm) -> SubmissionForm:
         """``form`` as known to ``session``: a source that logged in again while its submission
@@ -701,12 +704,24 @@ class SourceInterface(HtmlResponses):
             return current
         return None
 
-    def _received_after_logout(self, request: Any, thanks: str) -> bytes:
-        """Stored, but the session ended while the body was arriving: say both, and offer to log in."""
-        ctx = dataclasses.replace(self._form_ctx(request, "login"), flashes=[("ok", thanks)])
-        set_html(request, 200)
-        notice = ctx._(msgs.RECEIVED_AFTER_LOGOUT, minutes=ctx.number(self.session_minutes))
-        return render_sync(pages.login(ctx, notice=notice))
+    def _received_after_logout(self, request: Any, form: SubmissionForm) -> bytes:
+        """Stored, but the session ended while the body was arriving: a redirect (post/redirect/get)
+        to the login page, which says both; reloading it sends nothing again. What arrived rides
+        in a sealed receipt token: nobody can forge one. It is not bound to the cookie, which
+        may have changed meanwhile (a logout or a new login in another tab), and it says only
+        what arrived, never what it said."""
+        receipt = form.receipt
+        assert receipt is not None
+        token = self.forms.issue(_RECEIPT, _RECEIPT, f"{int(receipt.message)}:{receipt.documents}")
+        return self._redirect(request, f"/login?received={token}")
+
+    def _receipt_thanks(self, request: Any, lang: i18n.Language) -> str | None:
+        """The thanks of a receipt token in the query (``_received_after_logout``), else None."""
+        opened = self.forms.open(self._arg(request, "received"), _RECEIPT, _RECEIPT) or ""
+        message, _, documents = opened.partition(":")
+        if message not in ("0", "1") or not documents.isdigit() or len(documents) > 6:
+            return None
+        return msgs.received(lang, message == "1", int(documents))
 
     def _storage_failed(self, request: Any, e: EncryptionFailed | StorageFailed, message: str = "",
                         token: str | None = None) -> Any:
