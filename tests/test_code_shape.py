@@ -123,6 +123,8 @@ class RouteGuardTests(unittest.TestCase):
         from deaddrop.web.source.app import SourceInterface
 
         # /submit checks its login itself: the CSRF token is in the streamed multipart body.
+        # carry_language (the menu posting a page's form) is public like choose_language: it
+        # keeps a logged-in source's message only when the request has its live login.
         public = {"index", "generate", "create", "login_form", "login", "logout", "submit", "robots", "metadata",
-                  "public_key", "static", "safety", "choose_language", "logo", "favicon"}
+                  "public_key", "static", "safety", "choose_language", "carry_language", "logo", "favicon"}
         self.assertEqual(self._unguarded(SourceInterface, public), set())

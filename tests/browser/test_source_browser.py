@@ -26,7 +26,7 @@ from tests.browser._chromium import (
     DESKTOP, PHONE, WindowSize, horizontal_overflow, javascript_runs, overflowing_elements, quit_driver, require_chromium,
     screenshot, start_driver,
 )
-from tests.integration.test_source_flow import gunzip_with_name, stored_files
+from tests.integration.test_source_flow import gunzip_with_name, stored_files, stored_messages
 
 try:
     from selenium.webdriver.common.by import By
@@ -558,12 +558,7 @@ class ResubmitBrowserTests(unittest.TestCase):
         return codename
 
     def _messages(self) -> list[bytes]:
-        found = []
-        for path in stored_files(self.server.data_dir):
-            if path.endswith("-msg.gpg"):
-                with open(path, "rb") as f:
-                    found.append(test_svs().decrypt(f.read()))
-        return found
+        return stored_messages(self.server.data_dir)
 
     @inlineCallbacks
     def test_back_after_sending_shows_what_arrived_not_the_message_again(self):
@@ -674,3 +669,67 @@ class LanguageSwitchBrowserTests(unittest.TestCase):
             driver.get(server.source_url + "/generate")
             self.assertEqual(urlparse(driver.current_url).path, "/lookup")  # logged in: no new codename
         yield deferToThread(run)
+
+    @inlineCallbacks
+    def test_switching_language_keeps_a_typed_message_and_a_typed_codename(self):
+        """§2: the menu of a page with a form posts that form. The message box and the codename
+        box keep what was typed; a chosen file sends only its name (never its bytes), and the
+        page says calmly that files must be chosen again."""
+        from deaddrop.web._common.site import DeadDropRequest
+
+        server = yield start_server(self, source_session_idle=3600.0)
+        driver = yield deferToThread(start_driver, DESKTOP)
+        self.addCleanup(deferToThread, quit_driver, driver)
+        bodies: list[bytes] = []  # what the language route received, byte for byte
+        original = DeadDropRequest.handleContentChunk
+
+        def recording(request, data):
+            if (getattr(request.channel, "_path", b"") or b"").startswith(b"/language/"):
+                bodies.append(data)
+            return original(request, data)
+        self.patch(DeadDropRequest, "handleContentChunk", recording)
+        attachment = os.path.join(server.data_dir, "..", "chosen-file-7c3a.txt")
+        with open(attachment, "wb") as f:
+            f.write(b"FILE-BYTES-MARKER-e41b " * 100)
+        self.addCleanup(os.remove, attachment)
+        typed_codename = "Correct horse, battery"
+
+        def run() -> None:
+            driver.get(server.source_url + "/generate")
+            codename = _text(driver, "#codename")
+            follow(driver, "form[action='/create'] button[type=submit]")
+            _css(driver, "#msg").send_keys(KEPT)
+            _css(driver, "#fh").send_keys(os.path.abspath(attachment))
+            follow(driver, "nav.languages button[lang='es']")
+            self.assertEqual(_css(driver, "html").get_attribute("lang"), "es")
+            self.assertIn("/lookup?form=", driver.current_url)
+            self.assertEqual(_css(driver, "#msg").get_attribute("value").replace("\r\n", "\n"), KEPT)
+            self.assertIn("Los archivos no se pueden conservar al cambiar de idioma", _text(driver))
+            screenshot(driver, "source-language-switch-kept")
+            driver.refresh()  # the switch's page is a GET: a reload resends nothing
+            self.assertEqual(_css(driver, "#msg").get_attribute("value").replace("\r\n", "\n"), KEPT)
+            follow(driver, "nav.languages button[lang='ar']")
+            self.assertEqual(_css(driver, "html").get_attribute("dir"), "rtl")
+            self.assertEqual(_css(driver, "#msg").get_attribute("value").replace("\r\n", "\n"), KEPT)
+            follow(driver, "form[action='/submit'] button[type=submit]")
+            self.assertIn("شكرًا لك. وصلتنا رسالتك.", _text(driver))
+            driver.get(server.source_url + "/logout")
+            driver.get(server.source_url + "/login")
+            _css(driver, "#codename").send_keys(typed_codename)
+            follow(driver, "nav.languages button[lang='fr']")
+            self.assertEqual(_css(driver, "html").get_attribute("lang"), "fr")
+            self.assertEqual(urlparse(driver.current_url).path, "/login")
+            self.assertEqual(_css(driver, "#codename").get_attribute("value"), typed_codename)
+            _css(driver, "#codename").clear()
+            _css(driver, "#codename").send_keys(codename)
+            follow(driver, "nav.languages button[lang='de']")  # the box kept its latest words
+            self.assertEqual(_css(driver, "#codename").get_attribute("value"), codename)
+            follow(driver, "form[action='/login'] button[type=submit]")
+            self.assertEqual(urlparse(driver.current_url).path, "/lookup")
+            self.assertEqual(_css(driver, "html").get_attribute("lang"), "de")
+        yield deferToThread(run)
+        self.assertEqual([m.replace(b"\r\n", b"\n") for m in stored_messages(server.data_dir)], [KEPT.encode()])
+        sent = b"".join(bodies)
+        self.assertIn(b"chosen-file-7c3a.txt", sent)  # the file input sent its name...
+        self.assertNotIn(b"FILE-BYTES-MARKER", sent)  # ...never its bytes
+        self.assertNotIn(b"multipart", sent)

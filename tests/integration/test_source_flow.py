@@ -20,6 +20,16 @@ def stored_files(data_dir: str) -> list[str]:
     return sorted(found)
 
 
+def stored_messages(data_dir: str) -> list[bytes]:
+    """Every stored message, decrypted by the test SVS."""
+    found = []
+    for path in stored_files(data_dir):
+        if path.endswith("-msg.gpg"):
+            with open(path, "rb") as f:
+                found.append(test_svs().decrypt(f.read()))
+    return found
+
+
 def gunzip_with_name(blob: bytes) -> tuple[str, bytes]:
     assert blob[:3] == b"\x1f\x8b\x08" and blob[3] & 0x08, "not a gzip stream with FNAME"
     end = blob.index(b"\x00", 10)

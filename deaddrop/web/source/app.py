@@ -48,8 +48,9 @@ from deaddrop.web._common.upload import (
 )
 from deaddrop.web.source import i18n, messages as msgs, pages
 from deaddrop.web.source._browser import is_tor_browser
+from deaddrop.web.source._carried import CarriedTexts
 from deaddrop.web.source._submission_forms import (
-    RECEIVED, SENDING, DraftBudget, Receipt, SubmissionForm, SubmissionForms,
+    OPEN, RECEIVED, SENDING, DraftBudget, Receipt, SubmissionForm, SubmissionForms,
 )
 from deaddrop.web.source._proxies import refuse_proxied
 from deaddrop.web.source.pages import MAX_MESSAGE_CHARS, CustomTexts, PageContext, ShownReply
@@ -129,6 +130,8 @@ class SourceInterface(HtmlResponses):
     _uploads: dict[int, set[MultipartUpload]] = field(default_factory=dict)
     # Typed messages kept for refused forms, across all sessions (see _submission_forms).
     drafts: DraftBudget = field(default_factory=DraftBudget)
+    # What visitors without a session typed on the login page, across a language switch.
+    carried: CarriedTexts = field(default_factory=CarriedTexts)
 
     cookie: SessionCookie = field(init=False)
 
@@ -266,6 +269,39 @@ class SourceInterface(HtmlResponses):
             return self._redirect(request, f"/generate?keep={quote(keep, safe='')}")
         return self._redirect(request, back if back in pages.RETURN_PATHS else "/")
 
+    @app.route("/language/<code>", methods=["POST"])
+    def carry_language(self, request: Any, code: str) -> bytes:
+        """The language menu of a page with a form, which it posts (``pages._language_buttons``):
+        what was typed comes back on the page, in the new language, after a redirect. The
+        message of the submission form is kept like a refused form's (sealed with the session
+        cookie, in memory, within the drafts' budget); the login page's codename (and a message
+        carried there) like a codename (``_carried``). Chosen files cannot come along: a
+        urlencoded body has only their names, and a multipart one is refused here before it is
+        read (only /submit takes one)."""
+        if code in i18n.LANGUAGES:
+            i18n.remember(request, code)
+        lang = i18n.language(code)
+        back = self._arg(request, "next")
+        if not _same_origin(request) or back not in (pages.LOGIN_FORM[1], pages.SUBMISSION_FORM[1]):
+            # Another site's form: the language changes, nothing it sent is shown back.
+            return self._redirect(request, back if back in pages.RETURN_PATHS else "/")
+        message = (form_arg(request, "msg", MAX_MESSAGE_CHARS) or "")[:MAX_MESSAGE_CHARS]
+        login = self._current_login(request) if back == pages.SUBMISSION_FORM[1] else None
+        if login is not None:
+            forms = self._forms(login.session)
+            form = forms.adopt(self._arg(request, pages.FORM_TOKEN_FIELD))
+            if form.state != OPEN:  # being sent, or sent: the text goes on a new form
+                form = forms.issue()
+            self._keep_draft(request, login.session, form, message)
+            if any(request.args.get(b"fh", ())):  # a file was chosen: its name came, not its bytes
+                login.session.flash(lang.gettext(msgs.FILES_NOT_CARRIED), "warning")
+            return self._to_lookup(request, login.session, form)
+        # The login page; or the submission form of a session that ended meanwhile, whose
+        # message then waits on the login page, as after an expired submit.
+        codename = (self._arg(request, "codename") or "")[:codenames.MAX_CODENAME_CHARS]
+        self.carried.keep(self._binding(request), codename, message)
+        return self._redirect(request, "/login")
+
     @app.route("/logo/<name>", methods=["GET"])
     def logo(self, request: Any, name: str) -> bytes:
         png = self.texts.logo_named(name)
@@ -366,7 +402,11 @@ class SourceInterface(HtmlResponses):
         if thanks:
             ctx = dataclasses.replace(ctx, flashes=[("ok", thanks)])
             notice = ctx._(msgs.RECEIVED_AFTER_LOGOUT, minutes=ctx.number(self.session_minutes))
-        return self._html(request, pages.login(ctx, notice=notice))
+        # What was typed here before the language menu was used (once, then forgotten).
+        codename, carried = self.carried.take(self.cookie.token(request)) or ("", "")
+        if carried:
+            notice = ctx._(msgs.EXPIRED_SUBMIT, minutes=ctx.number(self.session_minutes))
+        return self._html(request, pages.login(ctx, notice=notice, carried=carried, codename=codename))
 
     @app.route("/login", methods=["POST"])
     @inlineCallbacks
@@ -378,6 +418,7 @@ class SourceInterface(HtmlResponses):
             # that a source would then send under their codename.
             carried = ""
         session = self._session(request)  # logging in again from a logged-in page is fine too
+        self.carried.take(self.cookie.token(request))  # a codename carried to this page is used now
         form_ok = (self._form_secret(request, "login") is not None
                    or (session is not None and session.check_csrf(self._arg(request, "csrf_token"))))
         ctx = self._form_ctx(request, "login")  # the form again, for every answer that shows it
@@ -556,8 +597,8 @@ class SourceInterface(HtmlResponses):
         if form.error is not None:
             ctx = self._ctx(request, None)
             status, error = form.error[0], form.error[1](ctx)
-            if form.has_draft:
-                message = SessionStore.unseal(login.session, self.cookie.token(request), f"draft:{form.token}") or ""
+        if form.has_draft:  # a refused form's message, or one carried across a language switch
+            message = SessionStore.unseal(login.session, self.cookie.token(request), f"draft:{form.token}") or ""
         return self._lookup_page(request, login, status=status, message=message, error=error, form=form)
 
     def _received_page(self, request: Any, login: SourceLogin, form: SubmissionForm) -> Deferred:

@@ -90,6 +90,9 @@ def received(lang: Language, message: bool, documents: int) -> str:
                              documents)
     return text.format(n=documents)
 
+FILES_NOT_CARRIED = N_("Your message was kept. Files cannot be carried over to another language: please choose "
+                       "them again.")
+
 # -- replies -------------------------------------------------------------------------------------
 REPLY_DELETED = N_("Reply deleted.")
 REPLIES_DELETED = N_("Replies deleted: {count}.")

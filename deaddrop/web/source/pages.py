@@ -27,6 +27,12 @@ CODENAME_WORDS_HINT = N_("The codename words are English words, whatever languag
                          "do not matter, and spaces, commas, hyphens, dots or new lines may separate the words.")
 # Where the language menu may send a source back to (never a URL taken from the request).
 RETURN_PATHS = frozenset({"/", "/login", "/lookup", "/safety", "/generate"})
+# Pages whose form the language menu posts, so that what was typed comes along: the form's id,
+# and the page the menu's POST comes back to (see SourceInterface.carry_language).
+LOGIN_FORM = ("login-form", "/login")
+SUBMISSION_FORM = ("send-form", "/lookup")
+FILES_STAY_BEHIND = N_("Files cannot be carried over to another language: if you change the language, choose them "
+                       "again afterwards.")
 
 
 @dataclass
@@ -101,7 +107,9 @@ def _error(message: str | None) -> Tag | str:
 
 # -- the frame -------------------------------------------------------------------------------
 
-def _language_menu(ctx: PageContext) -> Tag:
+def _language_menu(ctx: PageContext, carry: tuple[str, str] | None = None) -> Tag:
+    if carry is not None:
+        return _language_buttons(ctx, *carry)
     back = ctx.path if ctx.path in RETURN_PATHS else "/"
     # On the codename page the form's sealed token rides along, so the same codename comes back
     # in the other language (it is encrypted, bound to this browser's cookie, and expires).
@@ -112,6 +120,24 @@ def _language_menu(ctx: PageContext) -> Tag:
         if code == ctx.lang.code:
             link(**{"aria-current": "true"})
         items.append(tags.li(link))
+    return tags.nav(class_="languages", **{"aria-label": ctx._("Language")})(tags.ul(*items))
+
+
+def _language_buttons(ctx: PageContext, form_id: str, back: str) -> Tag:
+    """The menu of a page with a form: each language is a submit button of that form, posting
+    what was typed to the language route (no JavaScript). Urlencoded, whatever the form's own
+    encoding: a file input then sends only the file's name, never its bytes (and the route takes
+    no multipart body at all). No validation: an empty codename box must not stop a switch.
+    The buttons come before the form in the page, so a text input in it would make the first
+    of them the form's default button: these forms have none (a textarea takes Enter itself)."""
+    items = []
+    for code, (name, _direction) in LANGUAGES.items():
+        button = tags.button(name, type="submit", form=form_id, formaction=f"/language/{code}?next={back}",
+                             formmethod="post", formenctype="application/x-www-form-urlencoded",
+                             formnovalidate="", lang=code, class_="link")
+        if code == ctx.lang.code:
+            button(**{"aria-current": "true"})
+        items.append(tags.li(button))
     return tags.nav(class_="languages", **{"aria-label": ctx._("Language")})(tags.ul(*items))
 
 
@@ -130,7 +156,9 @@ def _banners(ctx: PageContext) -> list[Any]:
     return out
 
 
-def _frame(ctx: PageContext, title: str, body: list[Any], body_class: str = "") -> Tag:
+def _frame(ctx: PageContext, title: str, body: list[Any], body_class: str = "",
+           carry: tuple[str, str] | None = None) -> Tag:
+    """The page around ``body``; ``carry``: the page's form that the language menu posts."""
     nav = [tags.a(ctx._("How to stay safe"), href="/safety")]
     if ctx.logged_in:
         nav.append(tags.a(ctx._("Log out"), href="/logout", class_="button secondary"))
@@ -145,7 +173,7 @@ def _frame(ctx: PageContext, title: str, body: list[Any], body_class: str = "") 
             tags.header(class_="top")(
                 tags.div(class_="brand")(*brand),
                 tags.nav(*nav, **{"aria-label": ctx._("Main")}),
-                _language_menu(ctx),
+                _language_menu(ctx, carry),
             ),
             Tag("main")(*_banners(ctx), tags.div(*flashes, class_="flashes") if flashes else "", *body),
             tags.footer(
@@ -284,14 +312,16 @@ def generate(ctx: PageContext, codename: str, error: str | None = None) -> Tag:
     ])
 
 
-def login(ctx: PageContext, error: str | None = None, notice: str | None = None, carried: str = "") -> Tag:
-    """The login form; ``carried`` is a message typed before the session expired, sent after login."""
+def login(ctx: PageContext, error: str | None = None, notice: str | None = None, carried: str = "",
+          codename: str = "") -> Tag:
+    """The login form; ``carried`` is a message typed before the session expired, sent after login;
+    ``codename`` what was being typed when the language was switched."""
     _ = ctx._
-    form = tags.form(method="post", action="/login", class_="card")(
+    form = tags.form(method="post", action="/login", class_="card", id=LOGIN_FORM[0])(
         _csrf(ctx),
         tags.label(_("Codename"), for_="codename"),
         # Plain text, not a password field: a source copying from paper must see what they type.
-        tags.textarea(name="codename", id="codename", rows="2", autocomplete="off", spellcheck="false",
+        tags.textarea(codename, name="codename", id="codename", rows="2", autocomplete="off", spellcheck="false",
                       autocapitalize="off", autocorrect="off", maxlength="256", required="", lang="en", dir="ltr",
                       **{"aria-describedby": "codename-hint"}),
         tags.p(_("Type the words of your codename. Spaces, commas, hyphens, dots or new lines between the words "
@@ -310,7 +340,7 @@ def login(ctx: PageContext, error: str | None = None, notice: str | None = None,
         tags.p(notice, class_="flash flash-warning", role="status") if notice else "",
         _error(error),
         form,
-    ])
+    ], carry=LOGIN_FORM)
 
 
 def lookup(ctx: PageContext, replies: list[ShownReply] | None, *, message: str = "", error: str | None = None,
@@ -332,7 +362,7 @@ def lookup(ctx: PageContext, replies: list[ShownReply] | None, *, message: str =
     body.append(_submission_form(ctx, message, error, form_token))
     if replies is None:  # a page answered before the replies were read (e.g. a refused upload)
         body.append(tags.p(tags.a(_("Back to your page"), href="/lookup")))
-        return _frame(ctx, _("Send more and read replies"), body)
+        return _frame(ctx, _("Send more and read replies"), body, carry=SUBMISSION_FORM)
     body.append(tags.h2(_("Replies from {name}", name=ctx.site_name), id="replies"))
     if not replies:
         body.append(tags.p(_("There are no replies yet. Journalists may take days to answer: please check back "
@@ -357,7 +387,7 @@ def lookup(ctx: PageContext, replies: list[ShownReply] | None, *, message: str =
         body.append(tags.form(method="post", action="/delete-all")(
             _csrf(ctx), tags.button(_("Delete all replies"), type="submit", class_="danger"),
         ))
-    return _frame(ctx, _("Send more and read replies"), body)
+    return _frame(ctx, _("Send more and read replies"), body, carry=SUBMISSION_FORM)
 
 
 def _iso_day(timestamp: float) -> str:
@@ -393,7 +423,7 @@ def _submission_form(ctx: PageContext, message: str, error: str | None, form_tok
         _paragraphs(ctx.custom.instructions) if ctx.custom.instructions else "",
         _error(error),
     )
-    form = tags.form(method="post", action="/submit", enctype="multipart/form-data")(
+    form = tags.form(method="post", action="/submit", enctype="multipart/form-data", id=SUBMISSION_FORM[0])(
         # First in the body, so the server knows the request is genuine before any file arrives.
         _csrf(ctx),
         tags.input(type="hidden", name=FORM_TOKEN_FIELD, value=form_token) if form_token else "",
@@ -410,7 +440,8 @@ def _submission_form(ctx: PageContext, message: str, error: str | None, form_tok
         form(
             tags.label(_("Files"), for_="fh"),
             tags.input(type="file", name="fh", id="fh", multiple=""),
-            tags.p(_("Remove hidden information (metadata) from documents before you send them."), class_="hint"),
+            tags.p(_("Remove hidden information (metadata) from documents before you send them."), " ",
+                   _(FILES_STAY_BEHIND), class_="hint"),
         )
     form(
         tags.p(_limits(ctx), id="limits", class_="hint"),
