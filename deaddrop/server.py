@@ -371,6 +371,9 @@ def _add_tor(top: DeadDropService, config: Config, reactor: Any) -> None:
         journalist_onion_port=443,
         events=top.events,
         on_fatal=top.fatal,
+        # A production instance that never reaches the Tor network stops, for its supervisor to
+        # restart; a demo keeps serving on 127.0.0.1 and keeps trying (a newcomer offline).
+        bootstrap_timeout=None if config.demo else 180.0,
         # Progress and the published address, for the admin watching the console (twistd -n).
         report=lambda line: _log.info("{line}", line=line),
     )

@@ -37,7 +37,17 @@ class DemoBannerTests(unittest.TestCase):
         address = "a" * 56 + ".onion"
         with open(os.path.join(self.data, "source-onion.txt"), "w") as f:
             f.write(address + "\n")
-        self.assertIn(f"Source onion:         http://{address}/", banner(self.data, "./demo", []))
+        text = banner(self.data, "./demo", [])
+        self.assertIn(f"Source onion:         http://{address}/", text)
+        # Printed before this run's Tor has published it: the address is known, not yet reachable.
+        self.assertIn("not reachable yet: Tor must first reach the Tor network, which needs Internet", text)
+        self.assertIn("keeps serving on 127.0.0.1 and Tor keeps trying", text)
+
+    def test_it_names_the_ca_to_trust_next_to_the_certificate(self):
+        text = " ".join(banner(self.data, "./demo", []).split())
+        self.assertIn("import ./demo/demo.p12 as your certificate", text)
+        self.assertIn(f"import {self.data}/ca/ca.pem as an authority trusted to identify websites", text)
+        self.assertIn("ERR_CERT_AUTHORITY_INVALID", text)
 
     def test_listen_options_are_reflected(self):
         text = banner(self.data, "./demo", ["--source-listen", "tcp:9080:interface=127.0.0.1",

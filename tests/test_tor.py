@@ -191,7 +191,7 @@ class Harness:
 
     def __init__(self, case, *, mode="launch", data_dir=None, journalist=False, bootstrap=(100, "done", "Done"),
                  tor_binary=None, tuning=None, tor_options=(), journalist_onion_port=80,
-                 source_proxy_target=None, pow=True):
+                 source_proxy_target=None, pow=True, bootstrap_timeout=180.0):
         self.case = case
         self.reactor = FakeReactor()
         self.events = RecordingEvents()
@@ -219,7 +219,7 @@ class Harness:
             source_target="127.0.0.1:8080",
             journalist_target="127.0.0.1:9090" if journalist else None,
             events=self.events,
-            bootstrap_timeout=180.0,
+            bootstrap_timeout=bootstrap_timeout,
             on_fatal=self.fatal.append,
             report=self.lines.append,
             journalist_onion_port=journalist_onion_port,
@@ -567,6 +567,25 @@ class BootstrapStallTests(_Base):
         h.advance(60)
         self.assertEqual(len(self.stalled_lines(h)), 1)  # once, not every minute
         self.assertEqual(h.fatal, [])  # the bootstrap timeout (180 s) has not passed yet
+
+    def test_a_demo_offline_never_gives_up_and_says_so(self):
+        # bootstrap_timeout=None: what server._add_tor gives a --demo instance.
+        h = self.harness(bootstrap=(5, "conn", "Connecting to a relay"), bootstrap_timeout=None)
+        h.launch_ready()
+        h.tor.event(self.STUCK)
+        h.settle()
+        h.advance(600)  # ten minutes without the Tor network
+        self.assertEqual(h.fatal, [])
+        self.assertEqual(h.process.signals, [])  # the same Tor keeps trying to connect
+        [line] = self.stalled_lines(h)
+        self.assertIn("keeps serving", line)
+        self.assertNotIn("DeadDrop stops", line)
+        h.process.exit(sig=9)  # and a Tor that dies meanwhile is started again
+        h.settle()
+        h.advance(h.events.named("tor.restart")[-1]["delay"])
+        h.listener_up()
+        h.advance(3600)
+        self.assertEqual((len(h.reactor.processes), h.fatal), (2, []))
 
     def test_silent_when_bootstrap_progresses(self):
         h = self.harness(bootstrap=(5, "conn", "Connecting to a relay"))

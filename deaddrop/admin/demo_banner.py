@@ -45,9 +45,18 @@ def _boxed(lines: list[str]) -> list[str]:
     return [edge] + [f"*  {line.ljust(width)}  *" for line in lines] + [edge]
 
 
-def onion_line(data_dir: str, argv: Sequence[str]) -> str:
+# Printed before the server starts: whatever an earlier run published, the onion is not reachable
+# until this run's Tor has reached the Tor network and published it again.
+NOT_YET = [
+    "not reachable yet: Tor must first reach the Tor network, which needs Internet",
+    "access. The log below says when the onion is published, or why it is not;",
+    "without Internet access the demo keeps serving on 127.0.0.1 and Tor keeps trying.",
+]
+
+
+def onion_lines(data_dir: str, argv: Sequence[str]) -> list[str]:
     if _tor_mode(argv) == "none":
-        return "not published (--tor none: this machine serves it on 127.0.0.1 only)"
+        return ["not published (--tor none: this machine serves it on 127.0.0.1 only)"]
     path = os.path.join(data_dir, "source-onion.txt")
     try:
         with open(path) as f:
@@ -55,19 +64,28 @@ def onion_line(data_dir: str, argv: Sequence[str]) -> str:
     except OSError:
         address = ""
     if address:
-        return f"http://{address}/ (its key is kept in {data_dir}/tor/)"
-    return f"shown in the log below once Tor has published it, then kept in {path}"
+        return [f"http://{address}/ (its key is kept in {data_dir}/tor/)", *NOT_YET]
+    return [*NOT_YET, f"Its address is shown there once Tor has published it, then kept in {path}."]
+
+
+def onion_line(data_dir: str, argv: Sequence[str]) -> str:
+    return " ".join(onion_lines(data_dir, argv))
 
 
 def banner(data_dir: str, demo_dir: str, argv: Sequence[str]) -> str:
     warning = [line.format(demo=demo_dir, data=data_dir) for line in WARNING]
+    indent = " " * 24
+    onion = onion_lines(data_dir, argv)
     lines = [""] + ["  " + line for line in _boxed(warning)] + [
         f"  Source interface:     {_url('http', _option(argv, '--source-listen', 'tcp:8080:interface=127.0.0.1'))}",
-        f"  Source onion:         {onion_line(data_dir, argv)}",
-        f"  Journalist interface: {_url('https', _option(argv, '--journalist-listen', 'tcp:8443:interface=127.0.0.1'))}"
-        f" - import {demo_dir}/demo.p12 into the",
-        f"                        browser (password in {demo_dir}/certificate.txt), log in as \"demo\"",
-        f"                        with the passphrase and code from {demo_dir}/journalist.txt",
+        f"  Source onion:         {onion[0]}",
+        *(f"{indent}{line}" for line in onion[1:]),
+        f"  Journalist interface: {_url('https', _option(argv, '--journalist-listen', 'tcp:8443:interface=127.0.0.1'))}",
+        f"{indent}In the browser: import {demo_dir}/demo.p12 as your certificate (password",
+        f"{indent}in {demo_dir}/certificate.txt) AND import {data_dir}/ca/ca.pem as an",
+        f"{indent}authority trusted to identify websites (without it the browser refuses the",
+        f"{indent}server: ERR_CERT_AUTHORITY_INVALID). Log in as \"demo\" with the passphrase",
+        f"{indent}and code from {demo_dir}/journalist.txt",
         "",
     ]
     return "\n".join(lines)

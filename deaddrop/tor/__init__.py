@@ -85,7 +85,7 @@ def make_tor_service(
     source_target: str | Callable[[], str],
     journalist_target: str | Callable[[], str] | None,
     events,
-    bootstrap_timeout: float = 180.0,
+    bootstrap_timeout: float | None = 180.0,
     on_fatal: Callable[[str], None],
     report: Callable[[str], None] | None = None,
     journalist_onion_port: int = 80,

@@ -130,7 +130,7 @@ class TorOnionService(service.Service):
         events,
         journalist_onion_port: int = 80,
         on_fatal: Callable[[str], None],
-        bootstrap_timeout: float = 180.0,
+        bootstrap_timeout: float | None = 180.0,  # None: never give up (a demo, see server._add_tor)
         report: Callable[[str], None] | None = None,
         tuning: Tuning = Tuning(),
         connect: Callable[[ControlEndpoint], Deferred] | None = None,
@@ -429,7 +429,10 @@ class TorOnionService(service.Service):
             "access and firewall. On a machine without Internet access, start with --tor none "
             "(no onion; the source interface is then only on --source-listen, for development)."
         )
-        if not self._ever_ready:
+        if not self._ever_ready and self._bootstrap_timeout is None:
+            message += (" Meanwhile DeadDrop keeps serving (the source interface on 127.0.0.1) and Tor keeps "
+                        "trying; the onion is published as soon as Tor connects.")
+        elif not self._ever_ready:
             message += (
                 f" If Tor has still not connected {self._bootstrap_timeout:g} s after it started, "
                 "DeadDrop stops, so that its supervisor can start it again."
