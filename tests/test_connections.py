@@ -475,3 +475,24 @@ class FairShareTests(unittest.TestCase):
         self.assertFalse(other[0][1].aborted)
         h.drop_aborted()
         self.assertEqual((limits.open, limits.held_by(Circuit(0x60))), (1, 0))
+
+    def test_a_source_connection_on_its_way_to_its_first_request_is_not_the_first_to_go(self):
+        """Seen over the real onion: attackers reconnecting at once evicted a source's new
+        connection before its request arrived (the oldest one waiting)."""
+        limits = ConnectionLimits(ConnectionBudget(100), max_connections=4)
+        h = _Harness(self, limits)
+        flood = self.hold_slow_bodies(h, 0x100, 3)
+        source, source_transport = h.connect(_tor_peer(0x300))  # its request is still on its way
+        h.clock.advance(0.5)
+        self.hold_slow_bodies(h, 0x100, 1)  # the flood reconnects
+        self.assertFalse(source_transport.aborted)
+        self.assertEqual(sum(t.aborted for _, t in flood), 1)
+        source.dataReceived(_GET)
+        self.assertIn(b"200 OK", source_transport.value())
+        # A connection that never sends anything has no such grace for long.
+        h.drop_aborted()
+        idle, idle_transport = h.connect(_tor_peer(0x400))
+        self.assertFalse(idle_transport.aborted)
+        h.clock.advance(BodyPolicy().first_request_grace)
+        self.hold_slow_bodies(h, 0x500, 1)
+        self.assertTrue(idle_transport.aborted)

@@ -88,19 +88,37 @@ class ConnectionLimits:
         """Count a new connection in; False if it must be closed at once. ``from_tor``: it came
         over a Tor circuit (its id is known from its first bytes), so it may take the place of a
         busy connection of the circuit holding the most."""
-        while self._full() and self._waiting:
-            oldest, _ = self._waiting.popitem(last=False)
-            # Its place is free now: the socket closes on the reactor's next turn.
-            self._release(oldest)
-            oldest.evict()
+        # Who makes room, in order: connections waiting for a request that have had time to
+        # send one (oldest first); one of the circuit holding the most, if it holds at least
+        # two (connections from Tor only); a connection just opened, still on its way to its
+        # first request (oldest first): under a flood of reconnections, a source's new
+        # connection must not be the first to go.
+        while self._full() and self._evict_waiting(fresh_too=False):
+            pass
         if self._full() and from_tor:
             self._make_room_fairly()
+        while self._full() and self._evict_waiting(fresh_too=True):
+            pass
         if self._full():
             return False
         self.open += 1
         self.budget.open += 1
         self._members[connection] = None
         self._waiting[connection] = None
+        return True
+
+    def _evict_waiting(self, fresh_too: bool) -> bool:
+        """Close the oldest connection waiting for a request (skipping those just opened unless
+        ``fresh_too``). False if there is none."""
+        for connection in self._waiting:
+            if fresh_too or not getattr(connection, "is_fresh", lambda: False)():
+                break
+        else:
+            return False
+        del self._waiting[connection]
+        # Its place is free now: the socket closes on the reactor's next turn.
+        self._release(connection)
+        connection.evict()
         return True
 
     def waiting(self, connection: Evictable) -> None:

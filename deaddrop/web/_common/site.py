@@ -47,6 +47,9 @@ class BodyPolicy:
     # per window) holds its connection without sending: if it is ended to make room for
     # another, that counts against its circuit like a cut.
     slow_after: float = 2.0
+    # A new connection that has not sent its first request yet is left alone this long when
+    # others must make room (over Tor, its request may follow the connection by a moment).
+    first_request_grace: float = 2.0
 
 
 StartUpload = Callable[["DeadDropRequest", bytes, "int | None"], MultipartUpload]
@@ -284,6 +287,8 @@ class DeadDropChannel(http.HTTPChannel):
     _counted = False
     _request_began: float | None = None  # when the first byte of the request under way arrived
     _request_bytes = 0
+    _opened_at = 0.0
+    _served = False  # a request was received whole on this connection
 
     def connectionMade(self) -> None:
         super().connectionMade()
@@ -294,6 +299,7 @@ class DeadDropChannel(http.HTTPChannel):
             self.transport.abortConnection()
             return
         self._counted = True
+        self._opened_at = self.site.reactor.seconds()
         self._watchdog = self.callLater(self.site.body_policy.window_seconds, self._check_progress)
         self._await_request()
 
@@ -325,6 +331,11 @@ class DeadDropChannel(http.HTTPChannel):
         for name in ("_watchdog", "_header_deadline", "_body_deadline"):
             self._cancel(name)
         self.transport.abortConnection()
+
+    def is_fresh(self) -> bool:
+        """Just opened, its first request not begun yet (see ``first_request_grace``)."""
+        return (not self._served and self._request_began is None
+                and self.site.reactor.seconds() - self._opened_at < self.site.body_policy.first_request_grace)
 
     def is_slow(self) -> bool:
         """A request under way for ``slow_after`` seconds that has averaged under the floor
@@ -389,6 +400,7 @@ class DeadDropChannel(http.HTTPChannel):
     def allContentReceived(self) -> None:
         self._cancel("_body_deadline")
         self._request_began = None  # received whole: from here on the server is the one working
+        self._served = True
         super().allContentReceived()
 
     def requestDone(self, request: Any) -> None:
