@@ -305,13 +305,27 @@ class Legit:
 
 
 class TimedBrowser(SourceBrowser):
-    """A source browser over one Tor circuit (ignored in shared mode), with a bounded wait per request."""
+    """A source browser over one Tor circuit (ignored in shared mode), with a bounded wait per request.
+    ``built`` receives how long its first connection took (over the onion: building the circuit,
+    introduction and rendezvous included)."""
+
+    built: list[float] | None = None
 
     def __init__(self, target: Target, circuit: int | None) -> None:
         super().__init__(target.port)
         self.target, self.circuit = target, circuit
+        self._first = True
 
     def connection(self) -> CircuitHTTPConnection:
+        if self._first and self.built is not None:
+            self._first = False
+            started = time.perf_counter()
+            try:
+                self.target.connect(self.circuit, SOURCE_TIMEOUT).close()
+            except OSError:
+                pass
+            else:
+                self.built.append(time.perf_counter() - started)
         return CircuitHTTPConnection(self.target, self.circuit, SOURCE_TIMEOUT)
 
 
@@ -434,6 +448,7 @@ class Attack:
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
         self.notes: list[str] = []
+        self.last_status: dict[int, int] = {}
 
     @property
     def circuit_count(self) -> int | None:
@@ -554,6 +569,8 @@ def wrong_login(attack: Attack, slot: int | None = None) -> None:
                           "csrf_token": csrf_of(text)})
         status, _, _, sent = attack.request(stream, "POST", "/login", body, headers)
         attack.count(sent, status)
+        if slot is not None:
+            attack.last_status[slot] = status
 
 
 # -- the attacks, as in the issue's table ---------------------------------------------------------
@@ -970,6 +987,23 @@ class JournalistLogins(Attack):
 
 # -- issue 20's rows, over the real onion path (--mode onion) -------------------------------------
 
+def build_circuits(attack: Attack) -> None:
+    """At leisure, before the measured window: each of the attacker's circuits is built by a first
+    request, no faster than the onion's PoW queue admits introductions."""
+    assert attack.circuits is not None
+
+    def build(slot: int) -> None:
+        circuit = attack.circuits.wait_ready(slot)
+        try:
+            raw_request(attack.ctx.target, circuit, "GET", "/", timeout=60)
+            attack.count(0, requests=1)
+        except OSError:
+            attack.count(0, "conn-error", requests=0)
+
+    with concurrent.futures.ThreadPoolExecutor(32) as pool:
+        list(pool.map(build, range(attack.circuits.count)))
+
+
 class OnionWrongCodenames(Attack):
     name = "onion-wrong-codenames"
     what = ("wrong codenames from 40 circuits, each sending the next as soon as answered (throttled, "
@@ -977,6 +1011,9 @@ class OnionWrongCodenames(Attack):
     onion_only = True
     circuits_wanted = 40
     streams, per_circuit = 40, 1
+
+    def prepare(self) -> None:
+        build_circuits(self)
 
     def start(self) -> None:
         for slot in range(self.circuits_wanted):
@@ -986,9 +1023,12 @@ class OnionWrongCodenames(Attack):
         while not self.stop.is_set():
             try:
                 wrong_login(self, slot)
+                if self.last_status.get(slot) in (0, None):
+                    self.stop.wait(1.0)  # dropped: was the circuit closed? (see OnionSlowBodies.run)
             except OSError:
                 self.count(0, "conn-error", requests=0)
-                self.stop.wait(0.5)
+                assert self.circuits is not None
+                self.circuits.replace(slot, self.circuits.current(slot))  # paced, as above
 
 
 class OnionNewSources(OnionWrongCodenames):
@@ -1072,10 +1112,7 @@ class OnionSlowBodies(Attack):
         super().__init__(ctx)
 
     def prepare(self) -> None:
-        assert self.circuits is not None
-        # At leisure: the attacker's circuits are built (their introductions at the PoW rate).
-        for slot in range(self.circuits.count):
-            self.circuits.wait_ready(slot)
+        build_circuits(self)
 
     def start(self) -> None:
         for slot in range(self.circuits_wanted):
@@ -1094,10 +1131,12 @@ class OnionSlowBodies(Attack):
                         self.count(len(self.head))
                         held.append(s)
                     except OSError:
+                        # The circuit could not be had (its introduction failed): a fresh one,
+                        # paced, rather than the client Tor retrying this one at once.
                         self.count(0, "conn-error", requests=0)
-                        self.stop.wait(1.0)
+                        self.circuits.replace(slot, circuit)
                         break
-                self.stop.wait(2.0)
+                cut = False
                 for s in list(held):
                     try:
                         try:  # (no select(): this process holds more than 1,024 descriptors)
@@ -1112,6 +1151,11 @@ class OnionSlowBodies(Attack):
                         self.count(0, "cut", requests=0)
                         held.remove(s)
                         s.close()
+                        cut = True
+                # Reopened at once, but not before the client Tor could say whether the circuit
+                # itself was closed: a stream on a closed circuit's name would have that Tor
+                # build another one, an introduction past the PoW queue's rate.
+                self.stop.wait(2.0 if not cut else 1.0)
         finally:
             for s in held:
                 s.close()
@@ -1217,6 +1261,10 @@ def run_one(cls: type[Attack], template: Template, args: argparse.Namespace, wor
         subprocess.run(["gpgconf", "--homedir", os.path.join(run_dir, "jg"), "--kill", "gpg-agent"],
                        capture_output=True)
     if network is not None:
+        if TimedBrowser.built:
+            attack.notes.append(f"legitimate circuits: {len(TimedBrowser.built)}, built (introduction and rendezvous "
+                                f"through the onion's PoW queue) in p50/p99 {fmt_pair(TimedBrowser.built)} s")
+        TimedBrowser.built = []
         moved = f"; the attacker built {attack.circuits.replaced} fresh ones" if attack.circuit_count else ""
         attack.notes.append(f"circuits closed, as the client Tor saw them: {network.watcher.closed - closed_before}"
                             f"{moved}")
@@ -1365,6 +1413,7 @@ def main() -> int:
             from _onion import OnionNetwork
 
             network = OnionNetwork()
+            TimedBrowser.built = []
         print(HEADER, flush=True)
         for _ in range(args.repeat):
             for cls in ATTACKS:
