@@ -6,7 +6,7 @@ import io
 import os
 import re
 
-from babel.messages.extract import extract_from_dir
+from babel.messages.extract import DEFAULT_KEYWORDS, extract_from_dir
 from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po
 from twisted.trial import unittest
@@ -23,7 +23,8 @@ def used_messages() -> dict[str | tuple[str, str], str]:
     code itself with Babel's extractor and the same mapping as ``scripts/i18n extract``."""
     found: dict = {}
     for filename, lineno, message, _comments, _context in extract_from_dir(
-            os.path.join(ROOT, "deaddrop", "web", "source"), method_map=[("**.py", "python")]):
+            os.path.join(ROOT, "deaddrop", "web", "source"), method_map=[("**.py", "python")],
+            keywords={**DEFAULT_KEYWORDS, "Np_": (1, 2)}):
         found.setdefault(message, f"{filename}:{lineno}")
     return found
 
@@ -214,3 +215,58 @@ class ArabicPluralTests(unittest.TestCase):
         self.assertEqual(ar.ngettext("{n} new reply", "{n} new replies", 1).format(n=1), "رد جديد واحد")
         for n in (1, 2):
             self.assertNotIn(str(n), messages.received(ar, True, n))
+
+
+class CountsTests(unittest.TestCase):
+    """Issue 17 §7: every count a source reads goes through the plural forms of its language."""
+
+    # Placeholders that stand for a count; "{n} MB" is a unit symbol, not inflected in any of
+    # the nine languages (MB, Mo, МБ, ميغابايت, مگابایت...), and "{limit}" follows a noun already said.
+    COUNTS = {"{n}", "{count}", "{minutes}", "{chars}", "{days}"}
+
+    def test_no_count_is_said_with_a_singular_message(self):
+        used = used_messages()
+        self.assertIn(("{n} reply deleted.", "{n} replies deleted."), used)
+        singular_counts = {m: where for m, where in used.items()
+                           if isinstance(m, str) and m != "{n} MB" and set(_PLACEHOLDER.findall(m)) & self.COUNTS}
+        self.assertEqual(singular_counts, {})
+
+    def test_minutes_characters_days_and_replies_in_arabic(self):
+        from deaddrop.web.source import messages, pages
+
+        ar = i18n.language("ar")
+        ctx = pages.PageContext(lang=ar, site_name="x")
+        said = {n: ctx._(messages.INACTIVE, minutes=n) for n in (1, 2, 5, 11, 100, 120)}
+        self.assertIn("بعد دقيقة واحدة من", said[1])
+        self.assertIn("بعد دقيقتين من", said[2])
+        self.assertIn("بعد 5 دقائق من", said[5])
+        self.assertIn("بعد 11 دقيقة من", said[11])
+        self.assertIn("بعد 100 دقيقة من", said[100])
+        self.assertIn("بعد 120 دقيقة من", said[120])
+        self.assertTrue(all(s.endswith("يُرجى تسجيل الدخول مرة أخرى.") for s in said.values()))
+        self.assertNotIn("5 دقيقة", said[5])  # the issue's example
+        self.assertIn(f"فيها {ctx.number(100_003)} أحرف،", ctx._(messages.TOO_LONG, count=100_003, limit=100_000))
+        self.assertIn(f"فيها {ctx.number(100_001)} حرف،", ctx._(messages.TOO_LONG, count=100_001, limit=100_000))
+        safety = pages.safety(ctx, 3)
+        from deaddrop.web._common.pages import render_sync
+        self.assertIn("بعد 3 أيام من وصولها", render_sync(safety).decode())
+        self.assertIn("بعد يومين من وصولها", render_sync(pages.safety(ctx, 2)).decode())
+        self.assertIn("بعد 30 يومًا من وصولها", render_sync(pages.safety(ctx, 30)).decode())
+        self.assertEqual(ctx._(messages.REPLIES_DELETED, count=2), "حُذف ردّان.")
+        self.assertEqual(ctx._(messages.REPLIES_DELETED, count=7), "حُذفت 7 ردود.")
+
+    def test_russian_and_the_others_follow_their_rules_too(self):
+        from deaddrop.web.source import messages, pages
+
+        ru = pages.PageContext(lang=i18n.language("ru"), site_name="x")
+        self.assertIn("через 1 минуту после", ru._(messages.INACTIVE, minutes=1))
+        self.assertIn("через 3 минуты после", ru._(messages.INACTIVE, minutes=3))
+        self.assertIn("через 120 минут после", ru._(messages.INACTIVE, minutes=120))
+        self.assertEqual(ru._(messages.REPLIES_DELETED, count=21), "Удалён 21 ответ.")
+        de = pages.PageContext(lang=i18n.language("de"), site_name="x")
+        self.assertIn("1 Minute nach", de._(messages.INACTIVE, minutes=1))
+        self.assertIn("Dieses Wort steht nicht", de._(messages.NOT_IN_LIST, words="abacsu", count=1))
+        self.assertIn("Diese Wörter stehen nicht", de._(messages.NOT_IN_LIST, words="a, b", count=2))
+        en = pages.PageContext(lang=i18n.language("en"), site_name="x")
+        self.assertEqual(en._(messages.REPLIES_DELETED, count=1), "1 reply deleted.")
+        self.assertEqual(en._(messages.REPLIES_DELETED, count=1200), "1,200 replies deleted.")

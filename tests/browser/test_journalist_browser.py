@@ -482,3 +482,36 @@ class JournalistBrowserTests(unittest.TestCase):
         yield wait_until(lambda: any(e["event"] == "tls.client_cert.refused" for e in security_events(self.server)))
         refusals = [e for e in security_events(self.server) if e["event"] == "tls.client_cert.refused"]
         self.assertEqual({e["reason"] for e in refusals}, {"no_certificate"})
+
+    @inlineCallbacks
+    def test_an_over_size_logo_says_what_is_accepted_and_the_admin_tries_again(self):
+        """Issue 17 §7: a logo too large (over the file limit, or over the whole body's limit and
+        answered at its first byte) gets the settings page with the size accepted, not a dead end."""
+        from deaddrop import png
+
+        driver = yield self._start(DESKTOP)
+        code = self.device.code()
+        files = {}
+        for name, content in (("huge.png", b"\x89PNG" + os.urandom(3_000_000)), ("big.png", b"\x89PNG" + b"x" * 60_000),
+                              ("small.png", png.tiny_png(8, 8))):
+            files[name] = os.path.join(self.tempdir, name)
+            with open(files[name], "wb") as f:
+                f.write(content)
+
+        def run() -> None:
+            driver.get(self.url + "/login")
+            _css(driver, "#username").send_keys(self.admin.username)
+            _css(driver, "#passphrase").send_keys(self.admin.passphrase)
+            _css(driver, "#one_time_code").send_keys(code)
+            follow(driver, "form[action='/login'] button[type=submit]")
+            for name in ("huge.png", "big.png"):
+                driver.get(self.url + "/admin/source-texts")
+                _css(driver, "#logo-en").send_keys(files[name])
+                follow(driver, "form[action='/admin/source-logo'] button[type=submit]:not([name])")
+                text = self._page(driver, f"logo-too-large-{name[:-4]}")
+                self.assertIn("The logo was not saved: that file is larger than 50,000 bytes", text)
+                self.assertIn("Choose a PNG image of at most 50,000 bytes and 1024 x 1024 pixels", text)
+            _css(driver, "#logo-en").send_keys(files["small.png"])  # tried again from that page
+            follow(driver, "form[action='/admin/source-logo'] button[type=submit]:not([name])")
+            self.assertIn("Logo for English saved.", _text(driver))
+        yield deferToThread(run)

@@ -149,8 +149,7 @@ class SourceFlowTests(unittest.TestCase):
         typed = " ".join(words[:2] + [typo] + words[3:]).upper()
         response, html = yield self.browser.login(typed)
         self.assertEqual(response.code, 403)
-        self.assertIn("These words are not in the codename word list, so they are part of no codename: "
-                      f"{typo}.", html)
+        self.assertIn(f"This word is not in the codename word list, so it is part of no codename: {typo}.", html)
         # The box is empty: no word of the codename is on the page, beyond the page's own text
         # (a codename word such as "that" or "check" is in any login page): the same refusal for
         # the typo alone is the reference.

@@ -639,7 +639,9 @@ class JournalistInterface(HtmlResponses):
             # The one multipart upload of this side: an admin's logo for the source pages.
             start_upload=self.start_logo_upload,
             upload_targets=frozenset({source_texts.LOGO_PATH}),
-            multipart_limit=lambda: 256 * 1024,
+            multipart_limit=lambda: source_texts.LOGO_BODY_LIMIT,
+            # A logo over the limit is answered by its upload, with the page to try again.
+            refuse_large_uploads_early=False,
             connection_limits=connection_limits,
             reactor=reactor,
         )

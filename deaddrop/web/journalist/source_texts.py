@@ -18,11 +18,17 @@ from deaddrop.source_texts import KINDS, MAX_TEXT_CHARS, text_problem
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg
 from deaddrop.web._common.guards import admin_required
-from deaddrop.web._common.pages import csrf_field
-from deaddrop.web._common.upload import MultipartUpload, UploadError, UploadLimits
+from deaddrop.web._common.pages import csrf_field, render_sync
+from deaddrop.web._common.upload import REASON_FILES_TOO_LARGE, MultipartUpload, UploadError, UploadLimits
 from deaddrop.web.journalist.pages import _error, _page
 
 LOGO_PATH = b"/admin/source-logo"
+# The whole body a logo upload may have: the file and the form's few fields. Anything larger is
+# answered at its first file byte with the same page, never read.
+LOGO_BODY_LIMIT = 256 * 1024
+LOGO_TOO_LARGE = (f"The logo was not saved: that file is larger than {png.MAX_BYTES:,} bytes, the most a logo may "
+                  f"have. Choose a PNG image of at most {png.MAX_BYTES:,} bytes and {png.MAX_SIDE} x {png.MAX_SIDE} "
+                  "pixels, and upload it again. Nothing was changed.")
 _LABELS = {"welcome": "Welcome text (landing page)", "instructions": "Submission instructions (above the form)"}
 
 
@@ -126,6 +132,11 @@ def register(cls: Any) -> None:
         try:
             result = yield upload.result
         except UploadError as e:
+            login = yield self._current_login(request)
+            if e.reason == REASON_FILES_TOO_LARGE and login is not None and login.journalist.is_admin:
+                # The size that is accepted, and the forms to try again: not a dead end.
+                return (yield self._html(request, page(self._name, login.session, login.journalist,
+                                                       self.source_texts, LOGO_TOO_LARGE), 413))
             return self._error(request, e.status, "Logo not saved", f"{e.message} Nothing was changed.")
         login = yield self._current_login(request)
         if login is None or not login.journalist.is_admin:
@@ -150,17 +161,40 @@ def register(cls: Any) -> None:
 
     def start_logo_upload(self: Any, request: Any, boundary: bytes, length: int | None) -> MultipartUpload:
         session = self.cookie.lookup(request)
-        refused = None
+        refused = files_refused = None
         if session is None or "journalist_id" not in session.data:
             refused = UploadError(403, "Your session ended.")
+        elif length is not None and length > LOGO_BODY_LIMIT:
+            # Said at the first file byte, with the page to try again (see answer_now).
+            files_refused = UploadError(413, LOGO_TOO_LARGE, REASON_FILES_TOO_LARGE)
         limits = UploadLimits(max_file_bytes=png.MAX_BYTES, file_fields=frozenset({"logo"}),
                               text_fields={"csrf_token": 256, "language": 8, "remove": 1})
+        # Looked up now: the page that answers a file too large needs it (see answer_now).
+        login = self._current_login(request) if refused is None else None
 
         def open_sink(filename: str, pause: Callable[[], None], resume: Callable[[], None]) -> _MemorySink:
             request.logo_sink = _MemorySink()
             return request.logo_sink
 
+        def answer_now(error: UploadError) -> None:
+            # A file too large: the settings page says what is accepted, at once, and no more of
+            # the body is read. Other failures are answered by the route.
+            if error.reason != REASON_FILES_TOO_LARGE or login is None:
+                return
+            request.pause_body()  # not a byte more while the login is looked up
+
+            def answer(found: Any) -> Any:
+                if found is not None and found.journalist.is_admin:
+                    request.answer_early(413, render_sync(page(self._name, found.session, found.journalist,
+                                                               self.source_texts, LOGO_TOO_LARGE)))
+                # Else the route refuses it, as any upload of a non-admin. Reading goes on either
+                # way: what arrives after an answer is dropped unread, and TLS can close.
+                request.resume_body()
+                return found
+            login.addCallback(answer)
+
         return MultipartUpload(boundary, limits, open_sink, request.pause_body, request.resume_body,
-                               refused=refused, csrf_token=session.csrf_token if session else None)
+                               refused=refused, csrf_token=session.csrf_token if session else None,
+                               files_refused=files_refused, on_fail=answer_now)
 
     cls.start_logo_upload = start_logo_upload

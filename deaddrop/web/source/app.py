@@ -398,14 +398,14 @@ class SourceInterface(HtmlResponses):
                 session.flash(thanks, "ok")
             return self._to_lookup(request, session)
         ctx = self._form_ctx(request, "login")
-        notice = ctx._(msgs.INACTIVE, minutes=ctx.number(self.session_minutes)) if self._arg(request, "expired") else None
+        notice = ctx._(msgs.INACTIVE, minutes=self.session_minutes) if self._arg(request, "expired") else None
         if thanks:
             ctx = dataclasses.replace(ctx, flashes=[("ok", thanks)])
-            notice = ctx._(msgs.RECEIVED_AFTER_LOGOUT, minutes=ctx.number(self.session_minutes))
+            notice = ctx._(msgs.RECEIVED_AFTER_LOGOUT, minutes=self.session_minutes)
         # What was typed here before the language menu was used (once, then forgotten).
         codename, carried = self.carried.take(self.cookie.token(request)) or ("", "")
         if carried:
-            notice = ctx._(msgs.EXPIRED_SUBMIT, minutes=ctx.number(self.session_minutes))
+            notice = ctx._(msgs.EXPIRED_SUBMIT, minutes=self.session_minutes)
         return self._html(request, pages.login(ctx, notice=notice, carried=carried, codename=codename))
 
     @app.route("/login", methods=["POST"])
@@ -433,7 +433,7 @@ class SourceInterface(HtmlResponses):
             unknown = codenames.unknown_words(typed)
             error = ctx._(NOT_RECOGNIZED)
             if unknown:
-                error += " " + ctx._(msgs.NOT_IN_LIST, words=", ".join(unknown))
+                error += " " + ctx._(msgs.NOT_IN_LIST, words=", ".join(unknown), count=len(unknown))
             return self._html(request, pages.login(ctx, error, carried=carried), 403)
         # Failures count per circuit, never globally; the attempt's place is taken before the
         # KDF, so a burst of concurrent attempts cannot all get past the check.
@@ -814,7 +814,7 @@ class SourceInterface(HtmlResponses):
                 return self._error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED, kept=message)
             ctx = self._form_ctx(request, "login")
             set_html(request, 403)
-            notice = ctx._(msgs.EXPIRED_SUBMIT, minutes=ctx.number(self.session_minutes))
+            notice = ctx._(msgs.EXPIRED_SUBMIT, minutes=self.session_minutes)
             return render_sync(pages.login(ctx, notice=notice, carried=message[:MAX_MESSAGE_CHARS]))
         token = fields.get(pages.FORM_TOKEN_FIELD)
         if error.reason == REASON_FILES_TOO_LARGE:
@@ -874,7 +874,7 @@ class SourceInterface(HtmlResponses):
     def delete_all(self, request: Any, login: SourceLogin):
         count = yield shield(self.newsroom.delete_all_replies(login.identity))
         ctx = self._ctx(request, None)
-        login.session.flash(ctx._(msgs.REPLIES_DELETED, count=ctx.number(count)), "ok")
+        login.session.flash(ctx._(msgs.REPLIES_DELETED, count=count), "ok")
         return self._to_lookup(request, login.session)
 
     # -- machine-readable ------------------------------------------------------------------
@@ -1066,8 +1066,9 @@ def _same_origin(request: Any) -> bool:
 
 
 def _formatted(ctx: PageContext, values: dict[str, Any]) -> dict[str, Any]:
-    """Values of an error message in the page's language: sizes in MB, other numbers grouped."""
-    return {k: ctx.size(v) if k == "size" else ctx.number(v) if isinstance(v, int) else v for k, v in values.items()}
+    """Values of an error message in the page's language: sizes in MB (``ctx._`` writes the other
+    numbers, and says counts in their plural forms)."""
+    return {k: ctx.size(v) if k == "size" else v for k, v in values.items()}
 
 
 def _discard(newsroom: Newsroom, result: UploadResult, parts: list[EncryptedPart] = ()) -> None:

@@ -11,7 +11,7 @@ import gettext as _gettext
 import os
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 from deaddrop.languages import DEFAULT, LANGUAGES
 
@@ -29,6 +29,39 @@ _MAX_ENTRIES = 20
 def N_(message: str) -> str:
     """Marks a string for extraction where it is defined; it is translated where it is shown."""
     return message
+
+
+def Np_(singular: str, plural: str) -> tuple[str, str]:
+    """``N_`` for a message that says a count (``scripts/i18n`` extracts it with its plural)."""
+    return singular, plural
+
+
+@dataclass(frozen=True)
+class Counted:
+    """A message that says one or more counts, in the plural forms of the language (Babel's
+    plural rules: Arabic has six, Russian three). Its sentences are plain message ids, or
+    ``(Np_(singular, plural), key)``: said in the form for ``values[key]``, as ``{n}``."""
+
+    parts: tuple[Any, ...]
+
+    def __init__(self, *parts: Any) -> None:
+        object.__setattr__(self, "parts", parts)
+
+    def say(self, lang: "Language", number: Callable[[int], str], values: dict[str, Any]) -> str:
+        shown = {k: number(v) if _is_count(v) else v for k, v in values.items()}
+        sentences = []
+        for part in self.parts:
+            if isinstance(part, str):
+                sentences.append(lang.gettext(part).format(**shown))
+                continue
+            (singular, plural), key = part
+            count = values[key]
+            sentences.append(lang.ngettext(singular, plural, count).format(**shown, n=number(count)))
+        return " ".join(sentences)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)

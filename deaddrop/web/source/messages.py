@@ -6,7 +6,7 @@ numbers where there is one, that nothing was stored, and where the typed message
 """
 from __future__ import annotations
 
-from deaddrop.web.source.i18n import N_, Language
+from deaddrop.web.source.i18n import N_, Counted, Language, Np_
 
 # -- titles ------------------------------------------------------------------------------------
 T_TRY_AGAIN = N_("Please try again")
@@ -23,7 +23,9 @@ T_TOO_LARGE = N_("Too large")
 
 # -- codename and login --------------------------------------------------------------------------
 NOT_RECOGNIZED = N_("Sorry, that is not a recognized codename. Check the words and try again.")
-NOT_IN_LIST = N_("These words are not in the codename word list, so they are part of no codename: {words}.")
+NOT_IN_LIST = Counted((Np_("This word is not in the codename word list, so it is part of no codename: {words}.",
+                             "These words are not in the codename word list, so they are part of no codename: {words}."),
+                         "count"))
 THROTTLED = N_("Too many attempts to log in. Please wait a minute and try again.")
 ALREADY_LOGGED_IN = N_("You are already logged in. To make a new codename, log out first.")
 CODENAME_ACTIVE = N_("Your codename is active. Remember it: it is the only way back to your replies.")
@@ -33,17 +35,21 @@ NO_NEW_CODENAMES = N_("No new codename can be made at the moment. Nothing was st
                       "hours.")
 GET_NEW_CODENAME = N_("Please get a new codename.")
 STALE_LOGIN = N_("This page was out of date. Please enter your codename again.")
-INACTIVE = N_("For your safety, you were logged out {minutes} minutes after logging in. Please log in again.")
-EXPIRED_SUBMIT = N_("For your safety, you were logged out {minutes} minutes after logging in. Nothing was stored "
-                    "yet: your message is kept below. Enter your codename and it will be sent.")
+# Every count a source reads is said with the language's plural forms (``Counted``).
+LOGGED_OUT_AFTER = Np_("For your safety, you were logged out {n} minute after logging in.",
+                       "For your safety, you were logged out {n} minutes after logging in.")
+INACTIVE = Counted((LOGGED_OUT_AFTER, "minutes"), N_("Please log in again."))
+EXPIRED_SUBMIT = Counted((LOGGED_OUT_AFTER, "minutes"), N_("Nothing was stored yet: your message is kept below. "
+                                                           "Enter your codename and it will be sent."))
 
 # -- submitting ----------------------------------------------------------------------------------
 BUSY = N_("The drop box is busy. Nothing was lost; please try again in a minute.")
 STALE_SUBMIT = N_("This form was out of date (for example, it was open in another tab while you logged in "
                   "again). Nothing was stored. Your message is still below: please send it again.")
 HONEYPOT = N_("Your submission could not be accepted. Nothing was stored.")
-TOO_LONG = N_("Your message is too long: it has {count} characters, and the limit is {limit}. Nothing was "
-              "stored. It is still below: shorten it or send it in several parts.")
+TOO_LONG = Counted((Np_("Your message is too long: it has {n} character, and the limit is {limit}.",
+                         "Your message is too long: it has {n} characters, and the limit is {limit}."), "count"),
+                   N_("Nothing was stored. It is still below: shorten it or send it in several parts."))
 EMPTY = N_("Please write a message or choose a file. Nothing was stored.")
 NO_FILES = N_("This drop box does not accept files at the moment. Nothing was stored. Your message is still "
               "below: you can send it without the files.")
@@ -67,9 +73,12 @@ NO_ROOM_LOST = N_("The drop box has too little free space for files this large r
                   "Back button.")
 NO_ROOM_AT_ALL = N_("The drop box has no room for files at the moment. Nothing was stored. You can send your "
                     "message without files, or try again later.")
-RECEIVED_AFTER_LOGOUT = N_("Your session ended while your submission was arriving (for your safety, you are logged "
-                           "out {minutes} minutes after logging in, or when you log out in another tab). It was "
-                           "received all the same. Log in again to send more or to read replies.")
+RECEIVED_AFTER_LOGOUT = Counted(
+    (Np_("Your session ended while your submission was arriving (for your safety, you are logged out {n} minute after "
+         "logging in, or when you log out in another tab).",
+         "Your session ended while your submission was arriving (for your safety, you are logged out {n} minutes after "
+         "logging in, or when you log out in another tab)."), "minutes"),
+    N_("It was received all the same. Log in again to send more or to read replies."))
 NOTHING_RECEIVED = N_("Submissions must be sent with the form on your page.")
 OUT_OF_SPACE = N_("The server has run out of space. Nothing was stored. Please try again later.")
 NOT_STORED = N_("The server could not store your submission. Nothing was stored. Please try again later.")
@@ -95,7 +104,7 @@ FILES_NOT_CARRIED = N_("Your message was kept. Files cannot be carried over to a
 
 # -- replies -------------------------------------------------------------------------------------
 REPLY_DELETED = N_("Reply deleted.")
-REPLIES_DELETED = N_("Replies deleted: {count}.")
+REPLIES_DELETED = Counted((Np_("{n} reply deleted.", "{n} replies deleted."), "count"))
 REPLY_NOT_FOUND = N_("That reply was not found. Nothing was deleted.")
 STALE_DELETE = N_("This page was out of date. Nothing was deleted. Please try again.")
 

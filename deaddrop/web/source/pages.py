@@ -16,7 +16,7 @@ from babel.numbers import format_decimal
 from twisted.web.template import Tag, tags
 
 from deaddrop.web._common.pages import head
-from deaddrop.web.source.i18n import LANGUAGES, N_, Language
+from deaddrop.web.source.i18n import LANGUAGES, N_, Counted, Language, Np_
 
 HONEYPOT_FIELD = "website"
 # Each submission form's own one-time token (see web/source/_submission_forms.py).
@@ -61,9 +61,16 @@ class PageContext:
     allow_uploads: bool = True
     custom: CustomTexts = field(default_factory=CustomTexts)
 
-    def _(self, message: str, **values: Any) -> str:
+    def _(self, message: str | Counted, **values: Any) -> str:
+        """``message`` in the page's language; whole numbers in ``values`` are written the
+        language's way, and a ``Counted`` message says its counts in the right plural form."""
+        if isinstance(message, Counted):
+            return message.say(self.lang, self.number, values)
         text = self.lang.gettext(message)
-        return text.format(**values) if values else text
+        if not values:
+            return text
+        return text.format(**{k: self.number(v) if isinstance(v, int) and not isinstance(v, bool) else v
+                              for k, v in values.items()})
 
     def number(self, n: float) -> str:
         return format_decimal(n, locale=self.lang.code)
@@ -183,15 +190,29 @@ def _frame(ctx: PageContext, title: str, body: list[Any], body_class: str = "",
     )
 
 
+# What a source may send, and how long a login lasts (the hint under the form, the landing page).
+_LIMITS_WITH_FILES = Counted(
+    (Np_("You can send a message of up to {n} character and files of up to {size} in total.",
+         "You can send a message of up to {n} characters and files of up to {size} in total."), "chars"),
+    (Np_("For your safety, you are logged out {n} minute after logging in.",
+         "For your safety, you are logged out {n} minutes after logging in."), "minutes"))
+_LIMITS_NO_FILES = Counted(
+    (Np_("You can send a message of up to {n} character. This drop box does not accept files at the moment.",
+         "You can send a message of up to {n} characters. This drop box does not accept files at the moment."),
+     "chars"),
+    _LIMITS_WITH_FILES.parts[1])
+_RETENTION = Counted(
+    (Np_("Submissions are deleted from this server at the latest {n} day after they arrive, and sooner once our "
+         "journalists have dealt with them.",
+         "Submissions are deleted from this server at the latest {n} days after they arrive, and sooner once our "
+         "journalists have dealt with them."), "days"))
+
+
 def _limits(ctx: PageContext) -> str:
     if ctx.allow_uploads:
-        return ctx._("You can send a message of up to {chars} characters and files of up to {size} in total. "
-                     "For your safety, you are logged out {minutes} minutes after logging in.",
-                     chars=ctx.number(MAX_MESSAGE_CHARS), size=ctx.size(ctx.max_upload_size),
-                     minutes=ctx.number(ctx.session_minutes))
-    return ctx._("You can send a message of up to {chars} characters. This drop box does not accept files at "
-                 "the moment. For your safety, you are logged out {minutes} minutes after logging in.",
-                 chars=ctx.number(MAX_MESSAGE_CHARS), minutes=ctx.number(ctx.session_minutes))
+        return ctx._(_LIMITS_WITH_FILES, chars=MAX_MESSAGE_CHARS, size=ctx.size(ctx.max_upload_size),
+                     minutes=ctx.session_minutes)
+    return ctx._(_LIMITS_NO_FILES, chars=MAX_MESSAGE_CHARS, minutes=ctx.session_minutes)
 
 
 def _paragraphs(text: str, class_: str = "custom") -> Tag:
@@ -238,8 +259,7 @@ def index(ctx: PageContext) -> Tag:
 def safety(ctx: PageContext, retention_days: int | None = None) -> Tag:
     _ = ctx._
     if retention_days:
-        kept = _("Submissions are deleted from this server at the latest {days} days after they arrive, and "
-                 "sooner once our journalists have dealt with them.", days=ctx.number(retention_days))
+        kept = _(_RETENTION, days=retention_days)
     else:
         kept = _("Submissions are kept only as long as our journalists need them, then deleted.")
     return _frame(ctx, _("How to stay safe"), [
