@@ -337,16 +337,17 @@ class DecoyTests(unittest.TestCase):
 
     def test_creates_wait_behind_logins_and_are_served_in_arrival_order(self):
         self.logins.run("x", label, "running")
-        order = [self.creates.run(key, label, key) for key in ("c1", "c2", "c1")]
+        # c1 sends two before c2 sends one: round-robin by key would serve c1, c2, c1.
+        order = [self.creates.run(key, label, key) for key in ("c1", "c1", "c2")]
         self.logins.run("login", label, "login")
         done = []
-        for d, name in zip(order, ("c1", "c2", "c1-again")):
+        for d, name in zip(order, ("c1", "c1-again", "c2")):
             d.addCallback(lambda _, name=name: done.append(name))
         self.clock.advance(1.0)
         self.assertEqual(self.creates.waiting, 3)  # the login went first
         for _ in range(4):
             self.clock.advance(1.0)
-        self.assertEqual(done, ["c1", "c2", "c1-again"])  # FIFO, not round-robin by key
+        self.assertEqual(done, ["c1", "c1-again", "c2"])  # FIFO, not round-robin by key
         # A create's expected wait counts the logins queued before it.
         self.logins.run("y", label, "running")
         self.logins.run("l1", label, "l1")

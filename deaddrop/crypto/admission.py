@@ -35,6 +35,7 @@ Keys are only held in memory as dictionary keys; nothing here logs them.
 from __future__ import annotations
 
 import collections
+import itertools
 import time
 from typing import Any, Callable, Hashable, Optional, TypeVar
 
@@ -82,12 +83,13 @@ class Ticket:
 
 
 class _Waiter:
-    __slots__ = ("key", "deferred", "since")
+    __slots__ = ("key", "deferred", "since", "arrival")
 
-    def __init__(self, key: Hashable, deferred: Deferred, since: float) -> None:
+    def __init__(self, key: Hashable, deferred: Deferred, since: float, arrival: int) -> None:
         self.key = key
         self.deferred = deferred
         self.since = since
+        self.arrival = arrival  # its place in the order of arrival (clock readings may tie)
 
 
 class Pace:
@@ -162,6 +164,7 @@ class AdmissionQueue:
         self.pace = pace if pace is not None else Pace()  # how long a granted slot is held lately
         self._waiting: dict[Hashable, collections.deque[_Waiter]] = {}
         self._turns: collections.OrderedDict[Hashable, None] = collections.OrderedDict()
+        self._arrivals = itertools.count()  # numbers waiters in arrival order (``fifo``)
         self._held: collections.Counter[Hashable] = collections.Counter()  # waiting + running, per key
         self.waiting = 0
         # The key's standing, 0 = clean and higher = worse; None serves every key alike.
@@ -249,7 +252,7 @@ class AdmissionQueue:
                 del self._held[key]
             return fail(Busy(self.name))
         d: Deferred = Deferred(lambda d: self._cancel(waiter))
-        waiter = _Waiter(key, d, self.admission.clock())
+        waiter = _Waiter(key, d, self.admission.clock(), next(self._arrivals))
         self._held[key] += 1
         self._waiting.setdefault(key, collections.deque()).append(waiter)
         self._turns.setdefault(key, None)
@@ -321,7 +324,7 @@ class AdmissionQueue:
         (a clean newcomer goes before a flooder whose standing has merely faded), then
         round-robin order."""
         if self.fifo:
-            return min(self._turns, key=lambda k: self._waiting[k][0].since)
+            return min(self._turns, key=lambda k: self._waiting[k][0].arrival)
         if self.standing is None:
             return next(iter(self._turns))
         now = self.admission.clock()
