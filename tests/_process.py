@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 from urllib.parse import urlencode
 
 from tests._support import kill_gpg_agent, test_svs
@@ -310,9 +310,15 @@ class RawClient:
         assert match, f"no CSRF token in {html[:300]!r}"
         return match.group(1)
 
-    def create_source(self) -> str:
-        page = self.get("/generate")
-        codename = _CODENAME.search(page.text).group(1)
+    def create_source(self, wanted: Callable[[str], bool] = lambda codename: True) -> str:
+        """Create a source with the first codename /generate offers that is ``wanted``."""
+        for _ in range(1000):
+            page = self.get("/generate")
+            codename = _CODENAME.search(page.text).group(1)
+            if wanted(codename):
+                break
+        else:
+            raise AssertionError("/generate offered no wanted codename in 1,000 pages")
         response = self.form("/create", {"codename": codename, "csrf_token": self.csrf(page.body)})
         assert response.status == 303, (response.status, response.text[:300])
         return codename
