@@ -21,7 +21,10 @@ from deaddrop import codenames
 from deaddrop.crypto.admission import BUSY_MESSAGE
 from deaddrop.crypto.gpg import Keyring
 from deaddrop.crypto.kdf import CodenameKdf, KdfCost, Peppers
+from deaddrop.events import EventGate
 from deaddrop.web._common.circuits import Circuit
+from deaddrop.web._common.throttle import FailureThrottle
+from deaddrop.web.source.app import REFUSALS_BEFORE_CLOSING
 from tests._circuits import CircuitBrowser, listen_as_tor, proxy_line
 from tests._support import Browser, kill_gpg_agent, multipart_body, security_events, short_tempdir, start_server, wait_until
 
@@ -260,8 +263,6 @@ class CircuitThrottleTests(unittest.TestCase):
     @inlineCallbacks
     def test_logins_are_also_counted_per_derived_identity(self):
         """One codename logging in again and again, each time on a new circuit, is refused."""
-        from deaddrop.web._common.throttle import FailureThrottle
-
         self.server.service.newsroom.identity_logins = FailureThrottle(3, 60.0)
         codename = yield self.browser(7).create_source()
         codes = []
@@ -291,11 +292,22 @@ class CircuitThrottleTests(unittest.TestCase):
     @inlineCallbacks
     def test_a_circuit_asking_for_pages_too_fast_is_refused_then_closed(self):
         closed = self.record_closed_circuits()
+        # The flood asks for a page every 10 ms of the source side's clock (ten times the rate
+        # a circuit may have), however slowly a loaded machine answers it: the request rate,
+        # the refusals that close a circuit and the folded events all read that clock. (On the
+        # wall clock a loaded 2-core machine served this client barely 20 pages a second, and
+        # one at 10 a second never empties the bucket.)
+        now = [0.0]
+        source = self.server.service.source
+        self.patch(source.request_rate, "_clock", lambda: now[0])
+        self.patch(source, "_refusals", FailureThrottle(REFUSALS_BEFORE_CLOSING, 60.0, clock=lambda: now[0]))
+        self.patch(source, "_flood_events", EventGate(10.0, clock=lambda: now[0]))
         flood = self.browser(0x23456)
         codes = []
         while not closed and len(codes) < 200:
             response, _ = yield flood.get("/login")
             codes.append(response.code)
+            now[0] += 0.01
         self.assertEqual(closed, [Circuit(0x23456)])
         self.assertGreaterEqual(codes.count(200), 30)
         self.assertEqual(set(codes[30:]) - {200}, {429})
