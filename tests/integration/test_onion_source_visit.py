@@ -250,7 +250,8 @@ def _test_done(case) -> None:
 
 
 class OnionSourceVisitTests(unittest.TestCase):
-    timeout = 400
+    # The first test of the module also waits for the shared network.
+    timeout = tornet.BRING_UP_SECONDS + 400
 
     def setUp(self):
         reason = tornet.TorNetwork.available()

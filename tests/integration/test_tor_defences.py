@@ -112,7 +112,7 @@ def is_closed(s: socket.socket, wait: float) -> bool:
 
 
 class TorDefenceTests(_Base):
-    timeout = 240
+    timeout = tornet.BRING_UP_SECONDS + 240
 
     def setUp(self):
         super().setUp()

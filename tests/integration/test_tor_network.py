@@ -66,7 +66,8 @@ async def with_timeout(d, seconds: float, what: str):
 
 
 class _Base(unittest.TestCase):
-    timeout = 150
+    # The first test of a process also waits for the shared network.
+    timeout = tornet.BRING_UP_SECONDS + 150
 
     def setUp(self):
         reason = tornet.TorNetwork.available()

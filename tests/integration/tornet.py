@@ -9,7 +9,7 @@ stopped by PID (checked against ``/proc/PID/cmdline``), and each tor also watche
 
 Use::
 
-    net = TorNetwork().start()           # blocking, ~10-15 s
+    net = TorNetwork().start()           # blocking, ~10-15 s (BRING_UP_SECONDS at most)
     net.tor_options                      # [(key, value)...] for make_tor_service(tor_options=...)
     net.seed_data_dir(path)              # pre-seed a tor DataDirectory with the authority certs
     net.wrapper                          # a tor_binary that sets the low-memory environment
@@ -42,6 +42,9 @@ import urllib.request
 VOTE_INTERVALS = (8, 9, 10, 12, 15, 18, 20)  # 8-20 s per the notes; Tor wants divisors of 30 minutes (not 16)
 VOTE_LEAD = 4.0  # VoteDelay + DistDelay: the vote happens this long before the boundary
 FIRST_VOTE_MARGIN = 2.5  # relay descriptors must reach the authorities before the first vote
+# Bring-up takes 13-16 s on a quiet machine; on a loaded 2-core one it took up to 72 s (52 s of
+# them the authorities' RSA keys), so it gets twice that.
+BRING_UP_SECONDS = 150.0
 
 COMMON = [
     ("TestingTorNetwork", "1"),
@@ -210,7 +213,7 @@ class TorNetwork:
 
     # -- bring-up -------------------------------------------------------------------------
 
-    def start(self, timeout: float = 90.0) -> "TorNetwork":
+    def start(self, timeout: float = BRING_UP_SECONDS) -> "TorNetwork":
         t0 = time.monotonic()
         try:
             self._start(t0, timeout)
@@ -242,7 +245,7 @@ class TorNetwork:
             node.or_port = next(ports)
         self.client_socks_port, self.client_control_port = next(ports), next(ports)
 
-        self._make_authority_keys()
+        self._make_authority_keys(deadline)
         self._mark(t0, "keys")
         self.dir_authority_lines = [
             f"{a.name} orport={a.or_port} no-v2 v3ident={a.v3ident} 127.0.0.1:{a.dir_port} {a.fingerprint}"
@@ -292,8 +295,17 @@ class TorNetwork:
         self._wait(lambda: "Bootstrapped 100%" in self.client.output(), deadline, "the client bootstrapped")
         self._mark(t0, "client")
 
-    def _make_authority_keys(self) -> None:
-        procs = []
+    def _make_authority_keys(self, deadline: float) -> None:
+        procs: list[subprocess.Popen] = []
+        try:
+            self._run_key_tools(procs, deadline)
+        finally:
+            for p in procs:  # on a timeout or a failure, none is left running
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+
+    def _run_key_tools(self, procs: list[subprocess.Popen], deadline: float) -> None:
         for a in self.authorities:
             keys = os.path.join(a.dir, "keys")
             os.mkdir(keys, 0o700)
@@ -314,7 +326,13 @@ class TorNetwork:
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             ))
         for p in procs:
-            _, err = p.communicate(b"\n" if p.stdin else None, timeout=30)
+            # RSA key generation: seconds on a quiet machine, and it took tor-gencert over 30 s
+            # on a loaded 2-core one; the bring-up's own deadline bounds it.
+            try:
+                _, err = p.communicate(b"\n" if p.stdin else None, timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise TorNetworkError(f"timed out waiting for {os.path.basename(p.args[0])} (the authority keys); "
+                                      f"logs in {self.base}") from None
             if p.returncode != 0:
                 raise TorNetworkError(f"{p.args[0]} failed: {err.decode(errors='replace').strip()}")
         certs = []
