@@ -50,7 +50,9 @@ def _text(driver, selector: str = "main") -> str:
 
 
 class SourceBrowserTests(unittest.TestCase):
-    timeout = 60
+    # A flow takes ~11 s on a quiet machine and took up to 28 s on a loaded 2-core one (the
+    # journalist's flow, alike, 57 s).
+    timeout = 180
 
     @inlineCallbacks
     def setUp(self):
