@@ -130,6 +130,10 @@ class FileTimeNormaliser(service.Service):
         super().stopService()
         self._cancel_call()
         # The pool is stopped after the services: let a run in flight finish first.
+        return self.idle()
+
+    def idle(self) -> Deferred:
+        """Fires once no run is in flight (the start-up run, on a busy machine, may still be)."""
         return self._lock.acquire().addCallback(lambda lock: lock.release())
 
     def run(self) -> Deferred:
