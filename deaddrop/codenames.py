@@ -27,9 +27,14 @@ CODENAME_LIST, DESIGNATION_LISTS = "codename-words.txt", ("adjectives.txt", "nou
 # Words of the codename list that are never drawn for a new codename (insults, crimes, illnesses,
 # weapons...), but still accepted: codenames made before they were retired keep working.
 RETIRED_LIST = "codename-retired.txt"
-# Designations ("adjective noun") an instance needs at the least, and per source it holds: new
-# ones are drawn at random until a free one comes up, so the space must stay mostly free.
-MIN_DESIGNATIONS = 100_000
+# A new designation is two different adjectives and a noun ("amber quiet lantern"): curated
+# lists of words anyone can say about anyone cannot make 10^8 designations with two words
+# (480 x 1,903 = 913,440), three do (480 x 479 x 1,903 = 437,537,760). Designations made with
+# one adjective ("amber lantern") keep working everywhere: they are only never drawn again.
+DESIGNATION_ADJECTIVES = 2
+# Designations an instance needs at the least, and per source it holds: new ones are drawn at
+# random until a free one comes up, so the space must stay mostly free.
+MIN_DESIGNATIONS = 10**8
 DESIGNATIONS_PER_SOURCE = 4
 
 
@@ -66,7 +71,7 @@ def check_word_lists(n_words: int, directory: str = WORDLIST_DIR) -> float:
     import math
 
     adjectives, nouns = (read_word_list(os.path.join(directory, name)) for name in DESIGNATION_LISTS)
-    space = len(adjectives) * len(nouns)
+    space = designations_of(len(adjectives), len(nouns))
     if space < MIN_DESIGNATIONS:
         raise WordListError(
             f"the designation lists {os.path.join(directory, DESIGNATION_LISTS[0])} ({len(adjectives)} words) and "
@@ -93,11 +98,17 @@ def _drawable(words: tuple[str, ...], retired: frozenset[str]) -> tuple[str, ...
     return tuple(w for w in words if w not in retired)
 
 
+def designations_of(adjectives: int, nouns: int) -> int:
+    """How many designations lists of these sizes make: two different adjectives, in order, and
+    a noun (adjectives x (adjectives - 1) x nouns)."""
+    return adjectives * max(0, adjectives - 1) * nouns
+
+
 def designation_space(directory: str | None = None) -> int:
-    """How many designations the lists make (adjectives x nouns)."""
+    """How many designations the lists make (``designations_of``)."""
     directory = directory or WORDLIST_DIR
     adjectives, nouns = (read_word_list(os.path.join(directory, name)) for name in DESIGNATION_LISTS)
-    return len(adjectives) * len(nouns)
+    return designations_of(len(adjectives), len(nouns))
 
 
 def check_designation_space(sources: int, directory: str | None = None) -> int:
@@ -200,7 +211,12 @@ def _split_hyphens(token: str, known: frozenset[str]) -> list[str]:
 
 
 def generate_designation() -> str:
-    return f"{secrets.choice(_load('adjectives.txt'))} {secrets.choice(_load('nouns.txt'))}"
+    """A new designation: two different adjectives and a noun, "amber quiet lantern"."""
+    first, second = _random.sample(_load(DESIGNATION_LISTS[0]), DESIGNATION_ADJECTIVES)
+    return f"{first} {second} {secrets.choice(_load(DESIGNATION_LISTS[1]))}"
+
+
+_random = secrets.SystemRandom()
 
 
 def entropy_bits(n_words: int) -> float:

@@ -26,11 +26,20 @@ class WordlistTests(unittest.TestCase):
                 seen.add(codename)
         self.assertEqual(len(seen), 60)
 
-    def test_designations_are_adjective_noun_from_their_own_lists(self):
-        for _ in range(50):
-            adjective, noun = codenames.generate_designation().split(" ")
-            self.assertIn(adjective, codenames._load("adjectives.txt"))
+    def test_designations_are_two_different_adjectives_and_a_noun_from_their_own_lists(self):
+        seen = set()
+        for _ in range(300):
+            designation = codenames.generate_designation()
+            first, second, noun = designation.split(" ")
+            self.assertNotEqual(first, second)
+            self.assertIn(first, codenames._load("adjectives.txt"))
+            self.assertIn(second, codenames._load("adjectives.txt"))
             self.assertIn(noun, codenames._load("nouns.txt"))
+            seen.add(designation)
+        self.assertEqual(len(seen), 300)
+        adjectives, nouns = (len(codenames._load(n)) for n in codenames.DESIGNATION_LISTS)
+        self.assertEqual(codenames.designation_space(), adjectives * (adjectives - 1) * nouns)
+        self.assertGreaterEqual(codenames.designation_space(), 10**8)
 
 
 def denied_words() -> set[str]:
@@ -75,12 +84,16 @@ class CuratedListTests(unittest.TestCase):
         adjectives, nouns = (codenames._load(n) for n in codenames.DESIGNATION_LISTS)
         drawable = codenames.drawable_codename_words()
         for stated in [f"{len(adjectives):,} adjectives", f"{len(nouns):,} nouns",
-                       f"{len(adjectives) * len(nouns):,} designations", f"{len(drawable):,} words",
+                       f"{len(adjectives) * len(nouns):,} designations",
+                       f"{len(adjectives)} × {len(adjectives) - 1} × {len(nouns):,} = {codenames.designation_space():,} "
+                       "designations",
+                       f"{len(drawable):,} words",
                        f"{len(codenames.codename_words()) - len(drawable)} retired"]:
             self.assertIn(stated, readme)
         self.assertGreaterEqual(len(drawable) ** 7, 10**8)
         self.assertGreater(codenames.entropy_bits(7), 90)
-        self.assertGreaterEqual(len(adjectives) * len(nouns), codenames.MIN_DESIGNATIONS)
+        self.assertGreaterEqual(codenames.designation_space(), codenames.MIN_DESIGNATIONS)
+        self.assertEqual(codenames.MIN_DESIGNATIONS, 10**8)
 
 
 class NormaliseTests(unittest.TestCase):

@@ -24,8 +24,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 class WordListTests(unittest.TestCase):
     def lists(self, codename_words: list[str], adjectives=None, nouns=None) -> str:
-        adjectives = adjectives if adjectives is not None else self.words(400)
-        nouns = nouns if nouns is not None else self.words(400)
+        adjectives = adjectives if adjectives is not None else self.words(500)
+        nouns = nouns if nouns is not None else self.words(500)
         d = self.mktemp()
         os.makedirs(d)
         for name, words in [("codename-words.txt", codename_words), ("adjectives.txt", adjectives),
@@ -61,7 +61,7 @@ class WordListTests(unittest.TestCase):
                 codenames.check_word_lists(7, d)
             self.assertIn(os.path.join(d, "codename-words.txt"), str(caught.exception))
             self.assertIn(message, str(caught.exception))
-        d = self.lists(self.words(7000), nouns=self.words(400) + ["aaab"])
+        d = self.lists(self.words(7000), nouns=self.words(500) + ["aaab"])
         with self.assertRaises(codenames.WordListError):
             codenames.check_word_lists(7, d)
         os.remove(os.path.join(d, "nouns.txt"))
@@ -82,18 +82,19 @@ class WordListTests(unittest.TestCase):
         d = self.lists(self.words(7000), adjectives=self.words(300), nouns=self.words(300))
         with self.assertRaises(codenames.WordListError) as caught:
             codenames.check_word_lists(7, d)
-        self.assertIn("make 90,000 designations, fewer than the 100,000 required: use longer lists",
+        # Two different adjectives and a noun: 300 x 299 x 300.
+        self.assertIn("make 26,910,000 designations, fewer than the 100,000,000 required: use longer lists",
                       str(caught.exception))
         self.assertIn(os.path.join(d, "adjectives.txt"), str(caught.exception))
 
     def test_designation_lists_too_small_for_this_instance_are_refused_in_one_line(self):
-        d = self.lists(self.words(7000), adjectives=self.words(400), nouns=self.words(400))
-        self.assertEqual(codenames.check_designation_space(40_000, d), 160_000)
+        d = self.lists(self.words(7000), adjectives=self.words(500), nouns=self.words(500))
+        self.assertEqual(codenames.check_designation_space(31_187_500, d), 124_750_000)  # 500 x 499 x 500
         with self.assertRaises(codenames.WordListError) as caught:
-            codenames.check_designation_space(40_001, d)
+            codenames.check_designation_space(31_187_501, d)
         self.assertEqual(str(caught.exception).count("\n"), 0)
-        self.assertIn("make 160,000 designations; this instance holds 40,001 sources and needs at least "
-                      "160,004 (4 per source)", str(caught.exception))
+        self.assertIn("make 124,750,000 designations; this instance holds 31,187,501 sources and needs at least "
+                      "124,750,004 (4 per source)", str(caught.exception))
 
 
 class SessionOptionTests(unittest.TestCase):

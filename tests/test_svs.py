@@ -44,6 +44,15 @@ class SubmissionNameTests(unittest.SynchronousTestCase):
             self.assertEqual((name.designation, name.kind), ("brave_otter", kind))
         self.assertEqual(parse_submission_name("14-brave_otter-reply.gpg").number, 14)
 
+    def test_three_word_designations_and_the_two_word_ones_made_before(self) -> None:
+        for raw, designation in [("1-amber_quiet_lantern-msg.gpg", "amber_quiet_lantern"),
+                                 ("2-amber_quiet_lantern-doc.gz.gpg", "amber_quiet_lantern"),
+                                 ("3-amber_lantern-reply.gpg", "amber_lantern"),
+                                 ("zips/amber_quiet_lantern/4-amber_quiet_lantern-msg.gpg", "amber_quiet_lantern")]:
+            name = parse_submission_name(raw)
+            assert name is not None, raw
+            self.assertEqual(name.designation, designation)
+
     def test_only_the_last_component_counts(self) -> None:
         for raw in ["../../1-brave_otter-msg.gpg", "/abs/1-brave_otter-msg.gpg", "..\\..\\1-brave_otter-msg.gpg",
                     "x/../1-brave_otter-msg.gpg"]:
@@ -53,7 +62,9 @@ class SubmissionNameTests(unittest.SynchronousTestCase):
 
     def test_rejects_anything_else(self) -> None:
         for raw in ["1-brave_otter-msg.gpg\n", "0-brave_otter-msg.gpg", "1-Brave_otter-msg.gpg",
-                    "1-brave-otter-msg.gpg", "1-brave_otter-doc.gpg", "1-../x-msg.gpg", "1-a_b_c-msg.gpg",
+                    "1-brave-otter-msg.gpg", "1-brave_otter-doc.gpg", "1-../x-msg.gpg", "1-a_b_c_d-msg.gpg",
+                    "1-amber__lantern-msg.gpg", "1-_amber_lantern-msg.gpg", "1-amber-" + "quiet_lantern-msg.gpg",
+                    "1-amber_quiet_" + "a" * 41 + "-msg.gpg",
                     "1-brave_otter-msg.gpg.txt", "1-brave_otter-msg", "-1-brave_otter-msg.gpg",
                     "1-" + "a" * 41 + "_otter-msg.gpg", ".1-brave_otter-msg.gpg", "1-brave_otter-msg.gpg\x00"]:
             self.assertIsNone(parse_submission_name(raw), repr(raw))

@@ -19,7 +19,9 @@ from deaddrop.crypto.pool import forbid_reactor_thread
 from deaddrop.store._atomic import fsync_directory, rename_durably
 
 _FILESYSTEM_ID = re.compile(r"^[a-z2-7]{52}$")
-_STORED_NAME = re.compile(r"^[1-9][0-9]{0,9}-[a-z]+_[a-z]+-(msg|doc\.gz|reply)\.gpg$")
+# The designation part: "amber_quiet_lantern", or "amber_lantern" for a source made before
+# designations had three words.
+_STORED_NAME = re.compile(r"^[1-9][0-9]{0,9}-[a-z]+(?:_[a-z]+){1,2}-(msg|doc\.gz|reply)\.gpg$")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DAY = 86400
 

@@ -99,7 +99,7 @@ def _zip_items(guard: InputGuard, path: str, st: os.stat_result) -> Iterator[Ite
             label = f"{display(path)}:{display(info.filename)}"
             name = parse_submission_name(info.filename)
             if name is None:
-                yield BadInput(label, "unexpected zip entry (not N-adjective_noun-msg|doc.gz|reply.gpg)")
+                yield BadInput(label, "unexpected zip entry (not N-designation-msg|doc.gz|reply.gpg)")
                 continue
             base = info.filename.replace("\\", "/").rsplit("/", 1)[-1]
             yield Item(label, name, info.file_size, _zip_opener(zf, info), base)
@@ -151,7 +151,7 @@ def iter_inputs(
         ):
             yield from _zip_items(guard, path, st)
         elif submissions_only:
-            yield BadInput(display(path), "not a server file (N-adjective_noun-msg|doc.gz|reply.gpg) or a zip of them")
+            yield BadInput(display(path), "not a server file (N-designation-msg|doc.gz|reply.gpg) or a zip of them")
         else:
             yield _file_item(guard, path, st)
 
@@ -196,6 +196,6 @@ def _folder_items(
             seen.add((st.st_dev, st.st_ino))
             item = _file_item(guard, full, st, (top,) + sub)
             if submissions_only and item.name is None:
-                yield BadInput(item.label, "unrecognised name (expected N-adjective_noun-msg|doc.gz|reply.gpg)")
+                yield BadInput(item.label, "unrecognised name (expected N-designation-msg|doc.gz|reply.gpg)")
             else:
                 yield item

@@ -11,10 +11,11 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-# N-<designation>-<kind>.gpg, designation "adjective_noun". Bounded lengths so a name can't be
-# used to make an over-long folder; fullmatch so a trailing newline can't slip past "$".
+# N-<designation>-<kind>.gpg, designation "adjective_adjective_noun" (or "adjective_noun", made
+# before designations had three words). Bounded lengths so a name can't be used to make an
+# over-long folder; fullmatch so a trailing newline can't slip past "$".
 _SUBMISSION_RE = re.compile(
-    r"(?P<number>[1-9][0-9]{0,9})-(?P<designation>[a-z]{1,40}_[a-z]{1,40})-(?P<kind>msg|doc\.gz|reply)\.gpg"
+    r"(?P<number>[1-9][0-9]{0,9})-(?P<designation>[a-z]{1,40}(?:_[a-z]{1,40}){1,2})-(?P<kind>msg|doc\.gz|reply)\.gpg"
 )
 
 KINDS = ("msg", "doc.gz", "reply")
@@ -43,7 +44,7 @@ class SubmissionName:
     """A parsed ``N-<designation>-<kind>.gpg`` server file name."""
 
     number: int
-    designation: str  # "brave_otter": [a-z]+_[a-z]+, hence always a safe single path component
+    designation: str  # "amber_quiet_lantern" or "brave_otter": [a-z_] only, always one safe path component
     kind: str  # one of KINDS
 
     def default_output_name(self) -> str:

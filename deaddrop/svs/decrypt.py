@@ -62,7 +62,7 @@ def decrypt_item(
     if name is None:  # iter_inputs already filters these; keep the function safe on its own
         raise ItemError("not a server file name")
     limit = limit or OutputLimit()
-    folder = out.folder(name.designation)  # validated [a-z]+_[a-z]+: one safe component
+    folder = out.folder(name.designation)  # validated [a-z]+(_[a-z]+){1,2}: one safe component
     try:
         budget = limit.start(folder, item.size)  # before gpg runs or any byte is written
         return _decrypt_into(gpg, item, name, out, folder, budget, progress)

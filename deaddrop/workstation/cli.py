@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="folder for DESIGNATION/N-designation-kind.gpg files")
     p.add_argument("--progress", action="store_true", help="show progress even when not on a terminal")
     p = sub.add_parser("reply", parents=[common], help="encrypt a reply here and send it")
-    p.add_argument("designation", help='the source\'s designation, e.g. "brave otter" or brave_otter')
+    p.add_argument("designation", help='the source\'s designation, e.g. "amber quiet lantern" or amber_quiet_lantern')
     p.add_argument("--message-file", required=True, help="the reply text (UTF-8); '-' for standard input")
     sub.add_parser("sources", parents=[common], help="a table of sources")
     sub.add_parser("logout", parents=[common], help="revoke the cached token")

@@ -17,8 +17,10 @@ from twisted.internet.defer import inlineCallbacks
 
 from deaddrop.workstation.api import ApiError, JournalistApi
 
-_SAFE_NAME = re.compile(r"^[1-9][0-9]*-[a-z]+_[a-z]+-(msg|doc\.gz|reply)\.gpg$")
-_SAFE_DIR = re.compile(r"^[a-z]+_[a-z]+$")
+# Designations are "amber_quiet_lantern", or "amber_lantern" for sources made before they had
+# three words: lowercase words and underscores only, so always one safe folder name.
+_SAFE_NAME = re.compile(r"^[1-9][0-9]*-[a-z]+(?:_[a-z]+){1,2}-(msg|doc\.gz|reply)\.gpg$")
+_SAFE_DIR = re.compile(r"^[a-z]+(?:_[a-z]+){1,2}$")
 
 
 class SyncError(Exception):

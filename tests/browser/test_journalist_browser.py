@@ -294,8 +294,8 @@ class JournalistBrowserTests(unittest.TestCase):
     def _download_both(self, driver) -> tuple[str, str]:
         links = self._submission_links(driver)
         names = {kind: a.text for kind, a in links.items()}
-        self.assertRegex(names["msg"], r"^1-[a-z]+_[a-z]+-msg\.gpg$")
-        self.assertRegex(names["doc"], r"^2-[a-z]+_[a-z]+-doc\.gz\.gpg$")
+        self.assertRegex(names["msg"], r"^1-[a-z]+_[a-z]+_[a-z]+-msg\.gpg$")
+        self.assertRegex(names["doc"], r"^2-[a-z]+_[a-z]+_[a-z]+-doc\.gz\.gpg$")
         # A file's link shows the page again, its counts already new, and the file downloads
         # without replacing it (issue 22: no reload, no JavaScript).
         hrefs = {kind: a.get_attribute("href").split("/sources/", 1)[1] for kind, a in links.items()}
@@ -317,7 +317,7 @@ class JournalistBrowserTests(unittest.TestCase):
         text = self._page(driver, "reply-sent")
         self.assertIn("Reply sent.", _text(driver, ".flashes"))
         [reply] = driver.find_elements(By.CSS_SELECTOR, "main ul li")
-        self.assertRegex(reply.text, r"^3-[a-z]+_[a-z]+-reply\.gpg \(by alice, \d{4}-\d\d-\d\d\)$")
+        self.assertRegex(reply.text, r"^3-[a-z]+_[a-z]+_[a-z]+-reply\.gpg \(by alice, \d{4}-\d\d-\d\d\)$")
         self.assertEqual(_css(driver, "#reply").get_attribute("value"), "")
         self.assertNotIn("REPLY-MARKER", text)
 

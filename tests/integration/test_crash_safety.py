@@ -41,7 +41,7 @@ ROUNDS = 3
 UPLOADS_PER_ROUND = 50
 SOURCES = 25  # two uploads at once per source: the per-session limit
 MIN_FILE, MAX_FILE = 1024, 5 * 1024 * 1024
-_STORED = re.compile(r"^([1-9][0-9]*)-[a-z]+_[a-z]+-(msg|doc\.gz)\.gpg$")
+_STORED = re.compile(r"^([1-9][0-9]*)-[a-z]+_[a-z]+_[a-z]+-(msg|doc\.gz)\.gpg$")
 
 
 @dataclass

@@ -125,7 +125,7 @@ class FirstDayTests(unittest.TestCase):
         path = re.search(r'href="(/sources/[0-9a-f-]{36})"', html).group(1)
         response, html = yield b.get(path)
         chosen = _SUBMISSION.findall(html)
-        names = re.findall(r'>(\d-[a-z]+_[a-z]+-(?:msg|doc\.gz)\.gpg)<', html)
+        names = re.findall(r'>(\d-[a-z]+_[a-z]+_[a-z]+-(?:msg|doc\.gz)\.gpg)<', html)
         self.assertEqual(len(chosen), 3)
         response, html = yield b.post(f"{path}/selected", data={
             "csrf_token": b.csrf(html), "action": "delete", "submission": chosen[1:]})

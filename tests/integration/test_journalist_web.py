@@ -415,6 +415,36 @@ class JournalistWebTests(unittest.TestCase):
     # -- the newsroom's work -----------------------------------------------------------------
 
     @inlineCallbacks
+    def test_a_two_word_designation_made_before_works_in_the_list_the_filter_and_zips(self):
+        """Issue 17 §4: new designations have three words, and one made before keeps working."""
+        from deaddrop import codenames
+        from deaddrop.svs._names import parse_submission_name
+
+        drawn = codenames.generate_designation
+        codenames.generate_designation = lambda: "amber lantern"
+        try:
+            yield self.new_source("LEGACY-MARKER")
+        finally:
+            codenames.generate_designation = drawn
+        yield self.new_source("NEW-MARKER")
+        designations = sorted(d for (d,) in db_rows(self.server, "SELECT designation FROM sources"))
+        self.assertEqual(len(designations), 2)
+        self.assertEqual(designations[0], "amber lantern")
+        self.assertEqual(len(designations[1].split()), 3)
+        b = yield self.logged_in()
+        response, html = yield b.get("/sources?q=AMBER+lantern")
+        self.assertEqual(len(_SOURCE_LINK.findall(html)), 1)
+        self.assertIn("amber lantern</a>", html)
+        source_uuid = _SOURCE_LINK.search(html).group(1)
+        response, html = yield b.get(f"/sources/{source_uuid}")
+        response, html = yield b.post(f"/sources/{source_uuid}/download-unread", data={"csrf_token": b.csrf(html)})
+        response, body = yield b.get_bytes(_DOWNLOAD_REFRESH.search(html).group(1))
+        with zipfile.ZipFile(io.BytesIO(body)) as zf:
+            self.assertEqual(zf.namelist(), ["amber_lantern/1-amber_lantern-msg.gpg"])
+            self.assertEqual(test_svs().decrypt(zf.read(zf.namelist()[0])), b"LEGACY-MARKER")
+        self.assertEqual(parse_submission_name(zf.namelist()[0]).designation, "amber_lantern")
+
+    @inlineCallbacks
     def test_submission_download_zip_and_reply_round_trip(self):
         marker = "MESSAGE-MARKER-51c2"
         source, codename = yield self.new_source(marker)
@@ -468,7 +498,7 @@ class JournalistWebTests(unittest.TestCase):
         response, html = yield b.post(f"/sources/{source_uuid}/reply",
                                       data={"csrf_token": b.csrf(html), "reply": "REPLY-MARKER-9d hello source"})
         self.assertIn("Reply sent", html)
-        self.assertRegex(html, r"4-[a-z]+_[a-z]+-reply\.gpg")
+        self.assertRegex(html, r"4-[a-z]+_[a-z]+_[a-z]+-reply\.gpg")
         response, page = yield source.get("/lookup")
         self.assertIn("REPLY-MARKER-9d hello source", page)
 

@@ -61,8 +61,8 @@ class SourceFlowTests(unittest.TestCase):
         self.assertEqual(len(files), 2, files)
         msg = [f for f in files if f.endswith("-msg.gpg")][0]
         doc = [f for f in files if f.endswith("-doc.gz.gpg")][0]
-        self.assertRegex(os.path.basename(msg), r"^1-[a-z]+_[a-z]+-msg\.gpg$")
-        self.assertRegex(os.path.basename(doc), r"^2-[a-z]+_[a-z]+-doc\.gz\.gpg$")
+        self.assertRegex(os.path.basename(msg), r"^1-[a-z]+_[a-z]+_[a-z]+-msg\.gpg$")
+        self.assertRegex(os.path.basename(doc), r"^2-[a-z]+_[a-z]+_[a-z]+-doc\.gz\.gpg$")
         svs = test_svs()
         with open(msg, "rb") as f:
             self.assertEqual(svs.decrypt(f.read()).decode(), f"hello {marker}")

@@ -146,6 +146,56 @@ class WorkstationTests(unittest.TestCase):
         self.assertIn("WS-REPLY-MARKER thank you", html)
 
     @inlineCallbacks
+    def test_two_word_designations_made_before_and_three_word_ones_go_through_the_whole_loop(self):
+        """Issue 17 §4: new designations have three words; one made before ("amber lantern")
+        keeps working in the API, file names, sync folders, the SVS and replies by designation."""
+        from deaddrop import codenames
+
+        legacy = Browser(self.server.source_url)
+        self.addCleanup(legacy.close)
+        drawn = codenames.generate_designation
+        codenames.generate_designation = lambda: "amber lantern"  # what the two-word lists drew
+        try:
+            yield legacy.create_source()
+        finally:
+            codenames.generate_designation = drawn
+        response, html = yield legacy.submit("LEGACY-MARKER", [("old.txt", b"OLD-FILE")])
+        yield self.submit("NEW-MARKER", [("new.txt", b"NEW-FILE")])
+        status, text = yield self.cli("sources")
+        self.assertIn("amber lantern", text)
+        out = os.path.join(self.work, "download")
+        status, text = yield self.cli("sync", "--out", out)
+        self.assertEqual(status, 0, text)
+        folders = sorted(os.listdir(out))
+        self.assertEqual(len(folders), 2)
+        self.assertIn("amber_lantern", folders)
+        [new] = [f for f in folders if f != "amber_lantern"]
+        self.assertRegex(new, r"^[a-z]+_[a-z]+_[a-z]+$")
+        status, listed = yield self.cli("sources")
+        self.assertIn(new.replace("_", " "), listed)
+        self.assertEqual(sorted(os.listdir(os.path.join(out, "amber_lantern"))),
+                         ["1-amber_lantern-msg.gpg", "2-amber_lantern-doc.gz.gpg"])
+        self.assertEqual(sorted(os.listdir(os.path.join(out, new))), [f"1-{new}-msg.gpg", f"2-{new}-doc.gz.gpg"])
+        svs_home = short_tempdir("dd-svsh-")
+        os.symlink(test_svs().homedir, os.path.join(svs_home, "gnupg"))
+        plain = os.path.join(self.work, "plain")
+        code = yield deferToThread(svs_cli.main, ["--home", svs_home, "decrypt", out, "--out", plain])
+        self.assertEqual(code, 0)
+        for folder, marker, name, content in (("amber_lantern", "LEGACY-MARKER", "old.txt", b"OLD-FILE"),
+                                              (new, "NEW-MARKER", "new.txt", b"NEW-FILE")):
+            with open(os.path.join(plain, folder, "1-msg.txt")) as f:
+                self.assertEqual(f.read(), marker)
+            with open(os.path.join(plain, folder, name), "rb") as f:
+                self.assertEqual(f.read(), content)
+        # Replies by designation, either spelling, reach each source.
+        for designation, browser, marker in (("amber lantern", legacy, "REPLY-OLD-4c"), (new, self.source, "REPLY-NEW-7e")):
+            status, text = yield self.cli("reply", designation, "--message-file", self._write("r.txt", marker),
+                                          use_p12=False)
+            self.assertEqual(status, 0, text)
+            response, html = yield browser.get("/lookup")
+            self.assertIn(marker, html)
+
+    @inlineCallbacks
     def _sync_with_existing_part(self, make_part):
         payload = os.urandom(2 * 1024 * 1024)
         yield self.submit("", [("a.bin", payload)])
