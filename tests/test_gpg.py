@@ -5,7 +5,8 @@ from twisted.internet.defer import inlineCallbacks
 from twisted.internet.threads import deferToThread
 from twisted.trial import unittest
 
-from deaddrop.crypto.gpg import Keyring
+from deaddrop.crypto._process_exit import running
+from deaddrop.crypto.gpg import GpgError, Keyring
 from tests._support import kill_gpg_agent, short_tempdir, test_svs
 
 
@@ -40,3 +41,33 @@ class RecipientsTests(unittest.TestCase):
         self.assertEqual(ids, [])
         plain = yield deferToThread(self.keyring.recipients_of, _gpg("--armor", "--store", data=b"x").decode())
         self.assertEqual(plain, [])
+
+
+class AgentTests(unittest.TestCase):
+    """The keyring restarts its gpg-agent before each key generation (see generate_source_key)."""
+
+    def setUp(self):
+        self.home = os.path.join(short_tempdir(), "g")
+        self.keyring = Keyring(self.home)
+        self.addCleanup(kill_gpg_agent, self.home)
+
+    @inlineCallbacks
+    def test_stop_agent_returns_once_the_agent_has_exited(self):
+        # gpgconf --kill returns while the agent is still shutting down, its socket still there
+        # for a moment; on a loaded machine the next gpg reached it and waited, or gave up.
+        yield deferToThread(self.keyring.generate_source_key, "p" * 40)
+        pid = yield deferToThread(self.keyring._agent_pid)
+        self.assertIsNotNone(pid)
+        yield deferToThread(self.keyring.stop_agent)
+        self.assertFalse(running(pid))
+        self.assertIsNone((yield deferToThread(self.keyring._agent_pid)))
+
+    @inlineCallbacks
+    def test_key_generation_failing_says_why(self):
+        # Exit 2 is also what a successful generation returns here; the message says the cause.
+        self.patch(self.keyring, "gpg_binary", os.path.join(self.home, "failing-gpg"))
+        with open(self.keyring.gpg_binary, "w") as f:
+            f.write("#!/bin/sh\necho 'gpg: agent_genkey failed: No agent running' >&2\nexit 2\n")
+        os.chmod(self.keyring.gpg_binary, 0o700)
+        error = yield self.assertFailure(deferToThread(self.keyring.generate_source_key, "p" * 40), GpgError)
+        self.assertIn("agent_genkey failed: No agent running", str(error))

@@ -16,6 +16,7 @@ from typing import Iterator
 
 import gnupg
 
+from deaddrop.crypto._process_exit import ProcessExit
 from deaddrop.crypto.pool import forbid_reactor_thread
 
 # No passphrase caching: a source's passphrase must not outlive the request that used it.
@@ -157,9 +158,19 @@ class _ReadWriteLock:
 _NO_SEED_FILE = "--no-random-seed-file"
 
 
+def _failure_line(stderr: bytes) -> str:
+    """gpg's last line saying what failed (never a passphrase: gpg prints none)."""
+    lines = [line.strip() for line in stderr.decode("utf-8", "replace").splitlines() if "fail" in line]
+    return lines[-1][:200] if lines else "gpg said nothing"
+
+
 def gpg_base_argv(gpg_binary: str, homedir: str) -> list[str]:
     return [gpg_binary, "--homedir", homedir, "--batch", "--no-tty", "--quiet", "--yes", "--trust-model", "always",
             _NO_SEED_FILE]
+
+
+# A stopped agent exits in milliseconds; on a loaded machine, in seconds.
+_AGENT_EXIT_SECONDS = 60.0
 
 
 class Keyring:
@@ -256,8 +267,11 @@ class Keyring:
                 fingerprint = line.split()[-1]
         # gpg exits 2 because it could not write the revocation certificate (on purpose, see
         # _REVOCS): success is the key being there, with its secret half.
-        if not fingerprint or (proc.returncode != 0 and not self.has_secret_key(fingerprint)):
-            raise GpgError(f"source key generation failed (gpg exit {proc.returncode})")
+        if not fingerprint:
+            # Exit 2 says nothing here (it is also success): say what gpg said went wrong.
+            raise GpgError(f"source key generation failed: {_failure_line(proc.stderr)}")
+        if proc.returncode != 0 and not self.has_secret_key(fingerprint):
+            raise GpgError("source key generation failed: the new key has no secret half")
         self._coarsen_key_file_times()
         return KeyInfo(fingerprint, self.export_public_key(fingerprint))
 
@@ -421,7 +435,39 @@ class Keyring:
         return [key["keyid"].upper()] + [sub[0].upper() for sub in key.get("subkeys", [])]
 
     def stop_agent(self) -> None:
-        subprocess.run(
-            ["gpgconf", "--homedir", self.homedir, "--kill", "gpg-agent"],
-            stdin=subprocess.DEVNULL, capture_output=True,
-        )
+        """Stop this home's gpg-agent; return once it has exited.
+
+        ``gpgconf --kill`` returns as soon as the agent has acknowledged, and the agent only then
+        removes its sockets and exits: on a loaded machine, long enough for the next client (the
+        key generation that follows) to find it still listening. That client is dropped, and the
+        agent it starts in its place finds the old one still there and quits: the client waits
+        for the old agent to go (gpg), or gives up ("can't connect to the agent").
+        """
+        pid = self._agent_pid()
+        gone = ProcessExit(pid) if pid is not None else None
+        try:
+            subprocess.run(
+                ["gpgconf", "--homedir", self.homedir, "--kill", "gpg-agent"],
+                stdin=subprocess.DEVNULL, capture_output=True,
+            )
+            if gone is not None and not gone.wait(_AGENT_EXIT_SECONDS):
+                gone.kill()  # hung: it holds nothing we need (the key files are written)
+                gone.wait(_AGENT_EXIT_SECONDS)
+        finally:
+            if gone is not None:
+                gone.close()
+
+    def _agent_pid(self) -> int | None:
+        """The pid of the agent serving this home, if one answers (none is started)."""
+        try:
+            proc = subprocess.run(
+                ["gpg-connect-agent", "--homedir", self.homedir, "--no-autostart", "GETINFO pid", "/bye"],
+                stdin=subprocess.DEVNULL, capture_output=True, timeout=_AGENT_EXIT_SECONDS,
+            )
+        except subprocess.TimeoutExpired:
+            return None  # one that does not answer: gpgconf still tells it to go
+        for line in proc.stdout.decode("ascii", "replace").splitlines():
+            if line.startswith("D ") and line[2:].strip().isdigit():
+                return int(line[2:])
+        return None
+
