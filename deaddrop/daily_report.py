@@ -9,6 +9,12 @@ source requests failed. The line is written every day, also when every count is 
 presence says nothing either. The failures' descriptions (exception type and code position,
 never request data) go to twistd's log at the same time, for whoever debugs a 500.
 
+What the launched Tor prints once the onion is up is counted here too (``tor_line``): a failed
+rendezvous, a circuit over its stream limit or the heartbeat's count of introductions would date
+a visit if written when it happens. ``tor.log.daily`` says how many warnings Tor gave that day,
+and each kind of line Tor printed (its words, without circuits, relays or numbers) goes to
+twistd's log with its count at the same time.
+
 The day's counts live in memory. A clean shutdown keeps them in the database's settings
 table, and the next start reports a day that ended while the server was down; a crash loses
 that day's counts (never anything a source sent).
@@ -29,10 +35,13 @@ from deaddrop.store import queries
 
 DAY = 86400
 EVENT = "submissions.daily"
+TOR_EVENT = "tor.log.daily"
 # The settings key under which a clean shutdown keeps the day's counts.
 SETTINGS_KEY = "daily_counts"
-# Distinct failure descriptions kept per day (each with its count); beyond that only counted.
+# Distinct failure descriptions, and kinds of Tor lines, kept per day (each with its count);
+# beyond that only counted.
 MAX_FAILURE_KINDS = 32
+MAX_TOR_KINDS = 64
 
 _log = Logger()
 
@@ -50,11 +59,14 @@ class DayCounts:
     not_stored: int = 0  # submissions the server could not store (disk full, storage errors)
     errors: int = 0  # source requests that failed inside the server (500s)
     failures: collections.Counter = field(default_factory=collections.Counter)
+    tor_warnings: int = 0  # [warn] lines of the launched Tor, once bootstrapped
+    tor_lines: collections.Counter = field(default_factory=collections.Counter)  # "[level] kind" -> count
 
     def as_json(self) -> str:
         return json.dumps({"day": self.day, "messages": self.messages, "files": self.files,
                            "not_stored": self.not_stored, "errors": self.errors,
-                           "failures": dict(self.failures)}, sort_keys=True)
+                           "failures": dict(self.failures), "tor_warnings": self.tor_warnings,
+                           "tor_lines": dict(self.tor_lines)}, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "DayCounts | None":
@@ -62,7 +74,9 @@ class DayCounts:
             data = json.loads(text)
             counts = cls(str(data["day"]), int(data["messages"]), int(data["files"]),
                          int(data.get("not_stored", 0)), int(data.get("errors", 0)),
-                         collections.Counter({str(k): int(v) for k, v in data.get("failures", {}).items()}))
+                         collections.Counter({str(k): int(v) for k, v in data.get("failures", {}).items()}),
+                         int(data.get("tor_warnings", 0)),
+                         collections.Counter({str(k): int(v) for k, v in data.get("tor_lines", {}).items()}))
             datetime.date.fromisoformat(counts.day)
             return counts
         except (ValueError, KeyError, TypeError, AttributeError):
@@ -105,6 +119,16 @@ class SourceActivity:
         counts.errors += 1
         self._describe(counts, description)
 
+    def tor_line(self, level: str, kind: str) -> None:
+        """A line the launched Tor printed once bootstrapped (``level``, and its ``kind``: Tor's
+        words without circuits, relays, addresses or numbers)."""
+        counts = self._current()
+        if level == "warn":
+            counts.tor_warnings += 1
+        key = f"[{level}] {kind}"
+        if key in counts.tor_lines or len(counts.tor_lines) < MAX_TOR_KINDS:
+            counts.tor_lines[key] += 1
+
     @staticmethod
     def _describe(counts: DayCounts, description: str) -> None:
         if description in counts.failures or len(counts.failures) < MAX_FAILURE_KINDS:
@@ -125,6 +149,8 @@ class SourceActivity:
             today.not_stored += saved.not_stored
             today.errors += saved.errors
             today.failures.update(saved.failures)
+            today.tor_warnings += saved.tor_warnings
+            today.tor_lines.update(saved.tor_lines)
         elif saved.day < self.today.day:
             self._ended.insert(0, saved)
 
@@ -191,4 +217,11 @@ class DailyReport(Service):
             for description, n in sorted(counts.failures.items()):
                 _log.error("source requests on {day}: {n} x {description}", day=counts.day, n=n,
                            description=description)
+            try:
+                self._events.emit(TOR_EVENT, day=counts.day, count=counts.tor_warnings)
+            except OSError as e:
+                _log.error("security event {event} not written: {error}", event=TOR_EVENT, error=e.strerror)
+            for line, n in sorted(counts.tor_lines.items()):
+                say = _log.warn if line.startswith("[warn]") else _log.info
+                say("Tor's log on {day}: {n} x {line}", day=counts.day, n=n, line=line)
         return ended

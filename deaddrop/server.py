@@ -84,7 +84,7 @@ class DeadDropService(MultiService):
     def fatal(self, message: str) -> None:
         """A start-up failure after the reactor began: one line, then stop with status 1."""
         sys.stderr.write(f"deaddrop: error: {message}\n")
-        _log.critical("fatal: {message}", message=message)
+        _log.critical("fatal: {text}", text=message)
         self.exit_status = 1
         if self.reactor.running:
             self.reactor.stop()
@@ -376,6 +376,8 @@ def _add_tor(top: DeadDropService, config: Config, reactor: Any) -> None:
         bootstrap_timeout=None if config.demo else 180.0,
         # Progress and the published address, for the admin watching the console (twistd -n).
         report=lambda line: _log.info("{line}", line=line),
+        # What Tor prints once the onion is up may be about a visitor: counted for the day.
+        count_line=top.newsroom.activity.tor_line,
     )
     top.tor.setServiceParent(top)
 

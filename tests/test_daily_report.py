@@ -28,9 +28,9 @@ class DailyReportTests(unittest.TestCase):
         self.activity = SourceActivity(clock=self.clock.seconds)
         self.report = DailyReport(self.clock, self.activity, self.events, db=None)
 
-    def lines(self) -> list[dict]:
+    def lines(self, event: str = "submissions.daily") -> list[dict]:
         with open(self.path) as f:
-            return [json.loads(line) for line in f]
+            return [record for record in map(json.loads, f) if record["event"] == event]
 
     def test_counts_are_reported_after_midnight_for_the_day_that_ended(self):
         self.report.startService()
@@ -90,6 +90,59 @@ class DailyReportTests(unittest.TestCase):
         self.assertEqual(self.activity.today.messages, 2)
         self.report.startService()
         self.assertEqual([(e["day"], e["messages"], e["errors"]) for e in self.lines()], [("2026-04-30", 3, 2)])
+
+
+    def test_tors_lines_are_counted_by_kind_and_reported_with_the_day(self):
+        """What the launched Tor prints once bootstrapped may be about a visitor (issue 17 §5):
+        nothing when it happens; at midnight tor.log.daily counts the warnings and twistd's log
+        gets each kind with its count."""
+        from deaddrop.tor._process import TorProcessProtocol
+        from tests._support import LogCapture
+
+        logs = LogCapture().start()
+        self.addCleanup(logs.stop)
+        self.report.startService()
+        tor = TorProcessProtocol(lambda: None, lambda reason, summary: None, count_line=self.activity.tor_line)
+        onion = "abcdefghijklmnopqrstuvwxyz234567abcdefghijklmnopqrstuvwx"
+        relay = "$0123456789ABCDEF0123456789ABCDEF01234567~relay1"
+        tor.outReceived(b"May 01 23:58:00.000 [notice] Bootstrapped 95% (circuit_create): Establishing a Tor circuit\n"
+                        b"May 01 23:58:00.000 [warn] Problem bootstrapping. Stuck at 95%\n"
+                        b"May 01 23:58:01.000 [notice] Bootstrapped 100% (done): Done\n")
+        self.assertIn("Problem bootstrapping", logs.text())  # Tor's start-up: written as it comes
+        visitor_lines = [  # Tor 0.4.9's own words for a source's introduction, rendezvous and streams
+            f"[warn] Giving up on launching a rendezvous circuit to {relay} for v3 service {onion}",
+            f"[warn] Maximum streams per circuit limit reached on rendezvous circuit 2871 for service {onion}. "
+            "Circuit has 16 out of 16 streams. Closing circuit.",
+            f"[warn] Giving up on launching a rendezvous circuit to $89ABCDEF0123456789ABCDEF0123456701234567 for "
+            f"v3 service {onion}",
+            "[notice] Heartbeat: Our onion service received 1 v3 INTRODUCE2 cells and attempted to launch 1 "
+            "rendezvous circuits.",
+        ]
+        before = logs.text()
+        tor.outReceived(b"".join(f"May 01 23:59:30.000 {line}\n".encode() for line in visitor_lines))
+        self.assertEqual(logs.text(), before)  # not a word of it when it happens
+        self.assertEqual(self.lines("tor.log.daily"), [])
+        self.assertEqual([m for _level, m in tor.lines][-1], visitor_lines[-1][9:])  # kept in memory only
+        tor.outReceived(b"May 01 23:59:31.000 [err] Reading config failed\n")
+        self.assertIn("Reading config failed", logs.text())  # Tor about to stop: said at once
+        self.clock.advance(61)
+        [daily] = self.lines("tor.log.daily")
+        self.assertEqual((daily["day"], daily["count"], daily["timestamp"]), ("2026-05-01", 3, "2026-05-02T00:00:01Z"))
+        report = logs.text()[len(before):]
+        self.assertIn("Tor's log on 2026-05-01: 2 x [warn] Giving up on launching a rendezvous circuit to <relay> "
+                      "for v# service <onion>", report)
+        self.assertIn("Tor's log on 2026-05-01: 1 x [warn] Maximum streams per circuit limit reached on rendezvous "
+                      "circuit # for service <onion>. Circuit has # out of # streams. Closing circuit.", report)
+        self.assertIn("1 x [notice] Heartbeat: Our onion service received # v# INTRODUCE# cells", report)
+        for varying in (onion, "2871", "0123456789ABCDEF", "23:59"):
+            self.assertNotIn(varying, report)
+        # Every day, zeros too.
+        self.clock.advance(86400)
+        self.assertEqual([(e["day"], e["count"]) for e in self.lines("tor.log.daily")],
+                         [("2026-05-01", 3), ("2026-05-02", 0)])
+        counts = DayCounts("2026-04-30", tor_warnings=2)
+        counts.tor_lines["[warn] x"] = 2
+        self.assertEqual(DayCounts.from_json(counts.as_json()), counts)
 
 
 class RestartTests(unittest.TestCase):

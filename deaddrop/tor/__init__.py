@@ -93,6 +93,7 @@ def make_tor_service(
     source_proxy_target: str | Callable[[], str] | None = None,
     pow: bool = True,
     defences: Defences | None = None,
+    count_line: Callable[[str, str], None] | None = None,
     _connect=None,
 ) -> TorOnionService:
     """An ``IService`` that runs (``launch``) or attaches to (``control:ENDPOINT``) Tor and
@@ -114,7 +115,9 @@ def make_tor_service(
     to that target (a listener wrapped with ``haproxy:``) instead of ``source_target``, and each
     connection's PROXY header names its circuit. ``control:`` uses ``ADD_ONION`` to
     ``source_target`` with the same defences but no circuit ids. ``defences`` overrides the
-    numbers (tests, benches).
+    numbers (tests, benches). ``count_line(level, kind)`` hears of each line a launched Tor prints
+    once bootstrapped (``_process.line_kind``: its words, nothing that varies), which is not
+    logged then: such a line may be about a source's visit (see ``daily_report``).
     """
     normalised = parse_tor_mode(mode)
     if normalised == "none":
@@ -152,4 +155,5 @@ def make_tor_service(
         connect=_connect,
         source_proxy_target=source_proxy_target,
         defences=defences,
+        count_line=count_line,
     )

@@ -20,6 +20,27 @@ _log = Logger(namespace="deaddrop.tor.process")
 MAX_UNIX_SOCKET_PATH = 100
 _UNSAFE_PATH_CHARS = set('"\\#\r\n\x00')
 _LOG_LINE_RE = re.compile(r"\[(debug|info|notice|warn|err)\]\s*(.*)$")
+# What varies between lines of one kind: onion addresses, relay fingerprints and nicknames, hex
+# ids, addresses, numbers (circuit ids, counts, seconds). A kind keeps Tor's words only.
+_VARYING = [
+    (re.compile(r"\b[a-z2-7]{56}(?:\.onion)?\b", re.IGNORECASE), "<onion>"),
+    (re.compile(r"\$[0-9A-F]{40}(?:[~=][A-Za-z0-9]{1,19})?", re.IGNORECASE), "<relay>"),
+    (re.compile(r"\b[0-9A-F]{16,}\b", re.IGNORECASE), "<hex>"),
+    (re.compile(r"\[[0-9a-f:.]*:[0-9a-f:.]*\](?::\d+)?|\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?", re.IGNORECASE),
+     "<address>"),
+    (re.compile(r"'[^']{0,200}'|\"[^\"]{0,200}\""), "<quoted>"),
+    (re.compile(r"\d+"), "#"),
+]
+_MAX_KIND_CHARS = 200
+
+
+def line_kind(message: str) -> str:
+    """A Tor log line with what varies taken out: "Giving up on launching a rendezvous circuit to
+    <relay> for v# service <onion>". Counted per day, it says what Tor complained of, and how
+    often, without any circuit, relay or moment."""
+    for pattern, placeholder in _VARYING:
+        message = pattern.sub(placeholder, message)
+    return " ".join(message.split())[:_MAX_KIND_CHARS]
 
 
 class TorStartError(Exception):
@@ -171,10 +192,16 @@ class TorProcessProtocol(ProcessProtocol):
         on_control_listener: Callable[[], None],
         on_ended: Callable[[str, str], None],
         on_line: Callable[[str, str], None] | None = None,
+        count_line: Callable[[str, str], None] | None = None,
     ) -> None:
+        """``count_line(level, kind)`` hears of each line Tor prints once bootstrapped, instead
+        of the log (see ``_line``); None: those lines are kept in memory only (``lines``)."""
         self._on_control_listener = on_control_listener
         self._on_ended = on_ended
         self._on_line = on_line
+        self._count_line = count_line
+        # Bootstrapped: from here on Tor serves the onion, and what it says may be about a visitor.
+        self.bootstrapped = False
         self._buffer = b""
         self._saw_listener = False
         self.lines: collections.deque[tuple[str, str]] = collections.deque(maxlen=200)
@@ -210,10 +237,21 @@ class TorProcessProtocol(ProcessProtocol):
         if not message:
             return
         self.lines.append((level, message))
-        if level in ("warn", "err"):
-            _log.warn("tor: [{tor_level}] {message}", tor_level=level, message=message)
+        if self.bootstrapped and level != "err":
+            # Once the onion is up, a line of Tor's may be about a visitor: a rendezvous that
+            # failed, a circuit over its stream limit, the heartbeat's count of introductions.
+            # Written now, it would date a source's visit (twistd's log has the second). So it is
+            # counted per day by its kind, for the day's report (tor.log.daily); what Tor's
+            # health needs at once comes from the supervision's own events (exited, restart,
+            # republish), and an [err] (Tor about to stop) is still written when it happens.
+            if self._count_line is not None:
+                self._count_line(level, line_kind(message))
+        elif level in ("warn", "err"):
+            _log.warn("tor: [{tor_level}] {tor_says}", tor_level=level, tor_says=message)
         else:
-            _log.debug("tor: [{tor_level}] {message}", tor_level=level, message=message)
+            _log.debug("tor: [{tor_level}] {tor_says}", tor_level=level, tor_says=message)
+        if message.startswith("Bootstrapped 100%"):
+            self.bootstrapped = True
         if self._on_line is not None:
             self._on_line(level, message)
         if not self._saw_listener and message.startswith("Opened Control listener"):

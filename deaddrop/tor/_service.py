@@ -136,8 +136,12 @@ class TorOnionService(service.Service):
         connect: Callable[[ControlEndpoint], Deferred] | None = None,
         source_proxy_target: str | Callable[[], str] | None = None,
         defences: Defences = Defences(),
+        count_line: Callable[[str, str], None] | None = None,
     ) -> None:
         self._reactor = reactor
+        # What a launched Tor prints once bootstrapped, counted per day instead of logged (see
+        # TorProcessProtocol._line): count_line(level, kind).
+        self._count_line = count_line
         self._data_dir = os.path.abspath(data_dir)
         self._mode = mode  # "launch" or "control"
         self._control_endpoint = control_endpoint
@@ -440,7 +444,7 @@ class TorOnionService(service.Service):
         self._events.emit(
             "tor.bootstrap.stalled", progress=attempt.progress, summary=attempt.summary, detail=attempt.warning
         )
-        _log.warn("{message}", message=message)
+        _log.warn("{text}", text=message)
         self._say(message)
 
     async def _kill_stale_tor(self) -> None:
@@ -493,7 +497,7 @@ class TorOnionService(service.Service):
                 "floods. Install Tor 0.4.8 or later built with it (Debian's tor package is)."
             )
             self._events.emit("tor.pow.unavailable", detail="tor --list-modules lacks pow")
-            _log.warn("{message}", message=message)
+            _log.warn("{text}", text=message)
             self._say(message)
 
     def _source_service_lines(self) -> list[str]:
@@ -517,6 +521,7 @@ class TorOnionService(service.Service):
         proto = TorProcessProtocol(
             on_control_listener=partial(self._control_listener_up, attempt),
             on_ended=partial(self._process_ended, attempt),
+            count_line=self._count_line,
         )
         attempt.files = files
         attempt.process = proto
@@ -705,7 +710,7 @@ class TorOnionService(service.Service):
             self._events.emit(event or "tor.control.lost", reason=reason, detail=message)
         else:
             self._events.emit("tor.restart.failed", reason=reason, detail=message)
-        _log.warn("Tor: {message}", message=message)
+        _log.warn("Tor: {text}", text=message)
         self._schedule_retry(attempt)
 
     def _fatal(self, reason: str, message: str) -> None:
@@ -715,7 +720,7 @@ class TorOnionService(service.Service):
         self._fatal_called = True
         self._cancel_startup_deadline()
         self._events.emit("tor.fatal", reason=reason, detail=message)
-        _log.error("Tor cannot be started: {message}", message=message)
+        _log.error("Tor cannot be started: {text}", text=message)
         waiters, self._ready_waiters = self._ready_waiters, []
         for d in waiters:
             d.errback(TorStartError(message, reason))
@@ -830,7 +835,7 @@ class TorOnionService(service.Service):
             f"than 0.4.8: {why}); the source onion is published WITHOUT Tor's PoW defence"
         )
         self._events.emit("tor.pow.unavailable", detail="ADD_ONION refused the PoW keywords")
-        _log.warn("{message}", message=message)
+        _log.warn("{text}", text=message)
         self._say(message)
 
     async def _take_down(self, attempt: _Attempt, which: str) -> None:

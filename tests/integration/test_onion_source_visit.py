@@ -22,6 +22,7 @@ import re
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -30,7 +31,7 @@ import urllib.request
 import txtorcon
 from treq.client import HTTPClient
 from twisted.internet import reactor, task
-from twisted.internet.defer import ensureDeferred
+from twisted.internet.defer import DeferredList, ensureDeferred
 from twisted.internet.endpoints import TCP4ClientEndpoint
 from twisted.trial import unittest
 
@@ -421,11 +422,30 @@ class OnionSourceVisitTests(unittest.TestCase):
         TIMINGS["source visit (page -> stored)"] = time.monotonic() - t1
         self.assert_decrypts(server, [message], [("leak.pdf", document)])
 
+        # Issue 17 §5: what Tor prints once the onion is up may be about a visitor. More streams
+        # on one circuit than HiddenServiceMaxStreams (16) make the server's Tor warn and close
+        # the circuit: not a word of it in twistd's log when it happens, a count for the day.
+        flood = self.browser(address, tor)
+        await DeferredList([flood.get("/robots.txt", timeout=30) for _ in range(24)], consumeErrors=True)
+        await sleep(1)
+
         # Restart: SIGTERM, start again, same address, the codename still works.
         tor_pid = server.tor_pid()
         t2 = time.monotonic()
         await server.stop()
         self.assertNotIn(server.torrc.encode(), cmdline(tor_pid))  # our Tor went with it
+        db = sqlite3.connect(os.path.join(server.data_dir, "db.sqlite"))
+        try:  # the day's counts, kept by the clean stop for the midnight report
+            [(kept,)] = db.execute("SELECT value FROM settings WHERE key = 'daily_counts'").fetchall()
+        finally:
+            db.close()
+        tor_lines = json.loads(kept)["tor_lines"]
+        self.assertTrue(any("Maximum streams per circuit limit reached on rendezvous circuit # for service <onion>"
+                            in line for line in tor_lines), tor_lines)
+        self.assertGreaterEqual(json.loads(kept)["tor_warnings"], 1)
+        log = server.log_text()
+        self.assertNotIn("Maximum streams per circuit", log)
+        self.assertNotIn("rendezvous", log.split("Tor bootstrap 100%", 1)[-1])
         published = server.published_count()
         server.start()
         again = await server.wait_published(published)
