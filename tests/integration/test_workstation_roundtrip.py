@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import sqlite3
 import subprocess
 
 from twisted.internet import reactor
@@ -18,7 +19,7 @@ from deaddrop.workstation.api import JournalistApi
 from deaddrop.workstation.sync import Syncer, Progress
 from deaddrop.workstation.tls import NewsroomTLSPolicy, load_client_certificate, load_trust_root
 from tests._support import (Browser, TotpDevice, add_journalist, issue_client_cert, kill_gpg_agent, short_tempdir,
-                            start_journalist_server, test_svs)
+                            start_journalist_server, test_svs, wait_until)
 
 
 def sha256_file(path: str) -> str:
@@ -187,7 +188,15 @@ class WorkstationTests(unittest.TestCase):
                 self.assertEqual(f.read(), marker)
             with open(os.path.join(plain, folder, name), "rb") as f:
                 self.assertEqual(f.read(), content)
-        # Replies by designation, either spelling, reach each source.
+        # Replies by designation, either spelling, reach each source (once its key pair, made
+        # after its first submission, exists).
+        def keys_made() -> bool:
+            db = sqlite3.connect(os.path.join(self.server.data_dir, "db.sqlite"))
+            try:
+                return db.execute("SELECT COUNT(*) FROM sources WHERE key_fingerprint IS NOT NULL").fetchone()[0] == 2
+            finally:
+                db.close()
+        yield wait_until(keys_made, timeout=60)
         for designation, browser, marker in (("amber lantern", legacy, "REPLY-OLD-4c"), (new, self.source, "REPLY-NEW-7e")):
             status, text = yield self.cli("reply", designation, "--message-file", self._write("r.txt", marker),
                                           use_p12=False)
