@@ -148,7 +148,12 @@ class FileTimesTests(unittest.TestCase):
         began = normaliser.last_run
         self.assertLess(exact, began)
         for path in all_entries(data):
-            st = os.lstat(path)
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                # The running server's atomic writes (status.json) come and go as temp files.
+                self.assertTrue(os.path.basename(path).startswith(".tmp-"), path)
+                continue
             self.assertGreaterEqual(st.st_ctime, began - TICK, path)  # every inode was rewritten
             for value in (st.st_mtime, st.st_atime):
                 self.assertTrue(value % DAY == 0 or value >= began - TICK, (path, value))
