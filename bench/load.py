@@ -53,6 +53,7 @@ HTTP_TIMEOUT = 900.0
 
 _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 _CODENAME = re.compile(r'id="codename"[^>]*>([^<]+)<')
+_FORM_TOKEN = re.compile(r'name="form_token" value="([^"]+)"')
 _MESSAGE = re.compile(r"^load-bench source (\d+) nonce ([0-9a-f]{32})$")
 
 
@@ -80,6 +81,8 @@ class SourceBrowser:
         self.port = port
         self.cookie = ""
         self.csrf = ""
+        self.form_token = ""  # the one-time submission form's token (its page is /lookup?form=TOKEN)
+        self.location = ""  # where the last redirect pointed
 
     def connection(self) -> http.client.HTTPConnection:
         """A fresh connection per request (bench/abuse.py's browsers arrive over a Tor circuit)."""
@@ -114,16 +117,24 @@ class SourceBrowser:
         return self.request("POST", path, urlencode(fields).encode(), "application/x-www-form-urlencoded", expect)
 
     def lookup(self, must_contain: str = 'action="/submit"') -> str:
-        _, text = self.request("GET", "/lookup")
+        """The page the last redirect named (``/lookup?form=TOKEN``: a one-time submission form
+        of its own, or what a sent form delivered), else ``/lookup``."""
+        where, self.location = self.location or "/lookup", ""
+        _, text = self.request("GET", where)
         if must_contain not in text:
-            raise StepError(f"GET /lookup: page lacks {must_contain!r}: {_title(text)}")
-        self.csrf = _csrf(text, "/lookup")
+            raise StepError(f"GET {where}: page lacks {must_contain!r}: {_title(text)}")
+        if 'action="/submit"' in text:
+            self.csrf = _csrf(text, where)
+            match = _FORM_TOKEN.search(text)
+            self.form_token = htmllib.unescape(match.group(1)) if match else ""
         return text
 
     def follow(self, response: http.client.HTTPResponse, path: str) -> None:
+        """The redirect goes to ``path`` (query and fragment aside); the next lookup() follows it."""
         location = response.getheader("location", "")
-        if location != path:
+        if location.split("#", 1)[0].split("?", 1)[0] != path:
             raise StepError(f"redirected to {location!r}, expected {path!r}")
+        self.location = location.split("#", 1)[0]
 
     def create(self) -> str:
         _, text = self.request("GET", "/generate")
@@ -151,6 +162,7 @@ class SourceBrowser:
         boundary = uuid.uuid4().hex
         body = b"".join([
             f"--{boundary}\r\nContent-Disposition: form-data; name=\"csrf_token\"\r\n\r\n{self.csrf}\r\n".encode(),
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"form_token\"\r\n\r\n{self.form_token}\r\n".encode(),
             f"--{boundary}\r\nContent-Disposition: form-data; name=\"msg\"\r\n\r\n{message}\r\n".encode(),
             f"--{boundary}\r\nContent-Disposition: form-data; name=\"fh\"; filename=\"{filename}\"\r\n"
             "Content-Type: application/octet-stream\r\n\r\n".encode(),
