@@ -85,7 +85,7 @@ def hold_uploads_open(server, browser: Browser, html: str, count: int, circuit_i
     port = int((url or server.source_url).rsplit(":", 1)[1])
     sockets = []
     for _ in range(count):
-        s = socket.create_connection(("127.0.0.1", port))
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)  # never block the reactor
         if circuit_id is not None:
             s.sendall(proxy_line(circuit_id))
         s.sendall((f"POST /submit HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\nContent-Type: {content_type}\r\n"
@@ -340,7 +340,7 @@ class CircuitThrottleTests(unittest.TestCase):
         circuit = 0x50005
         held = []
         for _ in range(4):
-            s = socket.create_connection(("127.0.0.1", number))
+            s = socket.create_connection(("127.0.0.1", number), timeout=10)  # never block the reactor
             s.sendall(proxy_line(circuit) + b"POST /login HTTP/1.1\r\nHost: x\r\n"
                       b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 100000\r\n\r\ncodename=")
             held.append(s)
@@ -400,7 +400,7 @@ class CircuitThrottleTests(unittest.TestCase):
                           "csrf_token": attacker.csrf(html)}).encode()
         port = int(self.tor_url.rsplit(":", 1)[1])
         for _ in range(5):
-            s = socket.create_connection(("127.0.0.1", port))
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)  # never block the reactor
             s.sendall(proxy_line(circuit) + (
                 f"POST /login HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\n"
                 f"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {len(body)}\r\n\r\n").encode()

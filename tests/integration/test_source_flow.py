@@ -405,7 +405,7 @@ class AbuseLimitTests(unittest.TestCase):
         port = int(self.server.source_url.rsplit(":", 1)[1])
         open_uploads = []
         for _ in range(2):  # two uploads that never finish
-            s = socket.create_connection(("127.0.0.1", port))
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)  # never block the reactor
             s.sendall((f"POST /submit HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\nContent-Type: {content_type}\r\n"
                        f"Content-Length: {len(body)}\r\n\r\n").encode() + body[:50_000])
             open_uploads.append(s)
