@@ -60,6 +60,9 @@ class Reply:
     text: str | None  # None when it could not be decrypted
     created_at: float = 0.0
     new: bool = False  # not yet shown to the source
+    # What the source's page names a reply by: its place among this source's own submissions
+    # and replies. The file name carries the newsroom's designation, which a source must never see.
+    number: int = 0
 
 
 class SourceNotFound(Exception):
@@ -508,7 +511,7 @@ class Newsroom:
             return []
         texts = yield self.queues.decrypt.run(identity.source_id, self._read_replies, identity.filesystem_id,
                                               [row["filename"] for row in placed], passphrase)
-        return [Reply(row["filename"], text, row["created_at"], not row["read_by_source"])
+        return [Reply(row["filename"], text, row["created_at"], not row["read_by_source"], row["n"])
                 for row, text in zip(placed, texts)]
 
     def _read_replies(self, filesystem_id: str, filenames: list[str], passphrase: str) -> list[str | None]:
@@ -528,12 +531,12 @@ class Newsroom:
             return None
 
     @inlineCallbacks
-    def delete_reply(self, identity: SourceIdentity, filename: str):
-        """Delete one of *this source's* replies. -> True if it was theirs and is gone."""
-        deleted = yield self.db.run(queries.mark_reply_deleted_by_source, identity.source_id, filename)
-        if deleted:
+    def delete_reply(self, identity: SourceIdentity, number: int):
+        """Delete *this source's* reply ``number`` (``Reply.number``). -> True if it was theirs and is gone."""
+        filename = yield self.db.run(queries.mark_reply_deleted_by_source, identity.source_id, number)
+        if filename is not None:
             yield self.crypto_pool.run(self.store.remove, identity.filesystem_id, filename)
-        return bool(deleted)
+        return filename is not None
 
     @inlineCallbacks
     def delete_all_replies(self, identity: SourceIdentity):

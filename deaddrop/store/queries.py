@@ -215,12 +215,15 @@ def mark_replies_read_by_source(conn: sqlite3.Connection, source_id: int, filena
         )
 
 
-def mark_reply_deleted_by_source(conn: sqlite3.Connection, source_id: int, filename: str) -> bool:
-    cur = conn.execute(
-        "UPDATE replies SET deleted_by_source = 1 WHERE source_id = ? AND filename = ? AND deleted_by_source = 0",
-        (source_id, filename),
-    )
-    return cur.rowcount == 1
+def mark_reply_deleted_by_source(conn: sqlite3.Connection, source_id: int, n: int) -> str | None:
+    """Mark the source's reply number ``n`` deleted. -> its file name, or None if it has no such reply."""
+    row = conn.execute(
+        "SELECT id, filename FROM replies WHERE source_id = ? AND n = ? AND deleted_by_source = 0", (source_id, n)
+    ).fetchone()
+    if row is None:
+        return None
+    conn.execute("UPDATE replies SET deleted_by_source = 1 WHERE id = ?", (row["id"],))
+    return row["filename"]
 
 
 def mark_all_replies_deleted_by_source(conn: sqlite3.Connection, source_id: int) -> list[str]:

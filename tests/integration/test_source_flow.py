@@ -254,18 +254,25 @@ class SourceFlowTests(unittest.TestCase):
         response, html = yield alice.get("/lookup")
         self.assertIn("REPLY-MARKER-a", html)
         self.assertNotIn("reply for bob", html)
-        # Alice tries to delete Bob's reply by name: refused, Bob still reads it.
-        response, html = yield alice.post("/delete", data={"reply_filename": bob_reply["filename"], "csrf_token": alice.csrf()})
-        self.assertEqual(response.code, 404)
-        response, html = yield bob.get("/lookup")
-        self.assertIn("reply for bob", html)
-        # Alice deletes her own.
-        response, html = yield alice.get("/lookup")
-        filename = re.search(r'name="reply_filename" value="([^"]+)"', html).group(1)
-        response, html = yield alice.post("/delete", data={"reply_filename": filename, "csrf_token": alice.csrf()})
+        # The page names her reply by its number among her own, never by its file name, which
+        # carries the newsroom's designation for her.
+        [(filename,)] = db.execute("SELECT filename FROM replies WHERE source_id = ?", (alice_id,)).fetchall()
+        designation = filename.split("-")[1]
+        for form in (designation, designation.replace("_", " "), filename):
+            self.assertNotIn(form, html)
+        number = re.search(r'name="reply" value="([^"]+)"', html).group(1)
+        self.assertEqual(number, str(bob_reply["n"]))  # the same number as Bob's own reply
+        # A number she has no reply under: refused, nothing deleted.
+        for bad in ("99", "-1", "1e3", "２", "0" * 10 + "2", filename):
+            response, _ = yield alice.post("/delete", data={"reply": bad, "csrf_token": alice.csrf()})
+            self.assertEqual(response.code, 404, bad)
+        # Alice deletes hers; Bob's reply of the same number stays.
+        response, html = yield alice.post("/delete", data={"reply": number, "csrf_token": alice.csrf()})
         self.assertIn("Reply deleted", html)
         self.assertNotIn("REPLY-MARKER-a", html)
         self.assertFalse(any(p.endswith(filename) for p in stored_files(self.server.data_dir)))
+        response, html = yield bob.get("/lookup")
+        self.assertIn("reply for bob", html)
         # Replies are also encrypted to the submission key, so the SVS can read them.
         [bob_file] = [p for p in stored_files(self.server.data_dir) if p.endswith(bob_reply["filename"])]
         with open(bob_file, "rb") as f:

@@ -105,7 +105,7 @@ class NoLogLineDatesASourceTests(unittest.TestCase):
         response, html = yield spans.timed(lambda: source.get("/lookup"))
         self.assertIn("REPLY-7c1e", html)
         response, html = yield spans.timed(lambda: source.post(
-            "/delete", data={"csrf_token": source.csrf(html), "reply_filename": _reply_filename(server)}))
+            "/delete", data={"csrf_token": source.csrf(html), "reply": _reply_number(server)}))
         self.assertIn("Reply deleted.", html)
         yield spans.timed(lambda: source.get("/logout"))
 
@@ -172,9 +172,9 @@ def _read(path: str) -> str:
         return ""
 
 
-def _reply_filename(server: Any) -> str:
-    [(name,)] = db_rows(server, "SELECT filename FROM replies")
-    return name
+def _reply_number(server: Any) -> str:
+    [(n,)] = db_rows(server, "SELECT n FROM replies")
+    return str(n)
 
 
 def _sqlite(data_dir: str, query: str) -> list:

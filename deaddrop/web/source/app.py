@@ -616,7 +616,7 @@ class SourceInterface(HtmlResponses):
         ctx = self._ctx(request, login.session, logged_in=True)
         codename = SessionStore.unseal(login.session, self.cookie.token(request), "codename")
         # Newest first: the store lists them in the order they were sent.
-        shown = [ShownReply(r.filename, r.text, r.created_at, r.new) for r in reversed(replies)]
+        shown = [ShownReply(r.number, r.text, r.created_at, r.new) for r in reversed(replies)]
         form = form or self._forms(login.session).issue()
         page = pages.lookup(ctx, shown, message=message, error=error, codename=codename, form_token=form.token)
         html = yield self._html(request, page, status)
@@ -855,12 +855,11 @@ class SourceInterface(HtmlResponses):
     @login_required
     @inlineCallbacks
     def delete(self, request: Any, login: SourceLogin):
-        filename = self._arg(request, "reply_filename") or ""
+        number = self._arg(request, "reply") or ""
         deleted = False
-        try:
-            deleted = yield shield(self.newsroom.delete_reply(login.identity, filename))
-        except ValueError:
-            deleted = False
+        # Digits only, and few: anything else names no reply (and never reaches the database).
+        if number.isascii() and number.isdigit() and len(number) <= 9:
+            deleted = yield shield(self.newsroom.delete_reply(login.identity, int(number)))
         lang = i18n.negotiate(request)
         if deleted:
             login.session.flash(lang.gettext(msgs.REPLY_DELETED), "ok")

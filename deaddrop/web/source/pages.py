@@ -98,7 +98,7 @@ def size_in_mb(n_bytes: int) -> Decimal:
 
 @dataclass
 class ShownReply:
-    filename: str
+    number: int  # Reply.number: the file name would show the newsroom's designation
     text: str | None  # None when it could not be decrypted
     created_at: float
     new: bool = False
@@ -400,7 +400,7 @@ def lookup(ctx: PageContext, replies: list[ShownReply] | None, *, message: str =
                 tags.p(text, class_="reply", dir="auto"),
                 tags.form(method="post", action="/delete")(
                     _csrf(ctx),
-                    tags.input(type="hidden", name="reply_filename", value=reply.filename),
+                    tags.input(type="hidden", name="reply", value=str(reply.number)),
                     tags.button(_("Delete this reply"), type="submit", class_="secondary"),
                 ),
             ))
