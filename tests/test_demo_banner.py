@@ -1,11 +1,13 @@
 """The banner of scripts/demo tells the truth about the onion and its box lines up (issue 13)."""
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 
 from twisted.trial import unittest
 
-from deaddrop.admin.demo_banner import banner
+from deaddrop.admin.demo_banner import banner, main
 
 
 class DemoBannerTests(unittest.TestCase):
@@ -54,3 +56,22 @@ class DemoBannerTests(unittest.TestCase):
                                             "--journalist-listen=tcp:9443:interface=10.8.0.1"])
         self.assertIn("Source interface:     http://127.0.0.1:9080", text)
         self.assertIn("Journalist interface: https://10.8.0.1:9443", text)
+
+    def test_the_printed_paths_hold_from_wherever_the_demo_was_started(self):
+        # scripts/demo runs from the checkout and passes ./deaddrop-data; its user may have typed
+        # deaddrop/scripts/demo from the folder above, where ./deaddrop-demo/demo.p12 is not.
+        checkout = os.path.dirname(self.data)
+        demo = os.path.join(checkout, "deaddrop-demo")
+        os.makedirs(demo)
+        out = io.StringIO()
+        cwd = os.getcwd()
+        os.chdir(checkout)
+        try:
+            with contextlib.redirect_stdout(out):
+                self.assertEqual(main([f"./{os.path.basename(self.data)}", "./deaddrop-demo"]), 0)
+        finally:
+            os.chdir(cwd)
+        text = " ".join(out.getvalue().split())
+        self.assertIn(f"import {demo}/demo.p12 as your certificate", text)
+        self.assertIn(f"import {self.data}/ca/ca.pem as an authority", text)
+        self.assertNotIn(" ./", text)

@@ -96,7 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(args) < 2:
         sys.stderr.write("usage: python -m deaddrop.admin.demo_banner DATA DEMO [twistd arguments...]\n")
         return 2
-    sys.stdout.write(banner(args[0], args[1], args[2:]) + "\n")
+    # Absolute: scripts/demo runs from the checkout, its user may stand anywhere (deaddrop/scripts/demo).
+    sys.stdout.write(banner(os.path.abspath(args[0]), os.path.abspath(args[1]), args[2:]) + "\n")
     return 0
 
 
