@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Iterator
 
-MAX_STREAMS = 16  # HiddenServiceMaxStreams, as deaddrop/tor/_defences.py sets it
+MAX_STREAMS = 16  # HiddenServiceMaxStreams, as deaddrop/tor/defences.py sets it
 CLOSED_STATUS = 599  # bench/_tor_like.py's answer on a circuit the server had closed
 
 _used: set[int] = set()
@@ -91,7 +91,7 @@ class IntroductionQueue:
     """The onion service's PoW queue, as far as an attacker's new circuits are concerned.
 
     Every new circuit to an onion service starts with an introduction, and with PoW on
-    (deaddrop/tor/_defences.py) the service takes introductions from its queue at
+    (deaddrop/tor/defences.py) the service takes introductions from its queue at
     ``POW_QUEUE_RATE`` a second, with a burst of ``POW_QUEUE_BURST``: measured on a private
     Tor network (bench/pow_flood.py), rendezvous launches stayed at or under that rate
     whatever the flood. So an attacker gets a fresh circuit no faster than that. The
@@ -119,7 +119,7 @@ class IntroductionQueue:
 
 def _pow_queue() -> IntroductionQueue:
     try:
-        from deaddrop.tor._defences import POW_QUEUE_BURST, POW_QUEUE_RATE
+        from deaddrop.tor.defences import POW_QUEUE_BURST, POW_QUEUE_RATE
     except ImportError:  # an older checkout (--code): Tor's settings as this project sets them
         POW_QUEUE_RATE, POW_QUEUE_BURST = 5, 50
     return IntroductionQueue(POW_QUEUE_RATE, POW_QUEUE_BURST)

@@ -114,7 +114,7 @@ def build(argv: list[str]) -> Any:
     from twisted.internet import reactor
 
     from deaddrop.tap import Options, makeService
-    from deaddrop.web._common.circuits import circuit_of_address
+    from deaddrop.transport.circuits import circuit_of_address
 
     options = Options()
     options.parseOptions(argv)

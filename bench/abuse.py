@@ -33,7 +33,7 @@ its streams over ``--attack-circuits`` circuits, or more where its concurrency n
 allows 16 streams at once per circuit). A circuit the server closes (CLOSECIRCUIT, done by the
 stand-in for Tor in bench/_tor_like.py) is replaced by a fresh one, as an attacker's Tor would
 build one, but no faster than the onion service's PoW queue takes introductions (5 a second,
-burst 50, as deaddrop/tor/_defences.py sets it; bench/_tor_client.py ``IntroductionQueue``).
+burst 50, as deaddrop/tor/defences.py sets it; bench/_tor_client.py ``IntroductionQueue``).
 ``shared`` is the old ``--tor none`` replay: every source-side client on the plain
 TCP listener, all in one shared budget. The journalist (and journalist-logins) are never on Tor.
 Targets (issue 9): 100% legitimate success, login p99 < 5 s, submit p99 < 10 s, journalist
@@ -1328,7 +1328,7 @@ def verdict(row: Row) -> list[str]:
 
 def supports_circuits(args: argparse.Namespace) -> bool:
     """Whether the code under test has the Tor-only listener bench/_tor_like.py builds on."""
-    check = ("import deaddrop.server as s; from deaddrop.web._common.circuits import from_tor, circuit_of_address; "
+    check = ("import deaddrop.server as s; from deaddrop.transport.circuits import from_tor, circuit_of_address; "
              "assert hasattr(s, 'add_tor_only_listener') or hasattr(s, '_add_tor_only_listener')")
     return subprocess.run([sys.executable, "-c", check], capture_output=True, env=code_env(args), cwd="/").returncode == 0
 

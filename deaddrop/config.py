@@ -7,8 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from deaddrop.crypto.kdf import KdfCost
-
-MiB = 1024 * 1024
+from deaddrop.limits import MAX_UPLOAD_SIZE
 
 # The line shown when the server is started without a submission key.
 NO_KEY_HELP = (
@@ -36,7 +35,7 @@ class Config:
     submission_key: str | None = None  # None: the copy the data dir holds (deaddrop.submission_key)
     replace_submission_key: bool = False
     codename_words: int = 7
-    max_upload_size: int = 500 * MiB
+    max_upload_size: int = MAX_UPLOAD_SIZE
     # Kept free on the store's file system: uploads that would eat into it are refused at once.
     disk_reserve: str = "2GB,5%"  # the larger of 2 GB and 5% (see deaddrop.store.disk_space)
     crypto_threads: int = 4

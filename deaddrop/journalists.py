@@ -42,7 +42,7 @@ from deaddrop.crypto.pool import WorkerPool, forbid_reactor_thread
 from deaddrop.events import EventGate, SecurityEvents
 from deaddrop.store import journalist_queries as jq
 from deaddrop.store.db import Database
-from deaddrop.web._common.throttle import FailureThrottle
+from deaddrop.throttle import FailureThrottle
 
 MAX_PASSPHRASE_CHARS = 128  # generated ones are ~50; longer input is never hashed
 PASSPHRASE_WORDS = 7

@@ -15,7 +15,7 @@ from typing import Any, Callable
 from twisted.application.internet import TimerService
 
 import deaddrop
-from deaddrop.store._atomic import write_atomically
+from deaddrop.durable import write_atomically
 
 STATUS_FILE = "status.json"
 INTERVAL = 15.0

@@ -23,21 +23,21 @@ from deaddrop.crypto.kdf import CodenameKdf, Peppers
 from deaddrop.crypto.pool import WorkerPool
 from deaddrop.crypto.streaming import EncryptionTarget
 from deaddrop.daily_report import DailyReport, SourceActivity
+from deaddrop.durable import write_atomically
 from deaddrop.events import SecurityEvents
-from deaddrop.listeners import ListenerService
 from deaddrop.settings import InstanceSettings
 from deaddrop.source_texts import SourceTexts
 from deaddrop.sources import Newsroom, SourceQueues
 from deaddrop.store import queries
-from deaddrop.store._atomic import write_atomically
 from deaddrop.store.db import SCHEMA_VERSION, Database
 from deaddrop.store.disk_space import DiskReserve, DiskSpace
 from deaddrop.store.files import Store
 from deaddrop.submission_key import KEY_FILE as SUBMISSION_KEY_FILE, use_submission_key
-from deaddrop.web._common.connections import ConnectionLimits, budget_for, raise_fd_limit
-from deaddrop.web._common.sessions import SessionStore
-from deaddrop.web._common.throttle import FailureThrottle
+from deaddrop.throttle import FailureThrottle
+from deaddrop.transport.connections import ConnectionLimits, budget_for, raise_fd_limit
+from deaddrop.transport.listeners import ListenerService
 from deaddrop.web.journalist.wiring import add_journalist_interface
+from deaddrop.web.sessions import SessionStore
 from deaddrop.web.source.app import SourceInterface
 
 _log = Logger()
@@ -385,7 +385,7 @@ def _add_tor(top: DeadDropService, config: Config, reactor: Any) -> None:
 def _circuit_closer(top: DeadDropService, config: Config) -> Any:
     """For the web layer: closes a circuit that keeps flooding (CLOSECIRCUIT on our Tor, made
     later by ``_add_tor``). Only a launched Tor exports circuit ids; otherwise nothing to close."""
-    from deaddrop.web._common.circuits import NoCloser
+    from deaddrop.transport.circuits import NoCloser
 
     if config.tor != "launch":
         return NoCloser()
@@ -412,7 +412,7 @@ def add_tor_only_listener(top: DeadDropService, config: Config, reactor: Any,
     from twisted.protocols.haproxy import proxyEndpoint
 
     from deaddrop.tor import keys, target_of
-    from deaddrop.web._common.circuits import from_tor
+    from deaddrop.transport.circuits import from_tor
 
     tor_dir = keys.tor_dir(config.data_dir)
     keys.ensure_private_dir(tor_dir)

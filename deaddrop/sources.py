@@ -33,7 +33,7 @@ from deaddrop.store import queries
 from deaddrop.store.db import Database
 from deaddrop.store.disk_space import DiskSpace
 from deaddrop.store.files import Store
-from deaddrop.web._common.throttle import FailureThrottle
+from deaddrop.throttle import FailureThrottle
 
 _log = Logger()
 

@@ -16,7 +16,7 @@ import os
 from typing import Any
 
 from deaddrop.config import Config, ConfigError
-from deaddrop.store._atomic import write_atomically
+from deaddrop.durable import write_atomically
 
 KEY_FILE = "submission-key.asc"
 HISTORY_FILE = "submission-key-replaced.json"

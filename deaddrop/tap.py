@@ -7,9 +7,10 @@ from typing import Any, Mapping
 
 from twisted.python import usage
 
-from deaddrop.config import Config, ConfigError, MiB
+from deaddrop.config import Config, ConfigError
 from deaddrop.crypto.kdf import KdfCost
-from deaddrop.tor._defences import parse_pow_switch
+from deaddrop.limits import MiB
+from deaddrop.tor.defences import parse_pow_switch
 
 
 class Options(usage.Options):

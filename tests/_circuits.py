@@ -72,7 +72,7 @@ def listen_as_tor(testcase: Any, server: Any):
     from twisted.internet.endpoints import serverFromString
     from twisted.protocols.haproxy import proxyEndpoint
 
-    from deaddrop.web._common.circuits import from_tor
+    from deaddrop.transport.circuits import from_tor
 
     endpoint = proxyEndpoint(serverFromString(reactor, "tcp:0:interface=127.0.0.1"))
     d = endpoint.listen(from_tor(server.service.source.site(reactor)))

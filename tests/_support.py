@@ -326,7 +326,7 @@ def start_journalist_server(testcase: Any, **overrides: Any):
 
     Sets ``server.journalist_url``, ``server.ca_dir`` and ``server.server_cert``.
     """
-    from deaddrop.admin import ca
+    from deaddrop import ca
 
     data_dir = overrides.pop("data_dir", None) or short_tempdir()
     if not os.path.exists(os.path.join(data_dir, "ca", "ca.pem")):
@@ -349,7 +349,7 @@ def journalist_url(server: RunningServer):
 
 def issue_client_cert(server: RunningServer, name: str) -> tuple[str, str]:
     """A client certificate from the server's demo CA: -> (key PEM path, cert PEM path)."""
-    from deaddrop.admin import ca
+    from deaddrop import ca
 
     out_dir = os.path.join(server.data_dir, "clients")
     os.makedirs(out_dir, exist_ok=True)

@@ -1,4 +1,4 @@
-"""The offline CA (deaddrop.admin.ca) and its deaddrop-admin commands."""
+"""The offline CA (deaddrop.ca) and its deaddrop-admin commands."""
 from __future__ import annotations
 
 import io
@@ -17,8 +17,9 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key, p
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from twisted.trial import unittest
 
-from deaddrop.admin import ca, cli
-from deaddrop.admin.cli import AdminError
+from deaddrop import ca
+from deaddrop.admin import cli
+from deaddrop.ca import CAError
 
 
 def _mode(path: str) -> int:
@@ -65,19 +66,19 @@ class CATests(unittest.TestCase):
     def test_init_refuses_to_overwrite(self) -> None:
         ca.init_ca(self.ca_dir)
         key_before = Path(self.ca_dir, ca.CA_KEY).read_bytes()
-        e = self.assertRaises(AdminError, ca.init_ca, self.ca_dir)
+        e = self.assertRaises(CAError, ca.init_ca, self.ca_dir)
         self.assertIn("refusing to overwrite", str(e))
         self.assertEqual(Path(self.ca_dir, ca.CA_KEY).read_bytes(), key_before)
 
     def test_init_bad_paths_and_algorithm(self) -> None:
         Path(self.out("file")).write_text("x")
-        self.assertIn("not a directory", str(self.assertRaises(AdminError, ca.init_ca, self.out("file"))))
-        self.assertIn("cannot create", str(self.assertRaises(AdminError, ca.init_ca, self.out("file/ca"))))
+        self.assertIn("not a directory", str(self.assertRaises(CAError, ca.init_ca, self.out("file"))))
+        self.assertIn("cannot create", str(self.assertRaises(CAError, ca.init_ca, self.out("file/ca"))))
         os.mkdir(self.out("shared"), 0o755)
         os.chmod(self.out("shared"), 0o755)
-        self.assertIn("other users", str(self.assertRaises(AdminError, ca.init_ca, self.out("shared"))))
+        self.assertIn("other users", str(self.assertRaises(CAError, ca.init_ca, self.out("shared"))))
         self.assertEqual(_mode(self.out("shared")), 0o755)  # left alone
-        self.assertIn("unknown algorithm", str(self.assertRaises(AdminError, ca.init_ca, self.ca_dir, "rsa")))
+        self.assertIn("unknown algorithm", str(self.assertRaises(CAError, ca.init_ca, self.ca_dir, "rsa")))
 
     def test_issue_with_password(self) -> None:
         ca.init_ca(self.ca_dir)
@@ -131,21 +132,21 @@ class CATests(unittest.TestCase):
         self.assertNotEqual(r["password"], r2["password"])
 
     def test_issue_errors(self) -> None:
-        e = self.assertRaises(AdminError, ca.issue_client_cert, self.ca_dir, "alice", self.out("a.p12"), None)
+        e = self.assertRaises(CAError, ca.issue_client_cert, self.ca_dir, "alice", self.out("a.p12"), None)
         self.assertEqual(str(e), f"no CA in {self.ca_dir}: run deaddrop-admin ca init --ca-dir {self.ca_dir}")
         ca.init_ca(self.ca_dir)
         ca.issue_client_cert(self.ca_dir, "alice", self.out("alice.p12"), b"pw")
-        e = self.assertRaises(AdminError, ca.issue_client_cert, self.ca_dir, "alice", self.out("x/alice2.p12"), b"pw")
+        e = self.assertRaises(CAError, ca.issue_client_cert, self.ca_dir, "alice", self.out("x/alice2.p12"), b"pw")
         self.assertIn("does not exist", str(e))
-        e = self.assertRaises(AdminError, ca.issue_client_cert, self.ca_dir, "alice", self.out("alice2.p12"), b"pw")
+        e = self.assertRaises(CAError, ca.issue_client_cert, self.ca_dir, "alice", self.out("alice2.p12"), b"pw")
         self.assertIn("already has an active certificate", str(e))
         self.assertFalse(os.path.exists(self.out("alice2.p12")))
         for bad in ("../evil", "", "a b", "x" * 65):
-            e = self.assertRaises(AdminError, ca.issue_client_cert, self.ca_dir, bad, self.out("e.p12"), b"pw")
+            e = self.assertRaises(CAError, ca.issue_client_cert, self.ca_dir, bad, self.out("e.p12"), b"pw")
             self.assertIn("invalid name", str(e))
         # Existing output files are never overwritten.
         Path(self.out("carol.key.pem")).write_text("mine")
-        e = self.assertRaises(AdminError, ca.issue_client_cert, self.ca_dir, "carol", self.out("carol.p12"), b"pw",
+        e = self.assertRaises(CAError, ca.issue_client_cert, self.ca_dir, "carol", self.out("carol.p12"), b"pw",
                               pem=True)
         self.assertIn("refusing to overwrite", str(e))
         self.assertEqual(Path(self.out("carol.key.pem")).read_text(), "mine")
@@ -158,8 +159,8 @@ class CATests(unittest.TestCase):
         bob = ca.issue_client_cert(self.ca_dir, "bob", self.out("bob.p12"), b"pw")
         r = ca.revoke(self.ca_dir, "alice")
         self.assertEqual(r["serials"], [first["serial"]])
-        self.assertIn("no unrevoked certificate", str(self.assertRaises(AdminError, ca.revoke, self.ca_dir, "alice")))
-        self.assertIn("no unrevoked certificate", str(self.assertRaises(AdminError, ca.revoke, self.ca_dir, "nobody")))
+        self.assertIn("no unrevoked certificate", str(self.assertRaises(CAError, ca.revoke, self.ca_dir, "alice")))
+        self.assertIn("no unrevoked certificate", str(self.assertRaises(CAError, ca.revoke, self.ca_dir, "nobody")))
         # A revoked name may be issued again; the old serial must stay on the CRL.
         os.mkdir(self.out("new"))
         second = ca.issue_client_cert(self.ca_dir, "alice", self.out("new/alice.p12"), b"pw")
@@ -181,15 +182,15 @@ class CATests(unittest.TestCase):
         self.assertEqual(sorted(os.listdir(self.tmp)), sorted(["ca", "alice.p12", "bob.p12", "new", "crl.pem"]))
 
     def test_crl_errors(self) -> None:
-        self.assertIn("no CA in", str(self.assertRaises(AdminError, ca.write_crl, self.ca_dir, self.out("c.pem"))))
+        self.assertIn("no CA in", str(self.assertRaises(CAError, ca.write_crl, self.ca_dir, self.out("c.pem"))))
         ca.init_ca(self.ca_dir)
-        e = self.assertRaises(AdminError, ca.write_crl, self.ca_dir, self.out("nope/crl.pem"))
+        e = self.assertRaises(CAError, ca.write_crl, self.ca_dir, self.out("nope/crl.pem"))
         self.assertIn("does not exist", str(e))
-        e = self.assertRaises(AdminError, ca.write_crl, self.ca_dir, self.tmp)
+        e = self.assertRaises(CAError, ca.write_crl, self.ca_dir, self.tmp)
         self.assertIn("is a directory", str(e))
         key_before = Path(self.ca_dir, ca.CA_KEY).read_bytes()
         for own in (ca.CA_KEY, ca.CA_CERT, ca.STATE):
-            e = self.assertRaises(AdminError, ca.write_crl, self.ca_dir, os.path.join(self.ca_dir, own))
+            e = self.assertRaises(CAError, ca.write_crl, self.ca_dir, os.path.join(self.ca_dir, own))
             self.assertIn("refusing to write the CRL over", str(e))
         self.assertEqual(Path(self.ca_dir, ca.CA_KEY).read_bytes(), key_before)
 

@@ -1,4 +1,4 @@
-"""deaddrop.web._common.circuits against real listeners on 127.0.0.1: the Tor-only listener
+"""deaddrop.transport.circuits against real listeners on 127.0.0.1: the Tor-only listener
 (``haproxy:`` endpoint + ``from_tor``) turns Tor's PROXY header into a Circuit; anywhere else
 the same bytes are just a bad request and the peer is the shared LOCAL bucket."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from twisted.trial import unittest
 from twisted.web.resource import Resource
 from twisted.web.server import Site
 
-from deaddrop.web._common.circuits import LOCAL, Circuit, circuit_of, circuit_of_address, from_tor
+from deaddrop.transport.circuits import LOCAL, Circuit, circuit_of, circuit_of_address, from_tor
 
 
 class Recorder(Resource):
@@ -151,7 +151,7 @@ class ServerWiringTests(unittest.TestCase):
         self.assertEqual(len(clients), 300)
 
     async def test_pow_off_and_no_tor(self):
-        from deaddrop.web._common.circuits import NoCloser
+        from deaddrop.transport.circuits import NoCloser
 
         top, _ = await self.built(tor="launch", tor_binary="/bin/false", tor_pow=False)
         self.assertIs(top.tor._defences.pow, False)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import ast
 import os
+import subprocess
+import sys
 
 from twisted.trial import unittest
 
@@ -78,6 +80,45 @@ def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
     return found
 
 
+# The composition: it builds the service from the domain and the web layer, so it alone may import both.
+_COMPOSITION = ("deaddrop.server", "deaddrop.tap")
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _domain_into_web(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """Imports of ``deaddrop.web`` from below it: anything but the web layer and the composition."""
+    return {(m, i) for m, imports in graph.items() for i in imports
+            if _within(i, "deaddrop.web") and not _within(m, "deaddrop.web")
+            and not any(_within(m, c) for c in _COMPOSITION)}
+
+
+def _into_admin(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """Imports of the admin command line (an offline tool) from anything else, the server included."""
+    return {(m, i) for m, imports in graph.items() for i in imports
+            if _within(i, "deaddrop.admin") and not _within(m, "deaddrop.admin")}
+
+
+def _private_across_packages(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """Imports of a ``_name`` module (or package) from outside the package that holds it."""
+    found = set()
+    for m, imports in graph.items():
+        for i in imports:
+            parts = i.split(".")
+            private = next((k for k, part in enumerate(parts) if k and part.startswith("_")), None)
+            if private is not None and not _within(m, ".".join(parts[:private])):
+                found.add((m, i))
+    return found
+
+
+def _svs_beyond_itself(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """The offline SVS tool imports only itself and ``deaddrop.limits`` (which imports nothing)."""
+    return {(m, i) for m, imports in graph.items() if _within(m, "deaddrop.svs") for i in imports
+            if not _within(i, "deaddrop.svs") and i != "deaddrop.limits"}
+
+
 class ImportTests(unittest.TestCase):
     def test_no_import_circles(self):
         self.assertEqual(_cycles(_import_graph()), [])
@@ -92,11 +133,66 @@ class ImportTests(unittest.TestCase):
             if module.startswith("deaddrop.admin._") and module.endswith("_commands"):
                 self.assertNotIn("deaddrop.admin.cli", imports, module)
 
+    def test_the_domain_does_not_import_the_web_layer(self):
+        self.assertEqual(_domain_into_web(_import_graph()), set())
+        self.assertEqual(_domain_into_web({"deaddrop.sources": {"deaddrop.web._common.site"},
+                                           "deaddrop.server": {"deaddrop.web.sessions"},
+                                           "deaddrop.web.source.app": {"deaddrop.web.sessions"}}),
+                         {("deaddrop.sources", "deaddrop.web._common.site")})
+
+    def test_nothing_but_the_admin_cli_imports_it(self):
+        self.assertEqual(_into_admin(_import_graph()), set())
+        self.assertEqual(_into_admin({"deaddrop.web.journalist.wiring": {"deaddrop.ca"},
+                                      "deaddrop.server": {"deaddrop.admin.backup"},
+                                      "deaddrop.admin.cli": {"deaddrop.admin._output", "deaddrop.ca"}}),
+                         {("deaddrop.server", "deaddrop.admin.backup")})
+
+    def test_private_modules_are_used_within_their_package(self):
+        self.assertEqual(_private_across_packages(_import_graph()), set())
+        self.assertEqual(_private_across_packages({
+            "deaddrop.admin.backup": {"deaddrop.store._atomic", "deaddrop._smtp"},
+            "deaddrop.store.files": {"deaddrop.store._atomic"},
+            "deaddrop.web.source.app": {"deaddrop.web._common.site"},
+            "deaddrop.server": {"deaddrop.web._common.circuits"},
+        }), {("deaddrop.admin.backup", "deaddrop.store._atomic"), ("deaddrop.server", "deaddrop.web._common.circuits")})
+
+    def test_the_svs_tool_imports_only_itself_and_the_dependency_free_limits(self):
+        graph = _import_graph()
+        self.assertEqual(_svs_beyond_itself(graph), set())
+        self.assertEqual(graph["deaddrop.limits"], set())
+        self.assertEqual(_svs_beyond_itself({"deaddrop.svs._limit": {"deaddrop.config", "deaddrop.limits"}}),
+                         {("deaddrop.svs._limit", "deaddrop.config")})
+        with open(os.path.join(_ROOT, "limits.py"), encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        self.assertFalse([n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))])
+
+    def test_the_svs_tool_loads_neither_pynacl_nor_twisted(self):
+        loaded = subprocess.run(
+            [sys.executable, "-c", "import sys, deaddrop.svs.cli, deaddrop.svs.decrypt, deaddrop.svs.export, "
+             "deaddrop.svs.scrub; print('\\n'.join(sys.modules))"],
+            capture_output=True, text=True, check=True).stdout.split()
+        self.assertIn("deaddrop.svs.cli", loaded)
+        self.assertEqual([m for m in loaded if m.split(".")[0] in ("nacl", "twisted") or m == "deaddrop.config"], [])
+
     def test_web_code_does_not_import_across_interfaces(self):
         graph = _import_graph()
         for module, imports in graph.items():
             if module.startswith("deaddrop.web.journalist"):
                 self.assertFalse({m for m in imports if m.startswith("deaddrop.web.source")}, module)
+
+
+class PackagingTests(unittest.TestCase):
+    def test_every_package_is_installed(self):
+        # A package missing from setup.cfg works in the checkout and fails in an installed copy.
+        import configparser
+
+        setup = configparser.ConfigParser()
+        setup.read(os.path.join(os.path.dirname(_ROOT), "setup.cfg"))
+        listed = set(setup["options"]["packages"].split())
+        packages = {"deaddrop" + folder[len(_ROOT):].replace(os.sep, ".") for folder, _dirs, files in os.walk(_ROOT)
+                    if "__init__.py" in files}
+        self.assertIn("deaddrop.transport", packages)
+        self.assertEqual(packages - listed, set())
 
 
 class RouteGuardTests(unittest.TestCase):

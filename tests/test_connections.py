@@ -7,8 +7,8 @@ from twisted.internet.testing import StringTransport
 from twisted.trial import unittest
 from twisted.web.resource import Resource
 
-from deaddrop.web._common.circuits import Circuit, from_tor
-from deaddrop.web._common.connections import ConnectionBudget, ConnectionLimits, budget_for, raise_fd_limit
+from deaddrop.transport.circuits import Circuit, from_tor
+from deaddrop.transport.connections import ConnectionBudget, ConnectionLimits, budget_for, raise_fd_limit
 from deaddrop.web._common.request_rate import CircuitRequestRate
 from deaddrop.web._common.site import BodyPolicy, DeadDropSite
 

@@ -19,7 +19,7 @@ from deaddrop.journalists import (
     totp_code,
 )
 from deaddrop.store.db import Database
-from deaddrop.web._common.throttle import FailureThrottle
+from deaddrop.throttle import FailureThrottle
 
 FAST = KdfCost.parse("insecure-fast")
 

@@ -3,9 +3,9 @@ import base64
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
+from deaddrop.throttle import FailureThrottle
 from deaddrop.web._common.form_tokens import FormTokens
-from deaddrop.web._common.sessions import SessionStore
-from deaddrop.web._common.throttle import FailureThrottle
+from deaddrop.web.sessions import SessionStore
 
 
 class SessionStoreTests(unittest.TestCase):

@@ -2,7 +2,7 @@ import os
 
 from twisted.trial import unittest
 
-from deaddrop.store._atomic import write_atomically
+from deaddrop.durable import write_atomically
 from deaddrop.store.files import Store, stored_filename
 from tests._support import short_tempdir
 

@@ -2,7 +2,7 @@
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
-from deaddrop.web._common.throttle import FailureThrottle
+from deaddrop.throttle import FailureThrottle
 
 
 class FailureThrottleTests(unittest.TestCase):

@@ -460,7 +460,7 @@ class LaunchTests(_Base):
         self.assertEqual(len(h.events.named("tor.pow.unavailable")), 1)
 
     def test_pow_module_detection(self):
-        from deaddrop.tor._defences import has_pow_module
+        from deaddrop.tor.defences import has_pow_module
 
         self.assertTrue(has_pow_module(TOR_MODULES))
         self.assertFalse(has_pow_module("relay: yes\npow: no\n"))
@@ -610,7 +610,7 @@ class CircuitCloserTests(_Base):
         return h, TorCircuitCloser(h.service)
 
     def test_closecircuit_through_the_control_port(self):
-        from deaddrop.web._common.circuits import Circuit
+        from deaddrop.transport.circuits import Circuit
 
         h, closer = self.closer()
         d = closer.close(Circuit(155))
@@ -626,7 +626,7 @@ class CircuitCloserTests(_Base):
         self.assertEqual(closer.closed, 2)
 
     def test_nothing_to_close(self):
-        from deaddrop.web._common.circuits import LOCAL, Circuit, NoCloser
+        from deaddrop.transport.circuits import LOCAL, Circuit, NoCloser
 
         h, closer = self.closer()
         self.assertIs(self.successResultOf(closer.close(LOCAL)), False)
@@ -640,7 +640,7 @@ class CircuitCloserTests(_Base):
     def test_circuit_id_never_logged(self):
         from twisted.logger import globalLogPublisher
 
-        from deaddrop.web._common.circuits import Circuit
+        from deaddrop.transport.circuits import Circuit
 
         seen = []
         globalLogPublisher.addObserver(seen.append)

@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from typing import IO, Any, Iterator
 
 import deaddrop
+from deaddrop.durable import fsync_directory
 from deaddrop.store import migrations
-from deaddrop.store._atomic import fsync_directory
 
 FORMAT = "deaddrop-backup/2"  # /1: unsigned, file modes only; refused
 MANIFEST = "MANIFEST.json"

@@ -2,8 +2,9 @@
 
 Each ``_*_commands`` module exposes ``register(subparsers)`` which adds its sub-commands and
 sets ``func`` on each parser to a callable ``func(args, out) -> int`` where ``out`` is an
-``Output`` (text or ``--json``). Errors are raised as ``AdminError`` and printed in one line.
-Both live in ``_output``, so the command modules never import this module back.
+``Output`` (text or ``--json``). Errors are raised as ``AdminError`` (the CA's, ``deaddrop.ca``, as
+``CAError``) and printed in one line. ``AdminError`` and ``Output`` live in ``_output``, so the
+command modules never import this module back.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any, Sequence
 
 from deaddrop.admin import _registry
 from deaddrop.admin._output import AdminError, Output
+from deaddrop.ca import CAError
 
 __all__ = ["AdminError", "Output", "build_parser", "main"]
 
@@ -53,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Output(getattr(args, "json", False))
     try:
         return int(args.func(args, out) or 0)
-    except AdminError as e:
+    except (AdminError, CAError) as e:
         if out.as_json:
             sys.stdout.write(json.dumps({"error": str(e)}) + "\n")
         sys.stderr.write(f"deaddrop-admin: error: {e}\n")

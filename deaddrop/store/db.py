@@ -16,8 +16,8 @@ from typing import Any, Callable, TypeVar
 from twisted.internet.defer import Deferred
 
 from deaddrop.crypto.pool import WorkerPool, forbid_reactor_thread
+from deaddrop.durable import fsync_directory
 from deaddrop.store import migrations
-from deaddrop.store._atomic import fsync_directory
 from deaddrop.store.migrations import SchemaError
 
 T = TypeVar("T")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from deaddrop.crypto.pool import forbid_reactor_thread
-from deaddrop.store._atomic import fsync_directory, rename_durably
+from deaddrop.durable import fsync_directory, rename_durably
 
 _FILESYSTEM_ID = re.compile(r"^[a-z2-7]{52}$")
 # The designation part: "amber_quiet_lantern", or "amber_lantern" for a source made before

@@ -1,1 +1,1 @@
-"""The offline Secure Viewing Station tool (``deaddrop-svs``): see ``cli.py`` and README-section.md."""
+"""The offline Secure Viewing Station tool (``deaddrop-svs``): see ``cli.py`` and the README's section "The Secure Viewing Station"."""

@@ -8,22 +8,13 @@ would leave less than :data:`RESERVE` free fails instead, so a bomb can't fill t
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 
+from deaddrop.limits import MAX_UPLOAD_SIZE, MiB
 from deaddrop.svs._errors import ItemError
 
-MiB = 1024 * 1024
 RESERVE = 16 * MiB  # left free in OUTDIR whatever happens (the SVS keeps working)
-
-
-def _server_max_upload() -> int:
-    from deaddrop.config import Config  # the one place the server's default is written
-
-    return int(next(f.default for f in dataclasses.fields(Config) if f.name == "max_upload_size"))
-
-
-DEFAULT_MAX_OUTPUT = 2 * _server_max_upload()
+DEFAULT_MAX_OUTPUT = 2 * MAX_UPLOAD_SIZE
 
 
 def _mib(n: int) -> str:

@@ -40,9 +40,9 @@ from deaddrop.tor._config import (
     parse_tor_mode,
     parse_tor_option,
 )
-from deaddrop.tor._defences import Defences, parse_pow_switch
 from deaddrop.tor._service import TorOnionService, Tuning
 from deaddrop.tor.closer import TorCircuitCloser
+from deaddrop.tor.defences import Defences, parse_pow_switch
 
 __all__ = [
     "make_tor_service",
@@ -109,7 +109,7 @@ def make_tor_service(
     Raises ValueError at once for a bad mode, option or target string.
 
     ``launch`` writes the source onion into the torrc as a ``HiddenServiceDir`` service (key in
-    ``DATA/tor/onion-services/source/``) with Tor's defences on (:mod:`deaddrop.tor._defences`:
+    ``DATA/tor/onion-services/source/``) with Tor's defences on (:mod:`deaddrop.tor.defences`:
     PoW unless ``pow=False``, intro-point DoS limits, streams per circuit) and, if
     ``source_proxy_target`` is given, ``HiddenServiceExportCircuitID haproxy``: Tor then connects
     to that target (a listener wrapped with ``haproxy:``) instead of ``source_target``, and each

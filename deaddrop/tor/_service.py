@@ -29,7 +29,6 @@ from txtorcon.torcontrolprotocol import TorDisconnectError
 
 from deaddrop.tor import _control, keys
 from deaddrop.tor._config import ControlEndpoint, normalise_target
-from deaddrop.tor._defences import Defences, add_onion_keywords, has_pow_module, hidden_service_lines
 from deaddrop.tor._process import (
     TorFiles,
     TorProcessProtocol,
@@ -43,6 +42,7 @@ from deaddrop.tor._process import (
     tor_owner_pid,
     write_torrc,
 )
+from deaddrop.tor.defences import Defences, add_onion_keywords, has_pow_module, hidden_service_lines
 
 _log = Logger(namespace="deaddrop.tor")
 

@@ -1,4 +1,4 @@
-"""``CircuitCloser`` (see :mod:`deaddrop.web._common.circuits`) backed by our Tor's control port.
+"""``CircuitCloser`` (see :mod:`deaddrop.transport.circuits`) backed by our Tor's control port.
 
 The web layer calls ``close(circuit)`` when a circuit keeps flooding after its budgets said no;
 Tor then tears the rendezvous circuit down (``CLOSECIRCUIT``), with every stream on it. The
@@ -21,7 +21,7 @@ class TorCircuitCloser:
         self.closed = 0  # how many Tor confirmed: a count, for monitoring and tests
 
     def close(self, circuit: Any) -> "Deferred[bool]":
-        # A web._common.circuits.Circuit (duck-typed: tor/ does not import the web layer).
+        # A transport.circuits.Circuit (duck-typed: tor/ does not import the web layer).
         circuit_id = getattr(circuit, "id", None)
         if not isinstance(circuit_id, int):
             return succeed(False)

@@ -22,8 +22,8 @@ from deaddrop.crypto.admission import BUSY_MESSAGE
 from deaddrop.crypto.gpg import Keyring
 from deaddrop.crypto.kdf import CodenameKdf, KdfCost, Peppers
 from deaddrop.events import EventGate
-from deaddrop.web._common.circuits import Circuit
-from deaddrop.web._common.throttle import FailureThrottle
+from deaddrop.throttle import FailureThrottle
+from deaddrop.transport.circuits import Circuit
 from deaddrop.web.source.app import REFUSALS_BEFORE_CLOSING
 from tests._circuits import CircuitBrowser, listen_as_tor, proxy_line
 from tests._support import Browser, kill_gpg_agent, multipart_body, security_events, short_tempdir, start_server, wait_until
@@ -328,7 +328,7 @@ class CircuitThrottleTests(unittest.TestCase):
         from twisted.internet.endpoints import serverFromString
         from twisted.protocols.haproxy import proxyEndpoint
 
-        from deaddrop.web._common.circuits import from_tor
+        from deaddrop.transport.circuits import from_tor
 
         closed = self.record_closed_circuits()
         # The Tor-only listener with a short rate window (30 s in production).

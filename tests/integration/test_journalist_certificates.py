@@ -92,7 +92,7 @@ class ExplainMissingCertificateTests(_Server, unittest.TestCase):
 
     @inlineCallbacks
     def test_on_a_bad_certificate_is_still_refused_in_the_handshake(self):
-        from deaddrop.admin import ca
+        from deaddrop import ca
         from tests._support import client_pems
 
         yield self.start(journalist_explain_missing_cert=True)
@@ -157,7 +157,7 @@ class ServerOptionsTests(_Server, unittest.TestCase):
         from twisted.internet.task import deferLater
         from twisted.internet.threads import deferToThread
 
-        from deaddrop.admin import ca
+        from deaddrop import ca
         from tests._support import short_tempdir, wait_until
 
         data_dir = short_tempdir()

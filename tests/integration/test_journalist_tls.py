@@ -29,7 +29,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import Site
 from zope.interface import implementer
 
-from deaddrop.admin import ca
+from deaddrop import ca
 from deaddrop.events import SecurityEvents
 from deaddrop.web.journalist import tls
 from tests._support import client_pems

@@ -16,7 +16,7 @@ from twisted.trial import unittest
 
 from deaddrop.settings import InstanceSettings
 
-from deaddrop.admin import ca
+from deaddrop import ca
 from deaddrop.web.journalist import pages
 from tests._support import (
     Browser, JournalistBrowser, LogCapture, TotpDevice, add_journalist, issue_client_cert, client_pems, security_events,

@@ -16,7 +16,7 @@ from twisted.internet.threads import deferToThread
 from twisted.trial import unittest
 
 from deaddrop import codenames
-from deaddrop.web._common.circuits import LOCAL
+from deaddrop.transport.circuits import LOCAL
 from deaddrop.web.source.app import NOT_RECOGNIZED
 from tests._circuits import CircuitBrowser, listen_as_tor
 from tests._support import Browser, start_server, wait_until

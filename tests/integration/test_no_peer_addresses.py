@@ -19,9 +19,9 @@ from twisted.internet import defer, protocol, reactor
 from twisted.internet.endpoints import TCP4ClientEndpoint, serverFromString
 from twisted.trial import unittest
 
-from deaddrop.admin import ca
+from deaddrop import ca
 from tests._process import ServerProcess, free_port
-from deaddrop.web._common.quiet_ports import hide_peer_addresses
+from deaddrop.transport.quiet_ports import hide_peer_addresses
 from tests._support import short_tempdir, wait_until
 
 CLIENT_HOST = "127.0.0.2"

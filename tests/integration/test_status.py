@@ -9,7 +9,7 @@ from twisted.internet.threads import deferToThread
 from twisted.trial import unittest
 
 import deaddrop
-from deaddrop.admin import ca
+from deaddrop import ca
 from deaddrop.runtime_status import status_path
 from tests._support import Browser, add_journalist, short_tempdir, start_journalist_server, test_svs
 from tests.integration.test_admin_cli import run_cli

@@ -28,8 +28,8 @@ from twisted.web.server import Site
 import txtorcon
 
 from deaddrop.tor import TorCircuitCloser, keys, target_of
-from deaddrop.tor._defences import MAX_STREAMS
-from deaddrop.web._common.circuits import LOCAL, circuit_of, from_tor
+from deaddrop.tor.defences import MAX_STREAMS
+from deaddrop.transport.circuits import LOCAL, circuit_of, from_tor
 from tests.integration import tornet
 from tests.integration.test_tor_network import _NAMES, TIMINGS, _Base, sleep, with_timeout
 

@@ -249,7 +249,7 @@ class WorkstationTests(unittest.TestCase):
         with self.assertRaises(ws_cli.ApiError) as e:
             yield ws_cli.run(reactor, ws_cli.build_parser().parse_args(argv), out=io.StringIO())
         self.assertEqual(e.exception.status, 403)
-        from deaddrop.admin import ca
+        from deaddrop import ca
 
         other_ca = os.path.join(self.server.data_dir, "other-ca")  # not the CA that signed the server's certificate
         ca.init_ca(other_ca)

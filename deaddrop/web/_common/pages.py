@@ -10,8 +10,8 @@ from typing import Any, Iterable
 from twisted.internet.defer import Deferred
 from twisted.web.template import Tag, flattenString, tags
 
-from deaddrop.web._common.sessions import Session
 from deaddrop.web._common.static import hashed_url
+from deaddrop.web.sessions import Session
 
 DOCTYPE = b"<!DOCTYPE html>\n"
 

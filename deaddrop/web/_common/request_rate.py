@@ -18,7 +18,7 @@ import collections
 import time
 from typing import Callable
 
-from deaddrop.web._common.circuits import Circuit
+from deaddrop.transport.circuits import Circuit
 
 # A page of the source site is one HTML request and a few static ones; a source reading,
 # going back and submitting stays far below this.

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deaddrop.web._common.form_tokens import new_binding
-from deaddrop.web._common.sessions import Session, SessionStore
+from deaddrop.web.sessions import Session, SessionStore
 
 
 @dataclass

@@ -16,8 +16,8 @@ from twisted.internet import reactor as _global_reactor
 from twisted.logger import Logger
 from twisted.web import http, server
 
-from deaddrop.web._common.circuits import Circuit, circuit_of, transport_from_tor
-from deaddrop.web._common.connections import ConnectionLimits, unlimited
+from deaddrop.transport.circuits import Circuit, circuit_of, transport_from_tor
+from deaddrop.transport.connections import ConnectionLimits, unlimited
 from deaddrop.web._common.headers import apply_security_headers, raw_header_block
 from deaddrop.web._common.request_rate import RETRY_AFTER_SECONDS, CircuitRequestRate
 from deaddrop.web._common.upload import MultipartUpload

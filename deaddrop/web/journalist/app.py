@@ -22,14 +22,14 @@ from deaddrop.journalists import Accounts, AccountError, Journalist, LoginFailed
 from deaddrop.retention import MAX_DAYS as MAX_RETENTION_DAYS
 from deaddrop.settings import InstanceSettings
 from deaddrop.source_texts import SourceTexts
-from deaddrop.web._common.connections import ConnectionLimits
+from deaddrop.transport.connections import ConnectionLimits
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg, form_args
 from deaddrop.web._common.guards import Refused, admin_required, login_required
 from deaddrop.web._common.responses import HtmlResponses
 from deaddrop.web._common.pages import error_page_bytes, http_error_page_text
 from deaddrop.web._common.session_cookie import SessionCookie
-from deaddrop.web._common.sessions import Session, SessionStore
+from deaddrop.web.sessions import Session, SessionStore
 from deaddrop.web._common.site import BodyPolicy, DeadDropSite, log_failure_safely
 from deaddrop.web._common.static import serve_static
 from deaddrop.web.journalist import pages, source_texts

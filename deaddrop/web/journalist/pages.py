@@ -19,7 +19,7 @@ from deaddrop.journalist_desk import ReplyView, SourceFilter, SourceView, Submis
 from deaddrop.journalists import Journalist
 from deaddrop.settings import InstanceSettings
 from deaddrop.web._common.pages import csrf_field, layout
-from deaddrop.web._common.sessions import Session
+from deaddrop.web.sessions import Session
 
 GENERIC_LOGIN_ERROR = "Login failed. Check your username, passphrase and one-time code."
 THROTTLED_LOGIN_ERROR = "Too many failed attempts for this account. Wait a minute, then try again."

@@ -40,8 +40,8 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from deaddrop.certificates import SERVER_CERT_WARNING, crl_expires_soon
+from deaddrop.durable import write_atomically
 from deaddrop.events import SecurityEvents
-from deaddrop.store._atomic import write_atomically
 
 REFUSED = "tls.client_cert.refused"
 CRL_LOADED, CRL_RELOADED, CRL_RELOAD_FAILED = "crl.loaded", "crl.reloaded", "crl.reload_failed"

@@ -21,13 +21,13 @@ from deaddrop.certificates import SERVER_CERT_WARNING, STATE_FILE, certificate_s
 from deaddrop.config import Config
 from deaddrop.journalist_desk import Desk
 from deaddrop.journalists import Accounts
-from deaddrop.listeners import ListenerService
-from deaddrop.web._common.connections import ConnectionLimits
-from deaddrop.web._common.sessions import SessionStore
+from deaddrop.transport.connections import ConnectionLimits
+from deaddrop.transport.listeners import ListenerService
 from deaddrop.web.journalist.api import JournalistAPI
 from deaddrop.web.journalist.app import COOKIE, JournalistInterface
 from deaddrop.web.journalist.gate import CertificateGate
 from deaddrop.web.journalist.tls import JournalistTLS, ensure_server_certificate, expires_within, signed_by
+from deaddrop.web.sessions import SessionStore
 
 _log = Logger()
 
@@ -58,7 +58,7 @@ def _server_certificate(config: Config, ca_path: str) -> tuple[str, str]:
     renew = (ca_here and os.path.isfile(cert_path) and signed_by(cert_path, ca_path)
              and expires_within(cert_path, SERVER_CERT_WARNING))
     if ca_here and (missing or renew):
-        from deaddrop.admin import ca
+        from deaddrop import ca
 
         os.makedirs(tls_dir, mode=0o700, exist_ok=True)
         # Issued beside the pair in use, then renamed over it: never a moment without one.

@@ -28,8 +28,8 @@ from deaddrop.store.disk_space import NoRoom
 from deaddrop.sources import (
     EncryptedPart, LoginThrottled, Newsroom, NoFreeDesignation, SourceIdentity, SourceNotFound, StorageFailed, is_disk_full,
 )
-from deaddrop.web._common.circuits import CircuitCloser, NoCloser, circuit_of
-from deaddrop.web._common.connections import ConnectionLimits
+from deaddrop.transport.circuits import CircuitCloser, NoCloser, circuit_of
+from deaddrop.transport.connections import ConnectionLimits
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.form_tokens import FormTokens
 from deaddrop.web._common.forms import form_arg
@@ -37,11 +37,11 @@ from deaddrop.web._common.guards import login_required
 from deaddrop.web._common.pages import render_sync, set_html
 from deaddrop.web._common.responses import HtmlResponses
 from deaddrop.web._common.session_cookie import SessionCookie
-from deaddrop.web._common.sessions import Session, SessionStore
+from deaddrop.web.sessions import Session, SessionStore
 from deaddrop.web._common.site import BodyPolicy, DeadDropRequest, DeadDropSite, describe_failure
 from deaddrop.web._common.static import serve_static
 from deaddrop.web._common.request_rate import CircuitRequestRate
-from deaddrop.web._common.throttle import FailureThrottle
+from deaddrop.throttle import FailureThrottle
 from deaddrop.web._common.upload import (
     REASON_BAD_FORM, REASON_FILES_TOO_LARGE, REASON_STALE_FORM, MultipartUpload, UploadError, UploadLimits,
     UploadResult,

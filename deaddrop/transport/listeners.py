@@ -7,7 +7,7 @@ from twisted.application.service import Service
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.endpoints import serverFromString
 
-from deaddrop.web._common.quiet_ports import hide_peer_addresses
+from deaddrop.transport.quiet_ports import hide_peer_addresses
 
 
 class ListenerService(Service):

@@ -22,7 +22,7 @@ from typing import Protocol
 
 from twisted.logger import Logger
 
-from deaddrop.web._common.circuits import LOCAL, Circuit
+from deaddrop.transport.circuits import LOCAL, Circuit
 
 _log = Logger()
 

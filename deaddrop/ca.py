@@ -31,9 +31,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from deaddrop.admin._output import AdminError
 from deaddrop.codenames import codename_words
-from deaddrop.store._atomic import write_atomically
+from deaddrop.durable import write_atomically
 
 ALGORITHMS = ("p256", "ed25519")
 CA_KEY, CA_CERT, CA_CRL, STATE = "ca.key", "ca.pem", "crl.pem", "state.json"
@@ -51,15 +50,19 @@ PASSWORD_WORDS = 7  # from a 7776-word list: ~90 bits, the .p12 may be attacked 
 CAKey = ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
 
 
+class CAError(Exception):
+    """A clear, one-line, expected failure of the CA (missing CA, duplicate name, bad path...)."""
+
+
 def init_ca(ca_dir: str, algorithm: str = "p256") -> dict[str, Any]:
     """Create a new CA in ``ca_dir``; refuses to overwrite an existing one."""
     if algorithm not in ALGORITHMS:
-        raise AdminError(f"unknown algorithm {algorithm!r}: use one of {', '.join(ALGORITHMS)}")
+        raise CAError(f"unknown algorithm {algorithm!r}: use one of {', '.join(ALGORITHMS)}")
     _make_private_dir(ca_dir)
     with _locked(ca_dir):
         existing = [f for f in (CA_KEY, CA_CERT, STATE) if os.path.exists(os.path.join(ca_dir, f))]
         if existing:
-            raise AdminError(f"a CA already exists in {ca_dir} ({', '.join(existing)}): "
+            raise CAError(f"a CA already exists in {ca_dir} ({', '.join(existing)}): "
                              "refusing to overwrite it")
         key: CAKey
         key = ec.generate_private_key(ec.SECP256R1()) if algorithm == "p256" else ed25519.Ed25519PrivateKey.generate()
@@ -112,11 +115,11 @@ def issue_client_cert(ca_dir: str, name: str, out_p12: str, password: bytes | No
     beside it, where STEM is ``out_p12`` without its extension. ``files`` lists every file written.
     """
     if not _NAME_RE.fullmatch(name):
-        raise AdminError(f"invalid name {name!r}: use 1-64 letters, digits, '.', '_' or '-'")
+        raise CAError(f"invalid name {name!r}: use 1-64 letters, digits, '.', '_' or '-'")
     if days < 1:
-        raise AdminError("--days must be at least 1")
+        raise CAError("--days must be at least 1")
     if password is not None and not password:
-        raise AdminError("the password is empty")
+        raise CAError("the password is empty")
     ca_key, ca_cert = _load_ca(ca_dir)
     _check_out_dir(out_p12)
     stem = _stem(out_p12, (".p12", ".pfx"))
@@ -129,7 +132,7 @@ def issue_client_cert(ca_dir: str, name: str, out_p12: str, password: bytes | No
         state = _load_state(ca_dir)
         now = _now()
         if any(e["name"] == name and _active(e, now) for e in state["certs"]):
-            raise AdminError(f"{name} already has an active certificate: revoke it first")
+            raise CAError(f"{name} already has an active certificate: revoke it first")
         _refuse_existing(files)
         # Browsers only reliably support ECDSA P-256 client keys, whatever the CA's algorithm.
         key = ec.generate_private_key(ec.SECP256R1())
@@ -155,7 +158,7 @@ def issue_client_cert(ca_dir: str, name: str, out_p12: str, password: bytes | No
         try:
             for path, (data, mode) in contents.items():
                 _write(path, data, mode)
-        except AdminError:
+        except CAError:
             state["certs"].remove(entry)
             _save_state(ca_dir, state)
             for path in files:
@@ -177,9 +180,9 @@ def issue_server_cert(ca_dir: str, hosts: list[str], out_cert: str, days: int = 
     imported from the journalist's ``.p12``, then accepts the server without an exception.
     """
     if not hosts:
-        raise AdminError("give at least one --host (the address or name journalists use)")
+        raise CAError("give at least one --host (the address or name journalists use)")
     if not 1 <= days <= SERVER_MAX_DAYS:
-        raise AdminError(f"--days must be between 1 and {SERVER_MAX_DAYS}: browsers refuse a server certificate "
+        raise CAError(f"--days must be between 1 and {SERVER_MAX_DAYS}: browsers refuse a server certificate "
                          f"that lives longer (the default, {SERVER_DAYS}, is Mozilla's \"modern\" profile)")
     sans = [_host_name(h) for h in dict.fromkeys(hosts)]
     ca_key, ca_cert = _load_ca(ca_dir)
@@ -187,7 +190,7 @@ def issue_server_cert(ca_dir: str, hosts: list[str], out_cert: str, days: int = 
     key_path = _stem(out_cert, (".pem", ".crt")) + ".key"
     files = [out_cert, key_path]
     if os.path.realpath(out_cert) in {os.path.realpath(os.path.join(ca_dir, f)) for f in (CA_KEY, CA_CERT, STATE)}:
-        raise AdminError(f"refusing to write the server certificate over the CA's own {os.path.basename(out_cert)}")
+        raise CAError(f"refusing to write the server certificate over the CA's own {os.path.basename(out_cert)}")
     with _locked(ca_dir):
         state = _load_state(ca_dir)
         _refuse_existing(files)
@@ -224,7 +227,7 @@ def issue_server_cert(ca_dir: str, hosts: list[str], out_cert: str, days: int = 
         try:
             _write(key_path, key_pem, 0o600)
             _write(out_cert, chain, 0o644)
-        except AdminError:
+        except CAError:
             for path in files:
                 _remove_quietly(path)
             raise
@@ -249,7 +252,7 @@ def revoke(ca_dir: str, name: str) -> dict[str, Any]:
         state = _load_state(ca_dir)
         entries = [e for e in state["certs"] if e["name"] == name and not e["revoked"]]
         if not entries:
-            raise AdminError(f"no unrevoked certificate named {name!r} in {ca_dir}")
+            raise CAError(f"no unrevoked certificate named {name!r} in {ca_dir}")
         now = _iso(_now())
         for e in entries:
             e["revoked"], e["revoked_at"] = True, now
@@ -260,16 +263,16 @@ def revoke(ca_dir: str, name: str) -> dict[str, Any]:
 def write_crl(ca_dir: str, out_path: str, next_update_days: int = 30) -> dict[str, Any]:
     """Write a CRL signed by the CA listing every revoked serial (atomically)."""
     if next_update_days < 1:
-        raise AdminError("--next-update-days must be at least 1")
+        raise CAError("--next-update-days must be at least 1")
     ca_key, ca_cert = _load_ca(ca_dir)
     out_dir = os.path.dirname(os.path.abspath(out_path))
     if not os.path.isdir(out_dir):
-        raise AdminError(f"cannot write {out_path}: directory {out_dir} does not exist")
+        raise CAError(f"cannot write {out_path}: directory {out_dir} does not exist")
     if os.path.isdir(out_path):
-        raise AdminError(f"cannot write {out_path}: it is a directory")
+        raise CAError(f"cannot write {out_path}: it is a directory")
     # A typo like --out D/ca.key must not destroy the CA.
     if os.path.realpath(out_path) in {os.path.realpath(os.path.join(ca_dir, f)) for f in (CA_KEY, CA_CERT, STATE)}:
-        raise AdminError(f"refusing to write the CRL over the CA's own {os.path.basename(out_path)}")
+        raise CAError(f"refusing to write the CRL over the CA's own {os.path.basename(out_path)}")
     with _locked(ca_dir):
         state = _load_state(ca_dir)
         # A fresh, increasing CRL number on every write lets relying parties order CRLs.
@@ -305,7 +308,7 @@ def make_client_certificate(ca_key: CAKey, ca_cert: x509.Certificate, name: str,
 
 
 def load_ca(ca_dir: str) -> tuple[CAKey, x509.Certificate]:
-    """The CA key and certificate, or ``AdminError`` naming the fix."""
+    """The CA key and certificate, or ``CAError`` naming the fix."""
     return _load_ca(ca_dir)
 
 
@@ -342,16 +345,16 @@ def _build_crl(ca_key: CAKey, ca_cert: x509.Certificate, revoked: list[dict[str,
 def _load_ca(ca_dir: str) -> tuple[CAKey, x509.Certificate]:
     key_path, cert_path = os.path.join(ca_dir, CA_KEY), os.path.join(ca_dir, CA_CERT)
     if not all(os.path.isfile(p) for p in (key_path, cert_path, os.path.join(ca_dir, STATE))):
-        raise AdminError(f"no CA in {ca_dir}: run deaddrop-admin ca init --ca-dir {ca_dir}")
+        raise CAError(f"no CA in {ca_dir}: run deaddrop-admin ca init --ca-dir {ca_dir}")
     try:
         key = serialization.load_pem_private_key(Path(key_path).read_bytes(), password=None)
         cert = x509.load_pem_x509_certificate(Path(cert_path).read_bytes())
     except OSError as e:
-        raise AdminError(f"cannot read the CA in {ca_dir}: {e.strerror}") from None
+        raise CAError(f"cannot read the CA in {ca_dir}: {e.strerror}") from None
     except (ValueError, TypeError) as e:
-        raise AdminError(f"the CA in {ca_dir} is damaged: {e}") from None
+        raise CAError(f"the CA in {ca_dir} is damaged: {e}") from None
     if not isinstance(key, (ec.EllipticCurvePrivateKey, ed25519.Ed25519PrivateKey)):
-        raise AdminError(f"the CA key in {ca_dir} has an unsupported type")
+        raise CAError(f"the CA key in {ca_dir} has an unsupported type")
     return key, cert
 
 
@@ -361,11 +364,11 @@ def _load_state(ca_dir: str) -> dict[str, Any]:
         with open(path, encoding="utf-8") as f:
             state = json.load(f)
     except OSError as e:
-        raise AdminError(f"cannot read {path}: {e.strerror}") from None
+        raise CAError(f"cannot read {path}: {e.strerror}") from None
     except ValueError:
-        raise AdminError(f"{path} is not valid JSON") from None
+        raise CAError(f"{path} is not valid JSON") from None
     if not isinstance(state, dict) or not isinstance(state.get("certs"), list):
-        raise AdminError(f"{path} is not a DeadDrop CA state file")
+        raise CAError(f"{path} is not a DeadDrop CA state file")
     return state
 
 
@@ -378,7 +381,7 @@ def _write(path: str, data: bytes, mode: int) -> None:
     try:
         write_atomically(path, data, mode)
     except OSError as e:
-        raise AdminError(f"cannot write {path}: {e.strerror}") from None
+        raise CAError(f"cannot write {path}: {e.strerror}") from None
 
 
 @contextmanager
@@ -387,7 +390,7 @@ def _locked(ca_dir: str) -> Iterator[None]:
     try:
         fd = os.open(os.path.join(ca_dir, ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as e:
-        raise AdminError(f"cannot use CA directory {ca_dir}: {e.strerror}") from None
+        raise CAError(f"cannot use CA directory {ca_dir}: {e.strerror}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -398,18 +401,18 @@ def _locked(ca_dir: str) -> Iterator[None]:
 def _make_private_dir(path: str) -> None:
     if os.path.exists(path):
         if not os.path.isdir(path):
-            raise AdminError(f"{path} exists and is not a directory")
+            raise CAError(f"{path} exists and is not a directory")
         mode = os.stat(path).st_mode & 0o777
         # Never chmod a directory the admin already had (it might be their home directory).
         if mode & 0o077:
-            raise AdminError(f"CA directory {path} is accessible by other users (mode {mode:o}): "
+            raise CAError(f"CA directory {path} is accessible by other users (mode {mode:o}): "
                              "chmod 700 it or choose a new directory")
         return
     try:
         os.makedirs(path, mode=0o700)
         os.chmod(path, 0o700)  # makedirs' mode is subject to the umask
     except OSError as e:
-        raise AdminError(f"cannot create CA directory {path}: {e.strerror}") from None
+        raise CAError(f"cannot create CA directory {path}: {e.strerror}") from None
 
 
 def _key_usage(cert_sign: bool) -> x509.KeyUsage:
@@ -434,13 +437,13 @@ def _active(entry: dict[str, Any], now: datetime.datetime) -> bool:
 def _check_out_dir(path: str) -> None:
     out_dir = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(out_dir):
-        raise AdminError(f"cannot write {path}: directory {out_dir} does not exist")
+        raise CAError(f"cannot write {path}: directory {out_dir} does not exist")
 
 
 def _refuse_existing(paths: list[str]) -> None:
     for path in paths:
         if os.path.lexists(path):
-            raise AdminError(f"{path} already exists: refusing to overwrite it")
+            raise CAError(f"{path} already exists: refusing to overwrite it")
 
 
 def _stem(path: str, extensions: tuple[str, ...]) -> str:
@@ -454,7 +457,7 @@ def _host_name(host: str) -> x509.GeneralName:
     except ValueError:
         pass
     if not re.fullmatch(r"[A-Za-z0-9*]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9-]{1,63})*\.?", host):
-        raise AdminError(f"--host {host!r} is neither an IP address nor a DNS name")
+        raise CAError(f"--host {host!r} is neither an IP address nor a DNS name")
     return x509.DNSName(host.rstrip("."))
 
 

@@ -1,0 +1,1 @@
+"""Transport: listening sockets as services, and ports that never log a peer address."""
