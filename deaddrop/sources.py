@@ -28,6 +28,7 @@ from deaddrop.crypto.pool import WorkerPool, forbid_reactor_thread
 from deaddrop.crypto.streaming import EncryptionTarget, StreamEncryption
 from deaddrop.crypto.upload_slots import UploadSlots
 from deaddrop.daily_report import SourceActivity
+from deaddrop.durable import write_new_file
 from deaddrop.events import SecurityEvents
 from deaddrop.store import queries
 from deaddrop.store.db import Database
@@ -633,10 +634,6 @@ class Newsroom:
 
 def _write_temp(path: str, data: bytes) -> None:
     forbid_reactor_thread("store")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    write_new_file(path, data)
 
 

@@ -181,6 +181,35 @@ class ImportTests(unittest.TestCase):
                 self.assertFalse({m for m in imports if m.startswith("deaddrop.web.source")}, module)
 
 
+def _own_durable_writers(sources: dict[str, str]) -> set[str]:
+    """Functions that fsync and rename (or link) a file themselves instead of using ``deaddrop.durable``."""
+    found = set()
+    for module, text in sources.items():
+        for fn in ast.walk(ast.parse(text)):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                calls = {f"{c.func.value.id}.{c.func.attr}" for c in ast.walk(fn) if isinstance(c, ast.Call)
+                         and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)}
+                if "os.fsync" in calls and calls & {"os.replace", "os.rename", "os.link"}:
+                    found.add(f"{module}.{fn.name}")
+    return found
+
+
+class DurableWriteTests(unittest.TestCase):
+    def test_one_module_writes_crash_safely(self):
+        sources = {}
+        for folder, _dirs, files in os.walk(_ROOT):
+            for name in files:
+                path = os.path.join(folder, name)
+                module = "deaddrop" + path[len(_ROOT):-3].replace(os.sep, ".")
+                # The offline SVS tool imports nothing of the server's (see above): its own writer.
+                if name.endswith(".py") and not module.startswith(("deaddrop.durable", "deaddrop.svs.")):
+                    with open(path, encoding="utf-8") as f:
+                        sources[module] = f.read()
+        self.assertEqual(_own_durable_writers(sources), set())
+        self.assertEqual(_own_durable_writers({"m": "import os\ndef w(p):\n    os.fsync(1)\n    os.replace(p, p)\n"}),
+                         {"m.w"})
+
+
 class PackagingTests(unittest.TestCase):
     def test_every_package_is_installed(self):
         # A package missing from setup.cfg works in the checkout and fails in an installed copy.

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import IO, Any, Iterator
 
 import deaddrop
-from deaddrop.durable import fsync_directory
+from deaddrop.durable import fsync_directory, replace_durably
 from deaddrop.store import migrations
 
 FORMAT = "deaddrop-backup/2"  # /1: unsigned, file modes only; refused
@@ -302,10 +302,7 @@ def make_backup(data_dir: str, out_path: str, key_file: str, sign_key: str, gnup
             message = errors.read().decode("utf-8", "replace").strip().splitlines()
             raise BackupError(f"gpg could not sign and encrypt the backup: {message[-1] if message else f'exit {code}'}")
     os.chmod(partial, 0o600)
-    with open(partial, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(partial, out_path)
-    fsync_directory(os.path.dirname(out_path))
+    replace_durably(partial, out_path)
     return BackupReport(out_path, len(manifest), total, fingerprint, signer, version)
 
 

@@ -18,6 +18,7 @@ import gnupg
 
 from deaddrop.crypto._process_exit import ProcessExit
 from deaddrop.crypto.pool import forbid_reactor_thread
+from deaddrop.durable import fsync_directory, fsync_file
 
 # No passphrase caching: a source's passphrase must not outlive the request that used it.
 # s2k-count: the passphrase is already a 256-bit Argon2id output, so GnuPG's own iterated
@@ -360,8 +361,7 @@ class Keyring:
         if proc.returncode != 0 or not os.path.exists(new):
             _wipe_all(new)
             raise GpgError(f"could not rewrite the keyring (import failed, gpg exit {proc.returncode})")
-        with open(new, "rb") as f:
-            os.fsync(f.fileno())
+        fsync_file(new)
         return new
 
     def _swap_keybox(self, new: str | None) -> None:
@@ -375,11 +375,7 @@ class Keyring:
             _wipe(new + "~")
         for stale in ("pubring.kbx~", "trustdb.gpg"):
             _wipe(os.path.join(self.homedir, stale))
-        dir_fd = os.open(self.homedir, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)  # the renames and removals above are durable
-        finally:
-            os.close(dir_fd)
+        fsync_directory(self.homedir)  # the renames and removals above are durable
 
     # -- encryption ----------------------------------------------------------------------
 

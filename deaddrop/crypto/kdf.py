@@ -27,7 +27,7 @@ import nacl.secret
 import nacl.utils
 
 from deaddrop.crypto.pool import forbid_reactor_thread
-from deaddrop.crypto._secret_file import create_secret_file
+from deaddrop.durable import create_exclusively
 
 PEPPER_BYTES = argon2id.SALTBYTES  # 16
 # Bits of a source's login tag. Fewer bits make more wrong codenames cost an Argon2id run (one in
@@ -86,10 +86,8 @@ def _load_or_create_pepper(path: str) -> bytes:
         with open(path, "rb") as f:
             pepper = f.read()
     except FileNotFoundError:
-        try:
-            create_secret_file(path, os.urandom(PEPPER_BYTES))
-        except FileExistsError:
-            pass  # another process made it first: use theirs
+        # False when another process made it first: use theirs.
+        create_exclusively(path, os.urandom(PEPPER_BYTES))
         return _load_or_create_pepper(path)
     if len(pepper) != PEPPER_BYTES:
         raise ValueError(f"{path} is damaged: expected {PEPPER_BYTES} bytes, found {len(pepper)}")

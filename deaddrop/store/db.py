@@ -16,7 +16,7 @@ from typing import Any, Callable, TypeVar
 from twisted.internet.defer import Deferred
 
 from deaddrop.crypto.pool import WorkerPool, forbid_reactor_thread
-from deaddrop.durable import fsync_directory
+from deaddrop.durable import replace_durably
 from deaddrop.store import migrations
 from deaddrop.store.migrations import SchemaError
 
@@ -83,14 +83,11 @@ def backup_to(conn: sqlite3.Connection, destination: str) -> None:
             target.execute("PRAGMA journal_mode=DELETE")
         finally:
             target.close()
-        with open(temp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(temp, destination)
+        replace_durably(temp, destination)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.remove(temp)
         raise
-    fsync_directory(os.path.dirname(os.path.abspath(destination)))
 
 
 def upgrade_with_backup(conn: sqlite3.Connection, path: str) -> str | None:

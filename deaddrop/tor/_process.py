@@ -12,7 +12,7 @@ from twisted.internet import error as ierror
 from twisted.internet.protocol import ProcessProtocol
 from twisted.logger import Logger
 
-from deaddrop.tor.keys import write_file_atomically
+from deaddrop.durable import write_atomically
 
 _log = Logger(namespace="deaddrop.tor.process")
 
@@ -123,7 +123,7 @@ def write_torrc(
     files: TorFiles, tor_options: list[tuple[str, str]], owner_pid: int, services: list[str] | None = None
 ) -> None:
     text = torrc_text(files, tor_options, owner_pid, services)
-    write_file_atomically(files.torrc, text.encode("utf-8"), 0o600, durable=False)
+    write_atomically(files.torrc, text.encode("utf-8"), 0o600, durable=False)
 
 
 def tor_args(binary: str, files: TorFiles) -> list[str]:

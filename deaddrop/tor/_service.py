@@ -27,6 +27,7 @@ from twisted.internet.error import ConnectionDone, ConnectionLost
 from txtorcon import TorProtocolError
 from txtorcon.torcontrolprotocol import TorDisconnectError
 
+from deaddrop.durable import write_atomically
 from deaddrop.tor import _control, keys
 from deaddrop.tor._config import ControlEndpoint, normalise_target
 from deaddrop.tor._process import (
@@ -860,7 +861,7 @@ class TorOnionService(service.Service):
             return
         if previous:
             self._events.emit("tor.onion.address_changed", onion=address, detail="the source onion key was replaced")
-        keys.write_file_atomically(path, (address + "\n").encode("ascii"), 0o644)
+        write_atomically(path, (address + "\n").encode("ascii"), 0o644)
 
     async def _republish(self, attempt: _Attempt, which: str, reason: str) -> None:
         onion = attempt.onions.get(which)

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 import nacl.bindings
 import nacl.public
 
+from deaddrop.durable import create_exclusively, fsync_directory, write_atomically
+
 SECRET_KEY_HEADER = b"== ed25519v1-secret: type0 ==\x00\x00\x00"
 PUBLIC_KEY_HEADER = b"== ed25519v1-public: type0 ==\x00\x00\x00"
 SECRET_KEY_FILE = "hs_ed25519_secret_key"
@@ -195,7 +197,7 @@ def load_or_create_onion_key(directory: str) -> tuple[OnionKey, bool]:
         _write_derived_files(directory, key)
         return key, False
     new = generate_onion_key()
-    created = _create_exclusive(os.path.join(directory, SECRET_KEY_FILE), SECRET_KEY_HEADER + new.expanded)
+    created = create_exclusively(os.path.join(directory, SECRET_KEY_FILE), SECRET_KEY_HEADER + new.expanded)
     key = read_onion_key(directory)
     if key is None:  # pragma: no cover - the file was just created
         raise OnionKeyError(f"onion key in {directory} vanished")
@@ -213,7 +215,7 @@ def _write_derived_files(directory: str, key: OnionKey) -> None:
     public = os.path.join(directory, PUBLIC_KEY_FILE)
     hostname = os.path.join(directory, HOSTNAME_FILE)
     if not os.path.exists(public):
-        write_file_atomically(public, PUBLIC_KEY_HEADER + key.public_key, 0o600)
+        write_atomically(public, PUBLIC_KEY_HEADER + key.public_key, 0o600)
     expected = (key.address + "\n").encode("ascii")
     try:
         with open(hostname, "rb") as f:
@@ -221,70 +223,7 @@ def _write_derived_files(directory: str, key: OnionKey) -> None:
     except FileNotFoundError:
         current = None
     if current != expected:
-        write_file_atomically(hostname, expected, 0o600)
-
-
-# -- files ------------------------------------------------------------------------------------
-
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory or ".", os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_temp(final_path: str, data: bytes, mode: int, durable: bool = True) -> str:
-    directory, name = os.path.split(final_path)
-    tmp = os.path.join(directory, f".tmp-{secrets.token_hex(8)}-{name}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            if durable:
-                os.fsync(f.fileno())
-    except BaseException:
-        _unlink_quietly(tmp)
-        raise
-    return tmp
-
-
-def write_file_atomically(path: str, data: bytes, mode: int = 0o600, durable: bool = True) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves the old or the new file.
-
-    ``durable=False`` skips the fsyncs, for files rewritten at every start anyway (the torrc):
-    they run on the reactor thread.
-    """
-    tmp = _write_temp(path, data, mode, durable)
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        _unlink_quietly(tmp)
-        raise
-    if durable:
-        _fsync_dir(os.path.dirname(path))
-
-
-def _create_exclusive(path: str, data: bytes, mode: int = 0o600) -> bool:
-    """Create ``path`` with ``data`` unless it exists; True if this call created it."""
-    tmp = _write_temp(path, data, mode)
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        return False
-    finally:
-        _unlink_quietly(tmp)
-    _fsync_dir(os.path.dirname(path))
-    return True
-
-
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+        write_atomically(hostname, expected, 0o600)
 
 
 # -- v3 client authorisation ------------------------------------------------------------------
@@ -339,7 +278,7 @@ def add_client(data_dir: str, name: str) -> tuple[str, ClientKeyPair]:
     ensure_private_dir(directory)
     pair = generate_client_keypair()
     line = f"descriptor:x25519:{pair.public_b32}\n".encode("ascii")
-    if not _create_exclusive(os.path.join(directory, name + ".auth"), line):
+    if not create_exclusively(os.path.join(directory, name + ".auth"), line):
         raise OnionKeyError(f"a client named {name!r} already exists (remove it first)")
     return key.address, pair
 
@@ -351,7 +290,7 @@ def remove_client(data_dir: str, name: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         raise OnionKeyError(f"no client named {name!r}") from None
-    _fsync_dir(os.path.dirname(path))
+    fsync_directory(os.path.dirname(path))
 
 
 def list_clients(data_dir: str) -> dict[str, str]:

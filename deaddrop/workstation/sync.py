@@ -15,6 +15,7 @@ from typing import Any, TextIO
 import treq
 from twisted.internet.defer import inlineCallbacks
 
+from deaddrop.durable import replace_durably
 from deaddrop.workstation.api import ApiError, JournalistApi
 
 # Designations are "amber_quiet_lantern", or "amber_lantern" for sources made before they had
@@ -124,7 +125,7 @@ class Syncer:
             if expected is None:
                 raise SyncError(f"{name}: the server sent no sha256 ETag")
             if sha256_of(part) == expected:
-                _fsync_and_rename(part, final)
+                replace_durably(part, final)
                 report.downloaded.append(name)
                 return
             # Corrupt (a bad partial file or a damaged transfer): start again from zero once.
@@ -167,17 +168,3 @@ class Syncer:
             yield treq.collect(response, write)
         self.progress.done()
         return _etag_digest(response)
-
-
-def _fsync_and_rename(part: str, final: str) -> None:
-    fd = os.open(part, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(part, final)
-    dfd = os.open(os.path.dirname(final), os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)

@@ -27,6 +27,7 @@ from twisted.web.server import Site
 
 import txtorcon
 
+from deaddrop.durable import write_atomically
 from deaddrop.tor import TorCircuitCloser, keys, target_of
 from deaddrop.tor.defences import MAX_STREAMS
 from deaddrop.transport.circuits import LOCAL, circuit_of, from_tor
@@ -183,7 +184,7 @@ class TorDefenceTests(_Base):
             await tor.protocol.queue_command(f"DEL_ONION {service_id}")
         finally:
             tor.protocol.transport.loseConnection()
-        keys.write_file_atomically(keys.source_onion_file(data_dir), f"{service_id}.onion\n".encode(), 0o644)
+        write_atomically(keys.source_onion_file(data_dir), f"{service_id}.onion\n".encode(), 0o644)
         return f"{service_id}.onion"
 
     def metrics(self) -> str:
