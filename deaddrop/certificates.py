@@ -1,4 +1,5 @@
-"""Facts about the journalist CA's files that both the server and ``deaddrop-admin`` read.
+"""Facts about the journalist CA's files that both the server and ``deaddrop-admin`` read: the one
+place that reads a CRL's or a certificate's expiry and says when it is near.
 
 Kept free of Twisted and pyOpenSSL so ``deaddrop-admin status`` can use it on any machine.
 """
@@ -19,21 +20,19 @@ CRL_WARNING = datetime.timedelta(days=7)
 SERVER_CERT_WARNING = datetime.timedelta(days=30)
 
 
+def is_pem(data: bytes) -> bool:
+    """Whether a CRL file's bytes are PEM (else DER): both are accepted everywhere."""
+    return data.lstrip().startswith(b"-----BEGIN")
+
+
+def load_crl(data: bytes) -> x509.CertificateRevocationList:
+    """A CRL from its file's bytes, PEM or DER; ``ValueError`` if it is neither."""
+    return x509.load_pem_x509_crl(data) if is_pem(data) else x509.load_der_x509_crl(data)
+
+
 def crl_next_update(path: str) -> datetime.datetime | None:
-    """When the CRL at ``path`` (PEM or DER) expires (UTC), or None if it is missing or unreadable."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError:
-        return None
-    return next_update_of(data)
-
-
-def next_update_of(data: bytes) -> datetime.datetime | None:
-    try:
-        crl = x509.load_pem_x509_crl(data) if data.lstrip().startswith(b"-----BEGIN") else x509.load_der_x509_crl(data)
-    except ValueError:
-        return None
-    return crl.next_update_utc
+    """When the CRL at ``path`` expires (its nextUpdate, UTC); ``OSError`` or ``ValueError`` if unreadable."""
+    return load_crl(Path(path).read_bytes()).next_update_utc
 
 
 def crl_expires_soon(next_update: datetime.datetime | None, now: datetime.datetime | None = None) -> bool:
@@ -42,6 +41,20 @@ def crl_expires_soon(next_update: datetime.datetime | None, now: datetime.dateti
         return True
     now = now or datetime.datetime.now(datetime.timezone.utc)
     return next_update - now <= CRL_WARNING
+
+
+def certificate_expiry(path: str) -> datetime.datetime:
+    """When the first certificate in the PEM file ``path`` ends (UTC); ``OSError`` or ``ValueError``."""
+    return x509.load_pem_x509_certificate(Path(path).read_bytes()).not_valid_after_utc
+
+
+def expires_within(cert_path: str, margin: datetime.timedelta) -> bool:
+    """Whether the first certificate in ``cert_path`` ends within ``margin`` from now (False if unreadable)."""
+    try:
+        expiry = certificate_expiry(cert_path)
+    except (OSError, ValueError):
+        return False  # not ours to judge: loading it says what is wrong
+    return expiry - datetime.datetime.now(datetime.timezone.utc) <= margin
 
 
 # The CA's list of every certificate it issued (``deaddrop-admin`` writes it beside ca.pem).

@@ -23,7 +23,6 @@ from deaddrop.crypto.kdf import CodenameKdf, Peppers
 from deaddrop.crypto.pool import WorkerPool
 from deaddrop.crypto.streaming import EncryptionTarget
 from deaddrop.daily_report import DailyReport, SourceActivity
-from deaddrop.durable import write_atomically
 from deaddrop.events import SecurityEvents
 from deaddrop.settings import InstanceSettings
 from deaddrop.source_texts import SourceTexts

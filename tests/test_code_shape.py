@@ -210,6 +210,21 @@ class DurableWriteTests(unittest.TestCase):
                          {"m.w"})
 
 
+class CertificateFactsTests(unittest.TestCase):
+    def test_one_module_reads_crls(self):
+        # The server's listener and ``deaddrop-admin status`` once parsed CRLs apart (PEM told by a
+        # different test) and warned of their expiry with constants of their own.
+        readers = set()
+        for folder, _dirs, files in os.walk(_ROOT):
+            for name in files:
+                if name.endswith(".py"):
+                    with open(os.path.join(folder, name), encoding="utf-8") as f:
+                        text = f.read()
+                    if "load_pem_x509_crl" in text or "load_der_x509_crl" in text or "CRL_WARNING_DAYS" in text:
+                        readers.add(os.path.relpath(os.path.join(folder, name), _ROOT))
+        self.assertEqual(readers, {"certificates.py"})
+
+
 class PackagingTests(unittest.TestCase):
     def test_every_package_is_installed(self):
         # A package missing from setup.cfg works in the checkout and fails in an installed copy.

@@ -18,19 +18,18 @@ import tempfile
 import time
 from typing import Any
 
-from cryptography import x509
-
 from deaddrop.admin import _file_checks, _tor_commands
 from deaddrop.admin._datadir import initialised_data_dir
 from deaddrop.admin._output import Output
+from deaddrop.certificates import (
+    CERT_EXPIRY_WARNING, STATE_FILE, certificate_expiry, crl_expires_soon, crl_next_update, read_issued_list,
+)
 from deaddrop.runtime_status import status_path
 from deaddrop.store import migrations
 from deaddrop.submission_key import replacements
 
-EXPIRY_WARNING_DAYS = 30
-# A CRL lives 30 days (deaddrop-admin crl) and is refreshed monthly: warn in its last week, as the
-# server's crl.expires_soon event does.
-CRL_WARNING_DAYS = 7
+# Certificates within CERT_EXPIRY_WARNING of their end are listed; the CRL within CRL_WARNING (a CRL
+# lives 30 days and is refreshed monthly: its last week), as the server's crl.expires_soon event does.
 
 
 def register(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
@@ -137,41 +136,27 @@ def key_fingerprint(armored_path: str) -> str | None:
     return None
 
 
-def crl_expiry(path: str) -> datetime.datetime | None:
-    """When a CRL (PEM or DER) must be replaced: its nextUpdate, in UTC."""
-    with open(path, "rb") as f:
-        data = f.read()
-    crl = x509.load_pem_x509_crl(data) if b"-----BEGIN" in data else x509.load_der_x509_crl(data)
-    return crl.next_update_utc
-
-
-def _certificate_expiry(path: str) -> datetime.datetime:
-    with open(path, "rb") as f:
-        return x509.load_pem_x509_certificate(f.read()).not_valid_after_utc
-
-
 def certificates(data_dir: str, reported: dict[str, Any], now: datetime.datetime) -> dict[str, Any]:
-    """The CRL's expiry and every certificate expiring within ``EXPIRY_WARNING_DAYS``: the server's
+    """The CRL's expiry and every certificate expiring within ``CERT_EXPIRY_WARNING``: the server's
     TLS certificate, the CA, and (with a CA in the data dir) issued client certificates."""
     ca = reported.get("journalist_ca") or _existing(os.path.join(data_dir, "ca", "ca.pem"))
     crl = reported.get("journalist_crl") or _existing(os.path.join(data_dir, "ca", "crl.pem"))
     server_cert = reported.get("journalist_tls_cert") or _existing(os.path.join(data_dir, "tls", "server.pem"))
-    horizon = now + datetime.timedelta(days=EXPIRY_WARNING_DAYS)
+    horizon = now + CERT_EXPIRY_WARNING
     result: dict[str, Any] = {"crl": None, "server_certificate": None, "expiring_certificates": [], "problems": []}
     if crl and os.path.isfile(crl):
         try:
-            next_update = crl_expiry(crl)
+            next_update = crl_next_update(crl)
             days_left = (next_update - now).days if next_update else None
             result["crl"] = {"path": crl, "next_update": _iso(next_update.timestamp()) if next_update else None,
                              "days_left": days_left, "expired": bool(next_update and next_update <= now),
-                             "expires_soon": bool(next_update and next_update <= now + datetime.timedelta(
-                                 days=CRL_WARNING_DAYS))}
+                             "expires_soon": bool(next_update and crl_expires_soon(next_update, now))}
         except (OSError, ValueError) as e:
             result["problems"].append(f"cannot read the CRL {crl}: {e}")
     for label, path in (("server TLS certificate", server_cert), ("journalist CA", ca)):
         if path and os.path.isfile(path):
             try:
-                expiry = _certificate_expiry(path)
+                expiry = certificate_expiry(path)
             except (OSError, ValueError) as e:
                 result["problems"].append(f"cannot read the {label} {path}: {e}")
                 continue
@@ -186,13 +171,8 @@ def certificates(data_dir: str, reported: dict[str, Any], now: datetime.datetime
 
 
 def _issued_expiring(ca_dir: str, now: datetime.datetime, horizon: datetime.datetime) -> list[dict[str, Any]]:
-    try:
-        with open(os.path.join(ca_dir, "state.json")) as f:
-            state = json.load(f)
-    except (OSError, ValueError):
-        return []
     found = []
-    for entry in state.get("certs", []):
+    for entry in read_issued_list(os.path.join(ca_dir, STATE_FILE)) or []:
         try:
             expiry = datetime.datetime.fromisoformat(entry["not_after"])
         except (KeyError, TypeError, ValueError):

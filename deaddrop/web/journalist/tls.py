@@ -39,7 +39,7 @@ from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from deaddrop.certificates import SERVER_CERT_WARNING, crl_expires_soon
+from deaddrop.certificates import SERVER_CERT_WARNING, crl_expires_soon, expires_within, is_pem, load_crl
 from deaddrop.durable import write_atomically
 from deaddrop.events import SecurityEvents
 
@@ -111,15 +111,6 @@ def ensure_server_certificate(data_dir: str, hostnames: Iterable[str] = ("localh
     write_atomically(key_path, key_pem, 0o600)
     write_atomically(cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
     return key_path, cert_path
-
-
-def expires_within(cert_path: str, margin: datetime.timedelta) -> bool:
-    """Whether the first certificate in ``cert_path`` ends within ``margin`` from now."""
-    try:
-        cert = x509.load_pem_x509_certificates(Path(cert_path).read_bytes())[0]
-    except (OSError, ValueError, IndexError):
-        return False  # not ours to judge: loading it says what is wrong
-    return cert.not_valid_after_utc - datetime.datetime.now(datetime.timezone.utc) <= margin
 
 
 def signed_by(cert_path: str, ca_path: str) -> bool:
@@ -314,8 +305,7 @@ class JournalistTLS:
             data = Path(self._crl_path).read_bytes()
         except OSError:
             return False
-        in_force = self._crl.public_bytes(serialization.Encoding.PEM if data.lstrip().startswith(b"-----BEGIN")
-                                          else serialization.Encoding.DER)
+        in_force = self._crl.public_bytes(serialization.Encoding.PEM if is_pem(data) else serialization.Encoding.DER)
         return data.strip() == in_force.strip()
 
     def _same_server_pair_as_in_force(self) -> bool:
@@ -350,10 +340,7 @@ class JournalistTLS:
         except OSError:
             return None, "unreadable"
         try:
-            if data.lstrip().startswith(b"-----BEGIN"):
-                crl = x509.load_pem_x509_crl(data)
-            else:
-                crl = x509.load_der_x509_crl(data)
+            crl = load_crl(data)
         except ValueError:
             return None, "corrupt"  # includes a half-copied file; the next poll retries
         if crl.issuer != self._ca.subject:

@@ -17,7 +17,9 @@ from twisted.application.internet import TimerService
 from twisted.application.service import Service
 from twisted.logger import Logger
 
-from deaddrop.certificates import SERVER_CERT_WARNING, STATE_FILE, certificate_statuses, read_issued_list
+from deaddrop.certificates import (
+    SERVER_CERT_WARNING, STATE_FILE, certificate_statuses, expires_within, read_issued_list,
+)
 from deaddrop.config import Config
 from deaddrop.journalist_desk import Desk
 from deaddrop.journalists import Accounts
@@ -26,7 +28,7 @@ from deaddrop.transport.listeners import ListenerService
 from deaddrop.web.journalist.api import JournalistAPI
 from deaddrop.web.journalist.app import COOKIE, JournalistInterface
 from deaddrop.web.journalist.gate import CertificateGate
-from deaddrop.web.journalist.tls import JournalistTLS, ensure_server_certificate, expires_within, signed_by
+from deaddrop.web.journalist.tls import JournalistTLS, ensure_server_certificate, signed_by
 from deaddrop.web.sessions import SessionStore
 
 _log = Logger()
