@@ -14,7 +14,7 @@ import time
 import uuid as uuidlib
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from twisted.internet.defer import Deferred, inlineCallbacks
 from twisted.logger import Logger
@@ -30,6 +30,7 @@ from deaddrop.crypto.upload_slots import UploadSlots
 from deaddrop.daily_report import SourceActivity
 from deaddrop.durable import write_new_file
 from deaddrop.events import SecurityEvents
+from deaddrop.source_uploads import HasTempPath, UploadHold, discard
 from deaddrop.store import queries
 from deaddrop.store.db import Database
 from deaddrop.store.disk_space import DiskSpace
@@ -418,6 +419,19 @@ class Newsroom:
         )
         self._streams.add(stream)
         return stream
+
+    def may_upload(self, source_id: int) -> bool:
+        """Whether this source may start another upload (each holds a pump slot while it arrives)."""
+        return self.queues.uploads.holding(source_id) < self.queues.uploads.per_key
+
+    def admit_upload(self, source_id: int | None, circuit: Any, evict: Callable[[], Any]) -> UploadHold:
+        """What one upload body will hold while it arrives (see ``source_uploads``); ``evict`` is
+        called if it is ended to make room for another."""
+        return UploadHold(self.queues.uploads, self.disk, self.activity, source_id, circuit, evict)
+
+    def discard(self, received: Iterable[HasTempPath]) -> None:
+        """Remove the ciphertext of parts that will not be stored."""
+        discard(self.store, received)
 
     def abort_streams(self) -> None:
         """At shutdown: stop every upload in flight, or its pump thread would block pool.stop()."""

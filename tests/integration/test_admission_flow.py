@@ -300,8 +300,8 @@ class CircuitThrottleTests(unittest.TestCase):
         now = [0.0]
         source = self.server.service.source
         self.patch(source.request_rate, "_clock", lambda: now[0])
-        self.patch(source, "_refusals", FailureThrottle(REFUSALS_BEFORE_CLOSING, 60.0, clock=lambda: now[0]))
-        self.patch(source, "_flood_events", EventGate(10.0, clock=lambda: now[0]))
+        self.patch(source.defence, "_refusals", FailureThrottle(REFUSALS_BEFORE_CLOSING, 60.0, clock=lambda: now[0]))
+        self.patch(source.defence, "_flood_events", EventGate(10.0, clock=lambda: now[0]))
         flood = self.browser(0x23456)
         codes = []
         while not closed and len(codes) < 200:

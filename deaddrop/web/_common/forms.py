@@ -24,3 +24,17 @@ def form_args(request: Any, name: str, most: int = 1000) -> list[str]:
         except UnicodeDecodeError:
             continue
     return found
+
+
+def same_origin(request: Any) -> bool:
+    """Whether a form post came from this site's own page (Fetch Metadata and Origin, when the
+    browser sends them): only then is a typed message shown back, so another site cannot post
+    a message that a source would then send under their codename."""
+    site = request.getHeader(b"sec-fetch-site")
+    if site is not None:
+        return site in (b"same-origin", b"none")
+    # Our pages say Referrer-Policy: no-referrer, so a browser sends "Origin: null" for them.
+    origin = request.getHeader(b"origin")
+    if origin is None or origin == b"null":
+        return True
+    return origin.split(b"://", 1)[-1] == (request.getHeader(b"host") or b"")

@@ -1,0 +1,62 @@
+"""What an upload holds while its body arrives, and the ciphertext of one that will not be stored.
+
+An upload body is admitted before its first file byte is read: room on the disk for the whole
+body (its Content-Length, or the largest body accepted if it has none, less what it writes as
+it goes) and a pump slot for each file (``UploadSlots``: per source identity, not per session,
+since logging in again gives a codename no more; per Tor circuit; and in total, where the
+slowest upload may be ended to make room). Text-only messages take none: they are encrypted
+on a pool of their own. ``Newsroom.admit_upload`` hands one ``UploadHold`` per body;
+``release`` gives everything back once the body was received or refused.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Protocol
+
+from deaddrop.crypto.upload_slots import UploadSlots
+from deaddrop.daily_report import SourceActivity
+from deaddrop.store.disk_space import DiskSpace, NoRoom
+from deaddrop.store.files import Store
+
+
+class HasTempPath(Protocol):
+    temp_path: str
+
+
+class UploadHold:
+    """The disk space and pump slots one upload body holds (see the module's text)."""
+
+    def __init__(self, slots: UploadSlots, disk: DiskSpace | None, activity: SourceActivity,
+                 source_id: int | None, circuit: Any, evict: Callable[[], Any]) -> None:
+        self._slots = slots
+        self._disk = disk
+        self._activity = activity
+        self._source_id = source_id
+        # Connections without a Tor circuit are not capped together (see upload_slots).
+        self._circuit = circuit if circuit is not None and circuit.is_tor else None
+        self._evict = evict
+        self.progress = slots.progress()  # the body's bytes, as they are fed to encryption
+        self._tickets: list[Any] = []
+
+    def admit_file(self, body_bytes: int) -> None:
+        """Before a file's first byte: the body's disk space (at its first file only) and a pump
+        slot. Raises ``NoRoom`` (counted for the day's report: the admin hears of a full disk
+        from a timer, never at the moment a source was refused), ``KeyBusy`` (this identity's
+        uploads are all in flight) or ``Busy``."""
+        if self._disk is not None and not self._tickets:
+            try:
+                self._tickets.append(self._disk.admit(body_bytes, self.progress))
+            except NoRoom:
+                self._activity.not_stored("no_room")
+                raise
+        self._tickets.append(self._slots.try_acquire(self._source_id, self._circuit, self.progress,
+                                                     evict=self._evict))
+
+    def release(self) -> None:
+        for ticket in self._tickets:
+            ticket.release()
+
+
+def discard(store: Store, received: Iterable[HasTempPath]) -> None:
+    """The ciphertext of parts that will not be stored, removed from the store's temp folder."""
+    for part in received:
+        store.discard_temp(part.temp_path)

@@ -1,0 +1,92 @@
+"""How the source side answers a flood: circuits that keep being refused, or keep holding a
+connection without sending, are closed through Tor; the IDS hears of floods, folded, never who.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from twisted.internet.defer import Deferred
+
+from deaddrop.events import EventGate, SecurityEvents
+from deaddrop.transport.connections import ConnectionLimits
+from deaddrop.throttle import FailureThrottle
+
+# A circuit refused this many times a minute by the login throttle is flooding: close it.
+REFUSALS_BEFORE_CLOSING = 10
+# A circuit whose connections were cut this often in 10 minutes for holding a slot without
+# sending is closed: its owner must solve Tor's proof of work again for a new one.
+CUTS_BEFORE_CLOSING = 3
+
+
+@dataclass
+class FloodDefence:
+    events: SecurityEvents
+    login_throttle: FailureThrottle  # failures per Tor circuit (``LOCAL`` for connections without one)
+    # Closes a Tor circuit through Tor (CLOSECIRCUIT; the interface's circuit_closer).
+    close_through_tor: Callable[[Any], Deferred]
+    # The source listeners' connections (set by ``SourceInterface.site``): a circuit being
+    # closed loses them at once.
+    connections: ConnectionLimits | None = None
+    _refusals: FailureThrottle = field(default_factory=lambda: FailureThrottle(REFUSALS_BEFORE_CLOSING, 60.0))
+    _cuts: FailureThrottle = field(default_factory=lambda: FailureThrottle(CUTS_BEFORE_CLOSING, 600.0))
+    # At most one "throttled" event every 10 s, instance-wide (it carries nothing about who):
+    # a flood of refused logins costs no log line each.
+    _throttled_events: EventGate = field(default_factory=lambda: EventGate(10.0))
+    # "source.flood", per reason, at most once every 10 s (see flood).
+    _flood_events: EventGate = field(default_factory=lambda: EventGate(10.0))
+
+    def refused(self, circuit: Any, event: bool = True) -> None:
+        """``circuit`` was refused (throttled, or the queue was full while it kept asking)."""
+        if event:
+            folded = self._throttled_events.admit()
+            if folded is not None:
+                self.events.emit("source.login.throttled", repeated=folded or None)
+        self._refusals.failed(circuit)
+        if circuit.is_tor and self._refusals.blocked(circuit):
+            # It keeps trying while refused: a flood, not a source. Tor closes the circuit (the
+            # circuit id stays in memory; nothing about it is logged).
+            self._refusals.reset(circuit)
+            self._close(circuit)
+
+    def cut(self, circuit: Any) -> None:
+        """A connection of ``circuit`` was cut for holding its slot without sending (slow
+        headers or body). It counts against the circuit's standing like a wrong codename, and a
+        circuit cut ``CUTS_BEFORE_CLOSING`` times in 10 minutes is closed through Tor, with every
+        connection it still has here."""
+        if not circuit.is_tor:
+            return
+        self.login_throttle.failed(circuit)
+        self._cuts.failed(circuit)
+        # No event for one cut (a source on a poor circuit may be cut once, and a line now
+        # would date its visit); a circuit closed for it is a flood, and says so.
+        if self._cuts.blocked(circuit):
+            self._cuts.reset(circuit)
+            self._close(circuit)
+
+    def abandoned(self, reservation: Any) -> None:
+        """The visitor hung up while its codename was being checked (or waited to be): it
+        counts as a failure for its circuit. The Argon2id run, once started, is spent anyway,
+        and a flood that hangs up before each answer must not stay clean, unthrottled, open."""
+        reservation.failed()
+        self.flood("abandoned")
+
+    def rate_limited(self, circuit: Any) -> None:
+        """``circuit`` asked faster than its request rate: closed like one that keeps being throttled."""
+        self.flood("requests")
+        self.refused(circuit, event=False)
+
+    def flood(self, reason: str) -> None:
+        """Tell the IDS the source side is being flooded: a queue full (``busy``), a circuit over
+        its request rate (``requests``), a circuit closed (``circuit_closed``), an upload ended
+        to make room (``upload_ended``), a login or creation abandoned mid-check
+        (``abandoned``). Folded: one line per reason every 10 s, never who."""
+        folded = self._flood_events.admit(reason)
+        if folded is not None:
+            self.events.emit("source.flood", reason=reason, repeated=folded or None)
+
+    def _close(self, circuit: Any) -> None:
+        self.flood("circuit_closed")
+        self.close_through_tor(circuit).addErrback(lambda f: None)
+        if self.connections is not None:
+            self.connections.drop_circuit(circuit)

@@ -1,0 +1,119 @@
+"""What a source sees when a submission is refused: always the typed message back, and what
+went wrong in numbers (the largest file that fits, the limit), on the submission form again.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from deaddrop.crypto.streaming import EncryptionFailed
+from deaddrop.sources import StorageFailed
+from deaddrop.web._common.forms import same_origin
+from deaddrop.web._common.pages import render_sync, set_html
+from deaddrop.web._common.upload import REASON_FILES_TOO_LARGE, REASON_STALE_FORM, UploadError
+from deaddrop.web.source import messages as msgs, pages
+from deaddrop.web.source._submission_forms import RECEIVED, SubmissionForms
+from deaddrop.web.source.pages import MAX_MESSAGE_CHARS, PageContext
+
+# Why an upload was refused before its files were read (UploadError.reason).
+EXPIRED = "expired"
+CLOSED = "closed"  # the newsroom deleted the source while its upload was arriving
+NO_ROOM = "no-room"  # the disk cannot take the upload and keep its reserve
+IN_FLIGHT = "in-flight"
+BUSY = "busy"
+# A refusal for want of space names the largest file that fits: the body's other parts (the
+# message, the form's fields and boundaries) are allowed this much.
+_FORM_ALLOWANCE = MAX_MESSAGE_CHARS * 4 + (64 << 10)
+# Refusals of a passing state (busy, another upload in flight, no room on the disk) answered with the form at once,
+# with their status; every other refused form is a redirect to its page (see form_again).
+_ANSWERED_AT_ONCE = frozenset({429, 503, 507})
+
+
+def form_again(self: Any, request: Any, status: int, message: str, error: str, token: str | None = None,
+               **values: Any) -> bytes:
+    """The submission form again, at a GET-able address: a redirect to the form's page, which
+    shows ``error`` (with ``status``) and ``message`` (kept sealed in the session). Numbers in
+    ``values`` are formatted in the page's language (``size``: a size in bytes). Nothing is
+    read or decrypted here, so this answers at once, even while the body is still arriving."""
+    login = self._current_login(request)
+    if login is None:
+        ctx = self._ctx(request, None)
+        return self._error(request, status, msgs.T_NOT_STORED, error, **_formatted(ctx, values))
+    forms = self._forms(login.session)
+    form = forms.adopt(token)
+    if form.state == RECEIVED:  # that form was stored already: the error goes on a new one
+        form = forms.issue()
+    render_error = (lambda ctx: ctx._(error, **_formatted(ctx, values)))
+    if status in _ANSWERED_AT_ONCE or getattr(request, "answering_early", False):
+        # Busy, another upload in flight, a full disk: a passing state, told with its status
+        # (and Retry-After) on the form itself. And a refusal sent while the file is still
+        # arriving: a browser still sending does not follow a redirect, it shows this page.
+        SubmissionForms.reopened(form)
+        ctx = self._ctx(request, login.session, logged_in=True)
+        set_html(request, status)
+        return render_sync(pages.lookup(ctx, None, message=message[:MAX_MESSAGE_CHARS], error=render_error(ctx),
+                                        form_token=form.token))
+    SubmissionForms.refused(form, status, render_error)
+    self._keep_draft(request, login.session, form, message[:MAX_MESSAGE_CHARS])
+    return self._to_lookup(request, login.session, form, refused=True)
+
+
+def refused_upload_page(self: Any, request: Any, error: UploadError, fields: dict[str, str]) -> bytes:
+    """What a source sees when a submission is refused: always the typed message back."""
+    message = fields.get("msg", "") if same_origin(request) else ""
+    have_message = "msg" in fields
+    session = self._session(request)
+    if error.reason == CLOSED:
+        return self._error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED, kept=message)
+    if error.reason == NO_ROOM:
+        return _no_room_page(self, request, message, have_message, fields.get(pages.FORM_TOKEN_FIELD))
+    if error.reason == EXPIRED or self._current_login(request) is None:
+        if session is not None and session.data.get("closed"):
+            self.cookie.end(request, session)  # said once, and logged out
+            return self._error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED, kept=message)
+        ctx = self._form_ctx(request, "login")
+        set_html(request, 403)
+        notice = ctx._(msgs.EXPIRED_SUBMIT, minutes=self.session_minutes)
+        return render_sync(pages.login(ctx, notice=notice, carried=message[:MAX_MESSAGE_CHARS]))
+    token = fields.get(pages.FORM_TOKEN_FIELD)
+    if error.reason == REASON_FILES_TOO_LARGE:
+        # "Your message is still below" only when there is one (a form sent with an empty box has none).
+        said = (msgs.TOO_LARGE if message.strip() else msgs.TOO_LARGE_NOTHING_TYPED) if have_message \
+            else msgs.TOO_LARGE_LOST
+        return form_again(self, request, 413, message, said, token=token, size=self.settings.max_upload_size)
+    if error.reason == REASON_STALE_FORM:
+        return form_again(self, request, 403, message, msgs.STALE_SUBMIT, token=token)
+    if error.reason == IN_FLIGHT:
+        return form_again(self, request, 429, message, msgs.IN_FLIGHT, token=token)
+    if error.reason == BUSY or error.status == 503:
+        request.setHeader(b"retry-after", b"60")
+        return form_again(self, request, 503, message, msgs.BUSY, token=token)
+    return form_again(self, request, error.status, message, msgs.BAD_FORM if have_message else msgs.BAD_FORM_LOST,
+                      token=token)
+
+
+def _no_room_page(self: Any, request: Any, message: str, have_message: bool, token: str | None = None) -> bytes:
+    """The disk cannot take these files and keep its reserve: say what size fits now."""
+    disk = self.newsroom.disk
+    largest = min(self.settings.max_upload_size, disk.largest_upload() - _FORM_ALLOWANCE if disk else 0)
+    if largest < 100_000:
+        return form_again(self, request, 507, message, msgs.NO_ROOM_AT_ALL, token=token)
+    # Rounded down to what the page shows (tenths of a MB below 10 MB, whole MB above): a
+    # file of the size named must fit.
+    step = 100_000 if largest < 10_000_000 else 1_000_000
+    largest -= largest % step
+    return form_again(self, request, 507, message, msgs.NO_ROOM if have_message else msgs.NO_ROOM_LOST,
+                      token=token, size=largest)
+
+
+def storage_failed(self: Any, request: Any, e: EncryptionFailed | StorageFailed, message: str = "",
+                   token: str | None = None) -> Any:
+    # Counted for the day's report (daily_report), never logged now: it would date the source.
+    self.newsroom.activity.not_stored("disk_full" if e.disk_full else "storage_failed")
+    error = msgs.OUT_OF_SPACE if e.disk_full else msgs.NOT_STORED
+    return form_again(self, request, 507 if e.disk_full else 500, message, error, token=token)
+
+
+def _formatted(ctx: PageContext, values: dict[str, Any]) -> dict[str, Any]:
+    """Values of an error message in the page's language: sizes in MB (``ctx._`` writes the other
+    numbers, and says counts in their plural forms)."""
+    return {k: ctx.size(v) if k == "size" else v for k, v in values.items()}

@@ -1,0 +1,225 @@
+"""A codename: made (/generate, /create), used to log in (/login), and logged out (/logout).
+
+/create and /login both run Argon2id for a visitor: through ``_argon2id``, the one admission
+for it (the circuit's place in the login throttle taken before the KDF, the busy and throttled
+refusals, a visitor who hangs up), and both end in ``_log_in``. The routes are added to
+``SourceInterface`` by ``register``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hmac
+from typing import Any, Callable
+
+from twisted.internet.defer import CancelledError, Deferred, inlineCallbacks
+
+from deaddrop import codenames
+from deaddrop.crypto.admission import BUSY_MESSAGE, Busy
+from deaddrop.sources import LoginThrottled, NoFreeDesignation, SourceIdentity
+from deaddrop.transport.circuits import circuit_of
+from deaddrop.web._common.forms import form_arg, same_origin
+from deaddrop.web._common.routes import Routes
+from deaddrop.web.sessions import Session, SessionStore
+from deaddrop.web._common.upload import UploadResult
+from deaddrop.web.source import i18n, messages as msgs, pages
+from deaddrop.web.source._login import SourceLogin
+from deaddrop.web.source.pages import MAX_MESSAGE_CHARS
+from deaddrop.web.source.submit import receipt_thanks, store_submission
+
+
+class _Refused(Exception):
+    """Argon2id was not run for this visitor: throttled (429) or busy (503)."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+routes = Routes()
+
+
+@routes.route("/generate", methods=["GET"])
+def generate(self: Any, request: Any) -> Any:
+    session = self._session(request)
+    if self._identity(session):
+        session.flash(i18n.negotiate(request).gettext(msgs.ALREADY_LOGGED_IN), "warning")
+        return self._to_lookup(request, session)
+    # The codename this browser was shown, when it switched languages on this page (a token
+    # sealed for this browser only); else a new one.
+    codename = (self.forms.open(self._arg(request, "keep"), "create", self.cookie.token(request))
+                or codenames.generate_codename(self.codename_words))
+    # Sealed into the form's token: /create accepts codenames we generated and nothing else,
+    # and nothing is kept here.
+    return self._html(request, pages.generate(self._form_ctx(request, "create", codename), codename))
+
+
+@routes.route("/create", methods=["POST"])
+@inlineCallbacks
+def create(self: Any, request: Any):
+    generated = self._form_secret(request, "create")
+    if not generated:
+        return self._error(request, 403, msgs.T_TRY_AGAIN, msgs.STALE_CREATE)
+    codename = self._arg(request, "codename") or ""
+    if not hmac.compare_digest(codename.encode("utf-8"), generated.encode("utf-8")):
+        return self._error(request, 400, msgs.T_TRY_AGAIN, msgs.NOT_GENERATED)
+    # A /create that makes nothing (its form replayed: "already in use") cost an Argon2id run
+    # like a wrong codename, and counts like one for its circuit.
+    try:
+        identity, passphrase = yield _argon2id(
+            self, request, lambda circuit: self.newsroom.create_source(codename, circuit), counted=ValueError)
+    except _Refused as refused:
+        if refused.status == 429:
+            return self._error(request, 429, msgs.T_TRY_AGAIN, msgs.THROTTLED)
+        # The same codename again, on a fresh form: the one the source wrote down stays theirs.
+        ctx = self._form_ctx(request, "create", codename)
+        return self._html(request, pages.generate(ctx, codename, ctx._(BUSY_MESSAGE)), 503)
+    except ValueError:
+        # Its own form, sent twice (a double click): the first one made the codename. Say it
+        # is active and offer to log in, rather than "get a new codename" for one that works.
+        # (Its circuit still counts a failure: the same form replayed in a flood costs a run.)
+        ctx = self._form_ctx(request, "login")
+        return self._html(request, pages.login(ctx, notice=ctx._(msgs.CODENAME_ACTIVE)), 409)
+    except NoFreeDesignation:
+        # Counted for the day's report (and start-up refuses lists this small): a calm page.
+        self.newsroom.activity.failed("no free designation: the designation lists are too small")
+        request.setHeader(b"retry-after", b"3600")
+        return self._error(request, 503, msgs.T_TRY_AGAIN, msgs.NO_NEW_CODENAMES)
+    fresh = _log_in(self, request, self._session(request), identity, passphrase, codename)
+    fresh.data["first_visit"] = True  # "what happens next" after the first submission
+    fresh.flash(i18n.negotiate(request).gettext(msgs.CODENAME_ACTIVE), "ok")
+    return self._to_lookup(request, fresh)
+
+
+@routes.route("/login", methods=["GET"])
+def login_form(self: Any, request: Any) -> Any:
+    session = self._session(request)
+    thanks = receipt_thanks(self, request, i18n.negotiate(request))
+    if self._identity(session):
+        if thanks:  # logged in again in another tab while the upload arrived
+            session.flash(thanks, "ok")
+        return self._to_lookup(request, session)
+    ctx = self._form_ctx(request, "login")
+    notice = ctx._(msgs.INACTIVE, minutes=self.session_minutes) if self._arg(request, "expired") else None
+    if thanks:
+        ctx = dataclasses.replace(ctx, flashes=[("ok", thanks)])
+        notice = ctx._(msgs.RECEIVED_AFTER_LOGOUT, minutes=self.session_minutes)
+    # What was typed here before the language menu was used (once, then forgotten).
+    codename, carried = self.carried.take(self.cookie.token(request)) or ("", "")
+    if carried:
+        notice = ctx._(msgs.EXPIRED_SUBMIT, minutes=self.session_minutes)
+    return self._html(request, pages.login(ctx, notice=notice, carried=carried, codename=codename))
+
+
+@routes.route("/login", methods=["POST"])
+@inlineCallbacks
+def login(self: Any, request: Any):
+    # A message typed before the session expired rides along in the form (see /submit).
+    carried = (form_arg(request, "msg", MAX_MESSAGE_CHARS) or "")[:MAX_MESSAGE_CHARS]
+    if not same_origin(request):
+        # Only our own page may carry a message through: another site must not plant text
+        # that a source would then send under their codename.
+        carried = ""
+    session = self._session(request)  # logging in again from a logged-in page is fine too
+    self.carried.take(self.cookie.token(request))  # a codename carried to this page is used now
+    form_ok = (self._form_secret(request, "login") is not None
+               or (session is not None and session.check_csrf(self._arg(request, "csrf_token"))))
+    ctx = self._form_ctx(request, "login")  # the form again, for every answer that shows it
+    if not form_ok:
+        return self._html(request, pages.login(ctx, ctx._(msgs.STALE_LOGIN), carried=carried), 403)
+    typed = self._arg(request, "codename") or ""
+    codename = codenames.normalise_codename(typed)
+    if codename is None:
+        # Malformed codenames cannot match any source: no KDF, and they count nowhere. Words
+        # outside the list are named (they are part of no codename); the box is left empty
+        # (docs/threat-model.md, "A mistyped codename").
+        unknown = codenames.unknown_words(typed)
+        error = ctx._(msgs.NOT_RECOGNIZED)
+        if unknown:
+            error += " " + ctx._(msgs.NOT_IN_LIST, words=", ".join(unknown), count=len(unknown))
+        return self._html(request, pages.login(ctx, error, carried=carried), 403)
+    try:
+        found = yield _argon2id(self, request, lambda circuit: self.newsroom.login(codename, circuit))
+    except _Refused as refused:
+        said = msgs.THROTTLED if refused.status == 429 else BUSY_MESSAGE
+        return self._html(request, pages.login(ctx, ctx._(said), carried=carried), refused.status)
+    if found is None:
+        return self._html(request, pages.login(ctx, ctx._(msgs.NOT_RECOGNIZED), carried=carried), 403)
+    identity, passphrase = found
+    fresh = _log_in(self, request, session, identity, passphrase, codename)
+    if carried.strip():
+        login = SourceLogin(fresh, identity, passphrase)
+        page = yield store_submission(self, request, login, carried, UploadResult({"msg": carried}, []),
+                                      self._forms(fresh).issue())
+        return page
+    return self._to_lookup(request, fresh)
+
+
+@routes.route("/logout", methods=["GET"])
+def logout(self: Any, request: Any) -> Deferred:
+    self.cookie.end(request, self._session(request))
+    return self._html(request, pages.logged_out(self._ctx(request)))
+
+
+def register(cls: Any) -> None:
+    """Add the codename routes to the source interface class ``cls``."""
+    routes.register(cls)
+
+
+@inlineCallbacks
+def _argon2id(self: Any, request: Any, run: Callable[[Any], Deferred], counted: type[Exception] | None = None):
+    """``run(circuit)``'s result: an Argon2id run for this visitor's codename, new or typed.
+
+    Failures count per circuit, never globally; the attempt's place is taken before the KDF,
+    so a burst of concurrent attempts cannot all get past the check. A run that finds nothing
+    (None) or raises ``counted`` counts as a failure for the circuit: a wrong codename, or a
+    /create form replayed, costs a run either way. Raises ``_Refused`` when the circuit is
+    throttled (429) or the queue is full (503), with Retry-After set; ``run``'s other errors
+    come through, its place given back."""
+    circuit = circuit_of(request)
+    reservation = self.login_throttle.reserve(circuit)
+    if reservation is None:
+        self.defence.refused(circuit)
+        request.setHeader(b"retry-after", b"60")
+        raise _Refused(429)
+    try:
+        # Not shielded: a visitor who leaves while waiting for Argon2id leaves the queue.
+        result = yield run(circuit)
+    except LoginThrottled:
+        reservation.cancel()
+        self.defence.refused(circuit)
+        request.setHeader(b"retry-after", b"60")
+        raise _Refused(429)
+    except Busy:
+        reservation.cancel()
+        # A circuit that keeps the queue full while refused is flooding: it counts toward
+        # being closed like one that keeps being throttled (a refusal costs it nothing else).
+        self.defence.refused(circuit, event=False)
+        self.defence.flood("busy")
+        request.setHeader(b"retry-after", b"60")
+        raise _Refused(503)
+    except CancelledError:
+        self.defence.abandoned(reservation)
+        raise
+    except BaseException as e:
+        if counted is not None and isinstance(e, counted):
+            reservation.failed()
+        else:
+            reservation.cancel()
+        raise
+    if result is None:
+        reservation.failed()
+    else:
+        reservation.cancel()
+    return result
+
+
+def _log_in(self: Any, request: Any, replacing: Session | None, identity: SourceIdentity, passphrase: str,
+            codename: str) -> Session:
+    """A fresh session for this source (the one it had, if any, replaced): how /create and /login end."""
+    token, fresh = self.cookie.start(request, replacing=replacing)
+    fresh.data["source"] = identity
+    self.sessions.bind(fresh, identity.source_id)
+    SessionStore.seal(fresh, token, "passphrase", passphrase)
+    # Only readable with the source's cookie, like the passphrase: the lookup page can show it.
+    SessionStore.seal(fresh, token, "codename", codename)
+    return fresh

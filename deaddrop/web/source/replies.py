@@ -1,0 +1,101 @@
+"""The logged-in page (/lookup): the journalists' replies, read and deleted, above the
+submission form; and what arrived, once a form was sent.
+
+The routes are added to ``SourceInterface`` by ``register``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet.defer import Deferred, inlineCallbacks
+
+from deaddrop.web._common.deferreds import shield
+from deaddrop.web._common.guards import login_required
+from deaddrop.web._common.routes import Routes
+from deaddrop.web.sessions import SessionStore
+from deaddrop.web.source import i18n, messages as msgs, pages
+from deaddrop.web.source._login import SourceLogin
+from deaddrop.web.source._submission_forms import RECEIVED, SubmissionForm
+from deaddrop.web.source.pages import ShownReply
+
+
+routes = Routes()
+
+
+@routes.route("/lookup", methods=["GET"])
+@login_required
+def lookup(self: Any, request: Any, login: SourceLogin) -> Any:
+    forms = self._forms(login.session)
+    token = self._arg(request, "form")
+    form = forms.get(token)
+    if token and form is None:  # an address from an ended session, or forgotten: a fresh form
+        return self._to_lookup(request, login.session)
+    if form is not None and form.state == RECEIVED:
+        # Back after sending, a reload, a replayed form: what arrived, never the form again.
+        return _received_page(self, request, login, form)
+    if form is None:  # /lookup itself (links, typed address)
+        form = forms.issue()
+    status, error, message = 200, None, ""
+    if form.error is not None:
+        ctx = self._ctx(request, None)
+        status, error = form.error[0], form.error[1](ctx)
+    if form.has_draft:  # a refused form's message, or one carried across a language switch
+        message = SessionStore.unseal(login.session, self.cookie.token(request), f"draft:{form.token}") or ""
+    return _lookup_page(self, request, login, status=status, message=message, error=error, form=form)
+
+
+@routes.route("/delete", methods=["POST"])
+@login_required
+@inlineCallbacks
+def delete(self: Any, request: Any, login: SourceLogin):
+    number = self._arg(request, "reply") or ""
+    deleted = False
+    # Digits only, and few: anything else names no reply (and never reaches the database).
+    if number.isascii() and number.isdigit() and len(number) <= 9:
+        deleted = yield shield(self.newsroom.delete_reply(login.identity, int(number)))
+    lang = i18n.negotiate(request)
+    if deleted:
+        login.session.flash(lang.gettext(msgs.REPLY_DELETED), "ok")
+        return self._to_lookup(request, login.session)
+    page = yield _lookup_page(self, request, login, status=404, error=lang.gettext(msgs.REPLY_NOT_FOUND))
+    return page
+
+
+@routes.route("/delete-all", methods=["POST"])
+@login_required
+@inlineCallbacks
+def delete_all(self: Any, request: Any, login: SourceLogin):
+    count = yield shield(self.newsroom.delete_all_replies(login.identity))
+    ctx = self._ctx(request, None)
+    login.session.flash(ctx._(msgs.REPLIES_DELETED, count=count), "ok")
+    return self._to_lookup(request, login.session)
+
+
+def register(cls: Any) -> None:
+    """Add the logged-in page and the reply routes to the source interface class ``cls``."""
+    routes.register(cls)
+
+
+def _received_page(self: Any, request: Any, login: SourceLogin, form: SubmissionForm) -> Deferred:
+    ctx = self._ctx(request, login.session, logged_in=True)
+    receipt = form.receipt
+    assert receipt is not None
+    text = msgs.received(ctx.lang, receipt.message, receipt.documents)
+    return self._html(request, pages.received(ctx, text, receipt.first, self._forms(login.session).issue().token))
+
+
+@inlineCallbacks
+def _lookup_page(self: Any, request: Any, login: SourceLogin, *, status: int = 200, message: str = "",
+                error: str | None = None, form: SubmissionForm | None = None):
+    self.newsroom.ensure_key(login.identity, login.passphrase)  # heals a key lost to a crash after a first submission
+    replies = yield self.newsroom.replies_for(login.identity, login.passphrase)
+    ctx = self._ctx(request, login.session, logged_in=True)
+    codename = SessionStore.unseal(login.session, self.cookie.token(request), "codename")
+    # Newest first: the store lists them in the order they were sent.
+    shown = [ShownReply(r.number, r.text, r.created_at, r.new) for r in reversed(replies)]
+    form = form or self._forms(login.session).issue()
+    page = pages.lookup(ctx, shown, message=message, error=error, codename=codename, form_token=form.token)
+    html = yield self._html(request, page, status)
+    if any(r.new for r in replies):
+        yield self.newsroom.mark_replies_read(login.identity, replies)
+    return html

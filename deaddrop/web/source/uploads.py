@@ -1,0 +1,116 @@
+"""/submit's body as it arrives: admitted before its first byte, its files encrypted as they
+stream (never on disk in the clear), refused at the first file byte when it cannot be taken.
+
+What an upload may hold (disk space, pump slots) is the newsroom's to say
+(``Newsroom.admit_upload``); here its refusals become pages, with the typed message back.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from deaddrop.crypto.admission import BUSY_MESSAGE, Busy, KeyBusy
+from deaddrop.settings import InstanceSettings
+from deaddrop.store.disk_space import NoRoom
+from deaddrop.transport.circuits import circuit_of
+from deaddrop.web._common.site import DeadDropRequest
+from deaddrop.web._common.upload import REASON_FILES_TOO_LARGE, MultipartUpload, UploadError, UploadLimits
+from deaddrop.web.source import pages
+from deaddrop.web.source._refusals import BUSY, CLOSED, EXPIRED, IN_FLIGHT, NO_ROOM, refused_upload_page
+from deaddrop.web.source.pages import MAX_MESSAGE_CHARS
+
+STILL_RECEIVING = "Another submission from you is still being received. Please wait for it to finish."
+
+
+class InFlight:
+    """Uploads still arriving, per source id: a source the newsroom deletes has them ended."""
+
+    def __init__(self) -> None:
+        self._by_source: dict[int, set[MultipartUpload]] = {}
+
+    def add(self, source_id: int, upload: MultipartUpload) -> None:
+        self._by_source.setdefault(source_id, set()).add(upload)
+
+    def discard(self, source_id: int, upload: MultipartUpload) -> None:
+        uploads = self._by_source.get(source_id)
+        if uploads is not None:
+            uploads.discard(upload)
+            if not uploads:
+                del self._by_source[source_id]
+
+    def close(self, source_id: int) -> None:
+        """The source was deleted: uploads it started under a live session stop here. Their
+        ciphertext is discarded and the page that answers says the conversation was closed (the
+        typed message kept)."""
+        for upload in list(self._by_source.get(source_id, ())):
+            upload.cancel(UploadError(403, "The conversation was closed.", CLOSED))
+
+
+def multipart_limit(settings: InstanceSettings) -> int:
+    """The largest /submit body: the largest file, the message, and the form around them. Read
+    per request: admins can change the limit while the server runs."""
+    return settings.max_upload_size + MAX_MESSAGE_CHARS * 4 + (1 << 20)
+
+
+def start_upload(self: Any, request: DeadDropRequest, boundary: bytes, length: int | None) -> MultipartUpload:
+    """Called when /submit's headers arrive, before any body byte is read.
+
+    When the submission cannot be taken (session expired, another upload in flight, a
+    Content-Length over the limit) the text fields are still read, so the answer can give
+    the message back, and the answer goes out at the first file byte: no file byte is
+    read past that point."""
+    limits = UploadLimits(
+        max_file_bytes=self.settings.max_upload_size,
+        text_fields={"csrf_token": 256, pages.FORM_TOKEN_FIELD: 64, "msg": MAX_MESSAGE_CHARS * 4,
+                     pages.HONEYPOT_FIELD: 1024},
+        file_fields=frozenset({"fh"}),
+    )
+    files_refused = None
+    # The one session check of an upload, before its first byte: whatever happens to the
+    # session later (expiry, a logout in another tab), what this login started is received.
+    login = request.upload_login = self._current_login(request)
+    session = login.session if login else None
+    if login is None:
+        files_refused = UploadError(403, "Your session expired; please log in again.", EXPIRED)
+    elif not self.newsroom.may_upload(login.identity.source_id):
+        files_refused = UploadError(429, STILL_RECEIVING, IN_FLIGHT)
+    elif length is not None and length > multipart_limit(self.settings):
+        files_refused = UploadError(413, "That upload is too large.", REASON_FILES_TOO_LARGE)
+    hold = self.newsroom.admit_upload(
+        login.identity.source_id if login else None, circuit_of(request),
+        evict=lambda: (self.defence.flood("upload_ended"), upload.cancel(UploadError(503, BUSY_MESSAGE, BUSY))))
+
+    def open_sink(filename: str, pause: Callable[[], None], resume: Callable[[], None]) -> Any:
+        # Before each file's first byte: the whole body's disk space (its Content-Length, or
+        # the limit if it has none) and a pump slot for the file (see source_uploads).
+        try:
+            hold.admit_file(multipart_limit(self.settings) if length is None else length)
+        except NoRoom:
+            raise UploadError(507, "Not enough free disk space.", NO_ROOM)
+        except KeyBusy:
+            raise UploadError(429, STILL_RECEIVING, IN_FLIGHT)
+        except Busy:
+            self.defence.flood("busy")
+            raise UploadError(503, BUSY_MESSAGE, BUSY)
+        return self.newsroom.encrypt_stream(gzip_name=filename, compress=False, on_pause=pause, on_resume=resume)
+
+    def answer_now(error: UploadError) -> None:
+        # Not a word more is read: the page goes out now, with what was typed.
+        fields = upload.fields_so_far()
+        request.answering_early = True  # the form itself, at once (see form_again)
+        request.answer_early(error.status, refused_upload_page(self, request, error, fields))
+
+    upload = MultipartUpload(boundary, limits, open_sink, request.pause_body, request.resume_body,
+                             csrf_token=session.csrf_token if session else None,
+                             files_refused=files_refused, on_fail=answer_now, progress=hold.progress)
+
+    if login is not None:
+        self._uploads.add(login.identity.source_id, upload)
+
+    def done(result: Any) -> Any:
+        hold.release()
+        if login is not None:
+            self._uploads.discard(login.identity.source_id, upload)
+        return result
+
+    upload.result.addBoth(done)
+    return upload
