@@ -4,8 +4,9 @@ An upload body is admitted before its first file byte is read: room on the disk 
 body (its Content-Length, or the largest body accepted if it has none, less what it writes as
 it goes) and a pump slot for each file (``UploadSlots``: per source identity, not per session,
 since logging in again gives a codename no more; per Tor circuit; and in total, where the
-slowest upload may be ended to make room). Text-only messages take none: they are encrypted
-on a pool of their own. ``Newsroom.admit_upload`` hands one ``UploadHold`` per body;
+slowest upload may be ended to make room, for a slot or for disk space). Text-only messages
+take no slot: they are encrypted on a pool of their own, after their own disk admission
+(``Newsroom.encrypt_message``). ``Newsroom.admit_upload`` hands one ``UploadHold`` per body;
 ``release`` gives everything back once the body was received or refused.
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any, Callable, Iterable, Protocol
 
 from deaddrop.crypto.upload_slots import UploadSlots
 from deaddrop.daily_report import SourceActivity
-from deaddrop.store.disk_space import DiskSpace, NoRoom
+from deaddrop.store.disk_space import DiskSpace, NoRoom, Reservation
 from deaddrop.store.files import Store
 
 
@@ -44,12 +45,27 @@ class UploadHold:
         uploads are all in flight) or ``Busy``."""
         if self._disk is not None and not self._tickets:
             try:
-                self._tickets.append(self._disk.admit(body_bytes, self.progress))
+                self._tickets.append(self._hold_room(body_bytes))
             except NoRoom:
                 self._activity.not_stored("no_room")
                 raise
         self._tickets.append(self._slots.try_acquire(self._source_id, self._circuit, self.progress,
                                                      evict=self._evict))
+
+    def _hold_room(self, body_bytes: int) -> Reservation:
+        """The body's disk space. When the disk is short, uploads below the fair rate whose
+        reservations make the room are ended, slowest first (``UploadSlots.make_room``, the pump
+        slots' rule): a trickle announcing a huge body cannot keep others out for hours. Their
+        ``evict`` answers them at once, which releases their hold before the second try."""
+        assert self._disk is not None
+        try:
+            return self._disk.admit(body_bytes, self.progress)
+        except NoRoom:
+            short = self._disk.needed_for(body_bytes) - self._disk.room()
+            holds = self._disk.holds()
+            if not self._slots.make_room(short, lambda p: holds.get(p, 0), sparing=self.progress):
+                raise
+        return self._disk.admit(body_bytes, self.progress)
 
     def release(self) -> None:
         for ticket in self._tickets:

@@ -33,7 +33,7 @@ from deaddrop.events import SecurityEvents
 from deaddrop.source_uploads import HasTempPath, UploadHold, discard
 from deaddrop.store import queries
 from deaddrop.store.db import Database
-from deaddrop.store.disk_space import DiskSpace
+from deaddrop.store.disk_space import DiskSpace, NoRoom
 from deaddrop.store.files import Store
 from deaddrop.throttle import FailureThrottle
 
@@ -438,19 +438,35 @@ class Newsroom:
         for stream in list(self._streams):
             stream.abort()
 
-    def encrypt_message(self, identity: SourceIdentity, text: str) -> Deferred:
-        """Encrypt a text part on the message pool: slow file uploads cannot hold it up."""
-        return self.queues.messages.admit(identity.source_id, lambda ticket: self._encrypt_message(text))
+    def encrypt_message(self, identity: SourceIdentity, text: str, room_held: bool = False) -> Deferred:
+        """Encrypt a text part on the message pool: slow file uploads cannot hold it up.
+
+        Raises ``NoRoom`` if the disk cannot take its largest ciphertext and keep its reserve,
+        unless ``room_held``: it came in a body whose files were admitted (``UploadHold``), and
+        that body's length counted it."""
+        return self.queues.messages.admit(identity.source_id, lambda ticket: self._encrypt_message(text, room_held))
 
     @inlineCallbacks
-    def _encrypt_message(self, text: str):
-        stream = StreamEncryption(
-            self.reactor, self.message_pool, self.encryption, self.store.new_temp_path(),
-            gzip_name=None, compress=True, on_pause=lambda: None, on_resume=lambda: None,
-        )
-        self._streams.add(stream)
-        stream.write(text.encode("utf-8"))
-        size = yield stream.finish()
+    def _encrypt_message(self, text: str, room_held: bool = False):
+        data = text.encode("utf-8")
+        room = None
+        if self.disk is not None and not room_held:
+            try:
+                room = self.disk.admit(len(data))  # held while it is written; then its bytes are off the free space
+            except NoRoom:
+                self.activity.not_stored("no_room")  # for the day's report (disk_watch tells the admin)
+                raise
+        try:
+            stream = StreamEncryption(
+                self.reactor, self.message_pool, self.encryption, self.store.new_temp_path(),
+                gzip_name=None, compress=True, on_pause=lambda: None, on_resume=lambda: None,
+            )
+            self._streams.add(stream)
+            stream.write(data)
+            size = yield stream.finish()
+        finally:
+            if room is not None:
+                room.release()
         return EncryptedPart("msg", stream.out_path, size)
 
     def commit_submission(self, identity: SourceIdentity, parts: list[EncryptedPart],

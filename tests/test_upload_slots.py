@@ -208,3 +208,39 @@ class UploadSlotTests(unittest.TestCase):
         self.assertEqual((self.admission.running, self.slots.holding("a")), (0, 0))
         self.assertEqual(dict(self.slots._per_circuit), {})
         self.assertEqual(len(self.slots._in_flight), 0)
+
+
+class DiskRoomTests(unittest.TestCase):
+    """``make_room``: the disk shared by the pump slots' rule (slots are plenty here)."""
+
+    def setUp(self):
+        self.clock = Clock()
+        self.admission = Admission(pool=None, slots=64, clock=self.clock.seconds)
+        self.slots = UploadSlots(self.admission, per_key=2, per_circuit=3, fair_rate=16 * KIB, grace=30.0,
+                                 window=60.0, penalty=600.0)
+
+    def test_the_slowest_holders_below_the_fair_rate_are_ended_until_the_room_is_made(self):
+        holds = {}
+        uploads = {}
+        for name, rate, held in [("fast", 20 * KIB, 900), ("slow", 3 * KIB, 300), ("slower", 2 * KIB, 300),
+                                 ("empty", 1 * KIB, 0)]:
+            u = Upload(self.slots, name)
+            u.file()
+            uploads[name], holds[u.progress] = (u, rate), held
+        for _ in range(40):
+            self.clock.advance(1.0)
+            for u, rate in uploads.values():
+                u.send(rate)
+        # More than the trickles hold: nothing is ended for nothing (the fast one is never counted).
+        self.assertFalse(self.slots.make_room(601, holds.get))
+        self.assertEqual([u.evicted for u, _ in uploads.values()], [0, 0, 0, 0])
+        # The slowest that holds space goes first, and only as many as needed.
+        self.assertTrue(self.slots.make_room(200, holds.get))
+        self.assertEqual({n: u.evicted for n, (u, _) in uploads.items()},
+                         {"fast": 0, "slow": 0, "slower": 1, "empty": 0})
+        self.assertEqual(self.slots.holding("slower"), 0)
+        # The newcomer's own body is spared.
+        slow = uploads["slow"][0]
+        self.assertFalse(self.slots.make_room(200, holds.get, sparing=slow.progress))
+        self.assertTrue(self.slots.make_room(200, holds.get))
+        self.assertEqual(slow.evicted, 1)

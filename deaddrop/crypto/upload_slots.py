@@ -19,6 +19,10 @@ every slot with a trickle each. ``UploadSlots`` shares the slots so that cannot 
   client that keeps every slot younger than the grace (opening new trickles as old ones are
   ended) only ends its own uploads, and a newcomer can still end one of them.
 
+The disk is shared by the same rule (``make_room``): an upload that would be refused for want of
+disk space ends the slowest uploads below ``fair_rate`` whose reservations make the room it needs
+(a trickle announcing a huge Content-Length otherwise holds that space for hours).
+
 The evicted upload is told through its ``evict`` callback (the web layer answers it with the
 calm "busy" page and discards its ciphertext); its slot is free before the newcomer's is taken.
 Every decision looks at each upload in flight once: O(slots).
@@ -142,34 +146,70 @@ class UploadSlots(AdmissionQueue):
     def acquire(self, key: Hashable) -> Any:
         raise NotImplementedError("uploads take a slot with try_acquire (they cannot wait)")
 
+    def make_room(self, needed: int, holds: Callable[[UploadProgress], int],
+                  sparing: Optional[UploadProgress] = None) -> bool:
+        """The disk's turn of the same rule: end the slowest uploads below the fair rate until
+        what they still hold (``holds``: disk space an upload may yet write) adds up to
+        ``needed``, slowest first. Ends none (-> False) unless that much can be freed: an upload
+        is never ended for a newcomer it would not let in. O(slots log slots)."""
+        if needed <= 0:
+            return True
+        now = self.admission.clock()
+        ranked = []
+        for ticket in self._in_flight:
+            rate = self._unfair_rate(ticket, now, sparing)
+            held = holds(ticket.progress) if rate is not None else 0
+            if held > 0:
+                ranked.append((rate, -held, id(ticket), ticket, held))
+        ranked.sort(key=lambda r: r[:3])
+        victims, freed = [], 0
+        for *_order, ticket, held in ranked:
+            victims.append(ticket)
+            freed += held
+            if freed >= needed:
+                break
+        else:
+            return False
+        for ticket in victims:
+            self._end(ticket, now)
+        return True
+
     # -- internals
 
     def _evict_slowest(self, sparing: UploadProgress) -> bool:
         now = self.admission.clock()
         victim, slowest = None, self.fair_rate
         for ticket in self._in_flight:
-            progress = ticket.progress
-            if progress is sparing:
-                continue  # the newcomer's own request (a second file): it would end itself
-            if not progress.receiving:
-                continue  # complete: gpg is finishing it, and its source is about to be thanked
-            age = now - progress.started
-            if age < self.grace and not ticket.no_grace:
-                if age < EARLY or progress.total / age >= self.fair_rate / 4:
-                    continue
-                rate = progress.total / age
-            else:
-                rate = progress.rate(now)
-            if rate < slowest:
+            rate = self._unfair_rate(ticket, now, sparing)
+            if rate is not None and rate < slowest:
                 victim, slowest = ticket, rate
         if victim is None:
             return False
+        self._end(victim, now)
+        return True
+
+    def _unfair_rate(self, ticket: UploadTicket, now: float, sparing: Optional[UploadProgress]) -> Optional[float]:
+        """The upload's rate if it may be ended to make room (below the fair rate), else None."""
+        progress = ticket.progress
+        if progress is sparing:
+            return None  # the newcomer's own request (a second file): it would end itself
+        if not progress.receiving:
+            return None  # complete: gpg is finishing it, and its source is about to be thanked
+        age = now - progress.started
+        if age < self.grace and not ticket.no_grace:
+            if age < EARLY or progress.total / age >= self.fair_rate / 4:
+                return None
+            rate = progress.total / age
+        else:
+            rate = progress.rate(now)
+        return rate if rate < self.fair_rate else None
+
+    def _end(self, victim: UploadTicket, now: float) -> None:
         victim.progress.ended()
         self._penalise(victim.key, now)
         self._penalise(victim.circuit, now)
         victim.release()
         victim.evict()
-        return True
 
     def _is_penalised(self, key: Optional[Hashable], now: float) -> bool:
         until = self._penalised.get(key) if key is not None else None

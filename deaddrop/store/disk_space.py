@@ -8,6 +8,11 @@ the store's file system less ``--disk-reserve`` less what uploads already in fli
 write. An upload that does not fit is refused at once, and the refusal names the largest size
 that fits now.
 
+Every stored part goes through this check: a file body at its first file byte, a text-only
+message before it is encrypted (its largest ciphertext). When a file would be refused, slow
+uploads holding space may be ended to make room (``Newsroom.hold_room``, with the pump slots'
+fairness rule of ``upload_slots``).
+
 The free space is read per admission (one ``statvfs``, no I/O); bytes an upload has already
 written show up in it, so an upload in flight counts only what it has yet to write.
 """
@@ -20,7 +25,9 @@ from typing import Callable, Protocol
 
 # Ciphertext per plaintext byte: gzip stored blocks (5 bytes per 65,535) and OpenPGP partial
 # lengths (a byte or so per 8 KiB) stay well under 1/4096; a session key packet, the MDC and
-# the headers stay well under the fixed allowance.
+# the headers stay well under the fixed allowance, which also covers what committing the part
+# adds beside it: its rows in the database's WAL and, on a source's first submission, its key
+# pair in the keyring (tens of KB together).
 _OVERHEAD_DIVISOR = 4096
 _FIXED_OVERHEAD = 1 << 20
 # Body bytes fed to the encryptor but perhaps not yet on disk: its buffer (1 MiB), the pipe to
@@ -133,6 +140,14 @@ class DiskSpace:
         reservation = Reservation(self, need, written)
         self._held[reservation] = None
         return reservation
+
+    def holds(self) -> dict[Written, int]:
+        """What each upload in flight (by its ``written`` counter) may still write."""
+        out: dict[Written, int] = {}
+        for r in self._held:
+            if r._written is not None:
+                out[r._written] = out.get(r._written, 0) + r.remaining()
+        return out
 
     @property
     def in_flight(self) -> int:

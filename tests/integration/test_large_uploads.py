@@ -60,16 +60,22 @@ class _Upload(Protocol):
         self.done.callback(self)
 
 
-def throttled_upload(browser: Browser, lookup_html: str, message: str, files: list[tuple[str, bytes]],
-                     rate: int, every: float = 0.05, announce: int | None = None) -> Deferred:
+def throttled_upload(browser: Browser, lookup_html: str | None, message: str, files: list[tuple[str, bytes]],
+                     rate: int, every: float = 0.05, announce: int | None = None,
+                     protocols: list[_Upload] | None = None) -> Deferred:
     """POST /submit as the browser would, at about ``rate`` bytes a second. Fires with the
     protocol: ``.answer`` (the raw response), ``.sent`` (body bytes sent before the answer).
-    ``announce``: the Content-Length to claim (a body larger than the one sent)."""
-    body, content_type = multipart_body([("csrf_token", browser.csrf(lookup_html)), ("msg", message)], files)
+    ``announce``: the Content-Length to claim (a body larger than the one sent). ``lookup_html``
+    None: no CSRF field (a visitor who never logged in). ``protocols``: gets the protocol."""
+    csrf = [("csrf_token", browser.csrf(lookup_html))] if lookup_html is not None else []
+    body, content_type = multipart_body(csrf + [("msg", message)], files)
     cookie = "; ".join(f"{c.name}={c.value}" for c in browser.cookies)
-    head = (f"POST /submit HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\nContent-Type: {content_type}\r\n"
+    head = (f"POST /submit HTTP/1.1\r\nHost: x\r\n" + (f"Cookie: {cookie}\r\n" if cookie else "")
+            + f"Content-Type: {content_type}\r\n"
             f"Content-Length: {announce or len(body)}\r\nConnection: close\r\n\r\n").encode()
     protocol = _Upload(head, body, max(1, int(rate * every)), every)
+    if protocols is not None:
+        protocols.append(protocol)
     factory = ClientFactory.forProtocol(lambda: protocol)
     port = int(browser.base_url.rsplit(":", 1)[1])
     reactor.connectTCP("127.0.0.1", port, factory)
@@ -284,13 +290,74 @@ class DiskAdmissionTests(unittest.TestCase):
         self.assertEqual(os.listdir(tmp), [])
 
     @inlineCallbacks
-    def test_a_message_without_files_is_still_taken_with_the_disk_at_its_reserve(self):
-        fill(os.path.join(self.mnt, "filler2"), leave=self.RESERVE)
-        response, page = yield self.browser.submit("only words", [("too-much.bin", os.urandom(MB))])
+    def test_a_message_is_refused_like_a_file_when_the_disk_is_at_its_reserve_and_keeps_its_text(self):
+        # Found in review: text-only messages skipped the check, so messages could fill the
+        # disk past its reserve (~54 MB in 20 s from two sessions).
+        filler = os.path.join(self.mnt, "filler2")
+        fill(filler, leave=self.RESERVE + 500_000)
+        typed = "words " * 16_666  # ~100,000 characters: its ciphertext could take more than is left
+        response, page = yield self.browser.submit(typed, [])
         self.assertEqual(response.code, 507, page[:600])
-        self.assertIn("The drop box has no room for files at the moment", page)
-        self.assertIn("only words", page)
-        yield self.submit_ok("only words", [])
+        self.assertIn("Nothing was stored", page)
+        self.assertIn(typed.strip(), page)  # the typed message is kept, as for files
+        self.assertGreaterEqual(free_bytes(self.mnt), self.RESERVE)
+        self.assertEqual(os.listdir(os.path.join(self.server.data_dir, "tmp")), [])
+        self.assertEqual(sorted(decrypt_documents(self.server.data_dir)), sorted(self.sent))
+        self.assertEqual(len([p for p in stored_files(self.server.data_dir) if p.endswith("-msg.gpg")]), 1)
+        self.assertEqual(self.server.service.newsroom.activity.today.failures["not stored: no_room"], 1)
+        # Room again: the same message is taken.
+        os.remove(filler)
+        yield self.submit_ok(typed, [])
+        self.assertEqual(len([p for p in stored_files(self.server.data_dir) if p.endswith("-msg.gpg")]), 2)
+
+    @inlineCallbacks
+    def test_a_message_sent_with_files_is_counted_with_them(self):
+        # The body's Content-Length counted the message: a file of the size the page names,
+        # sent with a message, is not refused at the end for the message's own allowance.
+        response, html = yield self.browser.get("/lookup")
+        upload = yield throttled_upload(self.browser, html, "", [("big.iso", os.urandom(30 * MB))], rate=4 * MB)
+        largest = self.largest_named(status_and_html(upload.answer)[1])
+        yield self.submit_ok("with words " * 5000, [("fits.bin", os.urandom(int(largest * MB) - 100_000))])
+        self.assertGreaterEqual(free_bytes(self.mnt), self.RESERVE)
+
+    @inlineCallbacks
+    def test_trickles_holding_disk_space_are_ended_for_a_source_that_needs_it(self):
+        # Found in review: two sources announcing huge bodies and sending them at 2.6 KB/s (above
+        # the connection floor) held their whole Content-Length for hours, and a third source's
+        # upload was refused for room. Scaled to this disk: ~14 MB above the reserve.
+        sources = []
+        for _ in range(3):
+            browser = Browser(self.server.source_url)
+            self.addCleanup(browser.close)
+            yield browser.create_source()
+            response, html = yield browser.get("/lookup")
+            sources.append((browser, html))
+        protocols: list[_Upload] = []
+        trickles = [throttled_upload(browser, html, "", [("trickle.bin", os.urandom(100_000))], rate=2600,
+                                     every=0.5, announce=int(5.5 * MB), protocols=protocols)
+                    for browser, html in sources[:2]]
+        tmp = os.path.join(self.server.data_dir, "tmp")
+        yield wait_until(lambda: len(os.listdir(tmp)) == 2)  # both admitted, both holding 6.5 MB
+        yield deferLater(reactor, 4.0, lambda: None)  # long enough to be judged (upload_slots.EARLY)
+        browser, html = sources[2]
+        payload = os.urandom(5 * MB)
+        upload = yield throttled_upload(browser, html, "the third", [("needed.bin", payload)], rate=4 * MB)
+        status, page = status_and_html(upload.answer)
+        self.assertIn(status, (200, 303), page[:600])
+        self.sent.append(("needed.bin", payload))
+        # One trickle was ended, with the calm busy page; the other still holds its space.
+        ended = [p for p in protocols if p.answer]
+        self.assertEqual(len(ended), 1)
+        status, page = status_and_html(ended[0].answer)
+        self.assertEqual(status, 503, page[:600])
+        self.assertIn("The drop box is busy", page)
+        for protocol in protocols:
+            protocol.transport.abortConnection()
+        for d in trickles:
+            yield d
+        yield wait_until(lambda: not os.listdir(tmp))
+        self.assertGreaterEqual(free_bytes(self.mnt), self.RESERVE)
+        self.assertEqual(sorted(decrypt_documents(self.server.data_dir)), sorted(self.sent))
 
 
 class LimitTests(unittest.TestCase):

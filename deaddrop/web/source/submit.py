@@ -14,6 +14,7 @@ from twisted.internet.defer import Deferred, inlineCallbacks
 from deaddrop.crypto.admission import Busy
 from deaddrop.crypto.streaming import EncryptionFailed
 from deaddrop.sources import EncryptedPart, SourceNotFound, StorageFailed
+from deaddrop.store.disk_space import NoRoom
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import same_origin
 from deaddrop.web._common.routes import Routes
@@ -118,7 +119,8 @@ def _encrypt_and_commit(self: Any, request: Any, login: SourceLogin, message: st
                         form: SubmissionForm, parts: list[EncryptedPart]):
     try:
         if message.strip():
-            part = yield shield(self.newsroom.encrypt_message(login.identity, message))
+            # Its room was counted with the files' body, if it came with files.
+            part = yield shield(self.newsroom.encrypt_message(login.identity, message, room_held=bool(result.files)))
             parts.append(part)
         parts += [EncryptedPart("doc", f.temp_path, f.ciphertext_size) for f in result.files]
         # The first submission also makes the source's key pair (a pending source has none).
@@ -126,6 +128,9 @@ def _encrypt_and_commit(self: Any, request: Any, login: SourceLogin, message: st
     except (EncryptionFailed, StorageFailed) as e:
         self.newsroom.discard([*result.files, *parts])
         return storage_failed(self, request, e, message, form.token)
+    except NoRoom:  # the disk cannot take the message and keep its reserve
+        self.newsroom.discard([*result.files, *parts])
+        return form_again(self, request, 507, message, msgs.OUT_OF_SPACE, token=form.token)
     except Busy:
         self.newsroom.discard([*result.files, *parts])
         self.defence.flood("busy")
