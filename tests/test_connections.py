@@ -278,6 +278,8 @@ class DeadlineTests(unittest.TestCase):
 class _SwallowedUpload:
     """Stands for the multipart parser: takes the body and drops it."""
 
+    takes_files = True  # a logged-in source's upload (one that will not is given a form's deadline)
+
     def feed(self, data: bytes) -> None:
         pass
 

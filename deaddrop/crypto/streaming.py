@@ -164,7 +164,10 @@ class StreamEncryption:
 
     def _run_gpg(self) -> int:
         with tempfile.TemporaryFile() as stderr:
-            proc = subprocess.Popen(self._argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr, bufsize=0)
+            # gpg creates the .gpg.part file under its umask: 077 makes it 0600 from its first
+            # byte, whatever the server's umask (022 outside systemd would leave it 0644).
+            proc = subprocess.Popen(self._argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr,
+                                    bufsize=0, umask=0o077)
             try:
                 fcntl.fcntl(proc.stdin.fileno(), _F_SETPIPE_SZ, _PIPE_BYTES)
             except OSError:

@@ -9,10 +9,12 @@ Uploads are sent at a throttled rate, as over a Tor circuit, by a client on the 
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
 import sqlite3
+import stat
 from typing import Any
 
 from twisted.internet import reactor
@@ -358,6 +360,50 @@ class DiskAdmissionTests(unittest.TestCase):
         yield wait_until(lambda: not os.listdir(tmp))
         self.assertGreaterEqual(free_bytes(self.mnt), self.RESERVE)
         self.assertEqual(sorted(decrypt_documents(self.server.data_dir)), sorted(self.sent))
+
+
+class UploadHygieneTests(unittest.TestCase):
+    timeout = 60
+
+    @inlineCallbacks
+    def test_a_visitor_who_is_not_logged_in_gets_a_forms_deadline_for_a_multipart_post(self):
+        server = yield start_server(self)
+        site = server.service.source_listener._factory
+        site.body_policy = dataclasses.replace(site.body_policy, form_body_deadline=3.0)
+        anonymous = Browser(server.source_url)
+        self.addCleanup(anonymous.close)
+        # Text fields only (a file part would be answered at its first byte), at 4 KB/s: above
+        # the connection floor, and the body would take 25 s.
+        d = throttled_upload(anonymous, None, "x" * 100_000, [], rate=4000, every=0.25)
+        # A logged-in source's upload at the same pace keeps the uploads' deadline.
+        source = Browser(server.source_url)
+        self.addCleanup(source.close)
+        yield source.create_source()
+        response, html = yield source.get("/lookup")
+        payload = os.urandom(20_000)
+        kept = yield throttled_upload(source, html, "", [("slow.bin", payload)], rate=4000, every=0.25)
+        self.assertIn(status_and_html(kept.answer)[0], (200, 303), kept.answer[:600])
+        self.assertEqual(decrypt_documents(server.data_dir), [("slow.bin", payload)])
+        cut = yield d
+        self.assertLess(cut.sent, 50_000, "the anonymous body ran on past the form deadline")
+
+    @inlineCallbacks
+    def test_part_files_are_private_to_the_server_from_their_first_byte(self):
+        old = os.umask(0o022)  # as outside systemd
+        self.addCleanup(os.umask, old)
+        server = yield start_server(self)
+        browser = Browser(server.source_url)
+        self.addCleanup(browser.close)
+        yield browser.create_source()
+        response, html = yield browser.get("/lookup")
+        d = throttled_upload(browser, html, "", [("file.bin", os.urandom(1_000_000))], rate=500_000)
+        tmp = os.path.join(server.data_dir, "tmp")
+        yield wait_until(lambda: os.listdir(tmp))
+        for name in os.listdir(tmp):
+            self.assertTrue(name.endswith(".gpg.part"), name)
+            self.assertEqual(stat.S_IMODE(os.stat(os.path.join(tmp, name)).st_mode), 0o600)
+        upload = yield d
+        self.assertIn(status_and_html(upload.answer)[0], (200, 303))
 
 
 class LimitTests(unittest.TestCase):

@@ -388,7 +388,15 @@ class DeadDropChannel(http.HTTPChannel):
             elif self.length is not None and self.length > 0:
                 deadline = max(deadline, self.length / policy.upload_floor_rate)
             self._body_deadline = self.callLater(deadline, self._too_slow)
-        super().allHeadersReceived()
+        super().allHeadersReceived()  # the request's gotLength: its upload starts (or not) here
+        request = self.requests[-1] if self.requests else None
+        upload = getattr(request, "upload", None)
+        if upload is not None and not upload.takes_files and self._body_deadline is not None \
+                and self._body_deadline.active():
+            # Nobody logged in (or files refused at once): only its text fields are read, as
+            # from a form, so it gets a form's deadline, not the uploads' hours.
+            # (Set a moment ago, to at least that.)
+            self._body_deadline.reset(self.site.body_policy.form_body_deadline)
 
     def _is_multipart(self) -> bool:
         request = self.requests[-1] if self.requests else None

@@ -134,6 +134,12 @@ class MultipartUpload:
     def failed(self) -> UploadError | None:
         return self._error
 
+    @property
+    def takes_files(self) -> bool:
+        """False when no file byte will be taken (refused, or files refused from the start: only
+        the text fields are read, as from a form)."""
+        return self._error is None and self._files_refused is None
+
     def fields_so_far(self) -> dict[str, str]:
         """The text fields read whole so far (undecodable ones left out), even after a failure."""
         out = {}
