@@ -1,7 +1,8 @@
 # Start DeadDrop with `twistd -ny deaddrop.tac`, configured from the environment:
 # every `twistd deaddrop` option --some-option is read from DEADDROP_SOME_OPTION
 # (e.g. DEADDROP_DATA_DIR, DEADDROP_SUBMISSION_KEY, DEADDROP_TOR=none, DEADDROP_DEMO=1,
-# DEADDROP_SOURCE_SESSION_MINUTES=60, DEADDROP_TOR_OPTION="KEY=VALUE,KEY=VALUE").
+# DEADDROP_SOURCE_SESSION_MINUTES=60, DEADDROP_TOR_OPTION="KEY=VALUE,KEY=VALUE"). Another
+# DEADDROP_* variable (a misspelt option) or a bad number stops it with one line.
 import os
 import sys
 

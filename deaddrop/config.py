@@ -1,10 +1,14 @@
 """One typed configuration, built once from twistd options (or the environment, for the
-``.tac``), validated, and passed down. No module reads globals or the environment itself."""
+``.tac``), validated, and passed down. No module reads globals or the environment itself.
+
+Each field that is a ``twistd deaddrop`` option says so here (``_option``, ``_flag``): its help and
+default are written once, and ``deaddrop.tap`` derives the command line and the ``.tac``'s
+``DEADDROP_*`` variables from them."""
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Callable
 
 from deaddrop.crypto.kdf import KdfCost
 from deaddrop.limits import MAX_UPLOAD_SIZE
@@ -23,52 +27,110 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class Option:
+    """How a ``Config`` field is given to ``twistd deaddrop``: as ``--NAME`` (the field's name with
+    dashes) and, through ``deaddrop.tac``, as ``DEADDROP_NAME``. The field's default is the option's."""
+
+    help: str
+    flag: bool = False  # on when given (``--demo``); the field is a bool
+    coerce: Callable[[str], Any] | None = None  # the command line's text -> a number (None: text)
+    text: str | None = None  # the default as written on the command line, where the field holds it parsed
+    parse: Callable[[Any], Any] | None = None  # the option's value -> the field's (with ``text``)
+
+
+def _option(default: Any, help: str, **how: Any) -> Any:
+    """A ``Config`` field that is also a ``twistd deaddrop`` option."""
+    if "coerce" not in how and isinstance(default, (int, float)) and not isinstance(default, bool):
+        how["coerce"] = type(default)
+    made = {"default_factory": default} if callable(default) else {"default": default}
+    return field(**made, metadata={"option": Option(help, **how)})
+
+
+def _flag(help: str) -> Any:
+    return field(default=False, metadata={"option": Option(help, flag=True)})
+
+
+def _default_crypto_threads() -> int:
+    return min(8, max(2, os.cpu_count() or 2))
+
+
+def _pow_switch(value: str) -> bool:
+    from deaddrop.tor.defences import parse_pow_switch
+
+    return parse_pow_switch(value)
+
+
+def _default_kdf_cost() -> KdfCost:
+    return KdfCost.parse("default")
+
+
+@dataclass(frozen=True)
 class Config:
-    data_dir: str = "./deaddrop-data"
-    source_listen: str = "tcp:8080:interface=127.0.0.1"
-    journalist_listen: str = "tcp:8443:interface=127.0.0.1"
-    tor: str = "launch"
-    tor_binary: str | None = None
-    tor_options: tuple[tuple[str, str], ...] = ()
-    tor_pow: bool = True  # --tor-pow on|off: Tor's proof-of-work defence on the source onion
-    journalist_onion: bool = False
-    submission_key: str | None = None  # None: the copy the data dir holds (deaddrop.submission_key)
-    replace_submission_key: bool = False
-    codename_words: int = 7
-    max_upload_size: int = MAX_UPLOAD_SIZE
+    # Fields made with ``_option``/``_flag`` are the ``twistd deaddrop`` options, in ``--help``'s order.
+    data_dir: str = _option("./deaddrop-data", "Directory for the store, database, keys and logs.")
+    source_listen: str = _option("tcp:8080:interface=127.0.0.1", "Endpoint for the source interface.")
+    journalist_listen: str = _option("tcp:8443:interface=127.0.0.1",
+                                     "Endpoint for the journalist interface (wrapped in TLS).")
+    tor: str = _option("launch", "launch (start Tor), control:ENDPOINT (attach to a running Tor) or none (development).")
+    tor_binary: str | None = _option(None, "The tor binary to launch (default: found on PATH).")
+    tor_options: tuple[tuple[str, str], ...] = ()  # --tor-option KEY=VALUE, repeatable (``tap.Options``)
+    tor_pow: bool = _option(True, "on|off: Tor's proof-of-work defence on the source onion (needs Tor's pow module).",
+                            text="on", parse=_pow_switch)
+    journalist_onion: bool = _flag("Also publish the journalist interface as an onion service with client authorisation.")
+    demo: bool = _flag("Mark this instance as a demo everywhere (the README's demo uses it).")
+    # None: the copy the data dir holds (deaddrop.submission_key)
+    submission_key: str | None = _option(None, "The SVS's armored public submission key.")
+    replace_submission_key: bool = _flag("Accept a --submission-key other than the one the data dir holds (a security event).")
+    codename_words: int = _option(7, "Words in a new codename.")
+    max_upload_size: int = _option(MAX_UPLOAD_SIZE, "Largest accepted upload, in bytes.")
     # Kept free on the store's file system: uploads that would eat into it are refused at once.
-    disk_reserve: str = "2GB,5%"  # the larger of 2 GB and 5% (see deaddrop.store.disk_space)
-    crypto_threads: int = 4
+    # The larger of 2 GB and 5% (see deaddrop.store.disk_space).
+    disk_reserve: str = _option("2GB,5%", "Free space uploads never take: a size (2GB, 500MB), a share of the disk "
+                                "(5%), or both (the larger is kept).")
+    crypto_threads: int = _option(_default_crypto_threads, "Threads for Argon2id and GnuPG work.", coerce=int)
     stream_threads: int = 256  # mostly idle pumps waiting for a slow Tor upload
     uploads_per_source: int = 2  # uploads in flight per source identity (not per session)
     message_threads: int = 4  # text-only parts: a pool of their own, never behind uploads
-    pending_source_hours: float = 24.0  # a source with no submission is purged after this
-    max_pending_sources: int = 100_000  # sources with no submission kept at most (oldest go first)
-    kdf_cost: KdfCost = field(default_factory=lambda: KdfCost.parse("default"))
-    gpg_binary: str = "gpg"
-    journalist_ca: str | None = None
-    journalist_crl: str | None = None
-    journalist_tls_cert: str | None = None
-    journalist_tls_key: str | None = None
-    journalist_explain_missing_cert: bool = False
-    journalist_connection_max_age: float = 3600.0
-    organisation_name: str = "DeadDrop"
-    demo: bool = False
+    kdf_cost: KdfCost = _option(_default_kdf_cost, "Argon2id cost: 'default' or OPS:MEMBYTES.",
+                                text="default", parse=KdfCost.parse)
+    gpg_binary: str = _option("gpg", "The gpg binary.")
+    journalist_ca: str | None = _option(None, "CA certificate that signs journalists' client certificates.")
+    journalist_crl: str | None = _option(
+        None, "Certificate revocation list for journalists' certificates (reloaded on change).")
+    journalist_tls_cert: str | None = _option(
+        None, "The journalist listener's certificate (default: made in the data dir).")
+    journalist_tls_key: str | None = _option(None, "The journalist listener's key (default: made in the data dir).")
+    journalist_explain_missing_cert: bool = _flag(
+        "Show a browser without a client certificate one static page saying it needs one (off: refuse the handshake).")
+    journalist_connection_max_age: float = _option(
+        3600.0, "Seconds after which a journalist connection is closed (the browser reconnects).")
+    organisation_name: str = _option("DeadDrop", "The name sources see (admins can change it later).")
     # Session lengths in minutes. A source session ends that long after log-in whatever the
     # activity (absolute); a journalist's also ends after ``journalist_session_idle`` unused.
-    source_session_minutes: int = 120
-    journalist_session_minutes: int = 480
+    source_session_minutes: int = _option(120, "A source is logged out this long after logging in (absolute).")
+    journalist_session_minutes: int = _option(
+        480, "A journalist is logged out this long after logging in (and after 30 idle minutes).")
     journalist_session_idle: float = 30 * 60.0
     # None: the absolute length (activity does not extend a source session); tests shorten it.
     source_session_idle: float | None = None
-    retention_days: int | None = None  # off: keep submissions and replies until deleted
+    # None: keep submissions and replies until deleted
+    retention_days: int | None = _option(
+        None, "Delete submissions and replies older than this many days, daily (default: keep; admins can change it).",
+        coerce=int)
+    # A source with no submission is purged after this; at most so many are kept (the oldest go first).
+    pending_source_hours: float = _option(24.0, "Delete a source that has submitted nothing after this many hours.")
+    max_pending_sources: int = _option(
+        100_000, "Keep at most this many sources that have submitted nothing (the oldest go first).")
     source_login_failures_per_minute: int = 10  # per Tor circuit (LOCAL: one shared bucket)
     # The encrypted digest mail (off without smtp_server).
-    smtp_server: str | None = None  # HOST:PORT
-    smtp_from: str | None = None
-    smtp_tls: str = "starttls"  # or "none", for a loopback server only
-    smtp_tls_ca: str | None = None  # PEM CA(s) for the SMTP server's certificate (default: the system's)
-    notify_interval_minutes: int = 1440
+    smtp_server: str | None = _option(
+        None, "HOST:PORT of the mail server for the encrypted digest (default: no digest).")
+    smtp_from: str | None = _option(None, "The digest's sender address.")
+    smtp_tls: str = _option("starttls", "starttls (required, certificate verified) or none (loopback servers only).")
+    smtp_tls_ca: str | None = _option(
+        None, "PEM CA certificate(s) to verify the mail server with (default: the system's).")
+    notify_interval_minutes: int = _option(
+        1440, "A digest every this many minutes, at fixed times (1440: daily at 00:00 UTC).")
     # The twistd deaddrop options as given, less --data-dir and the key options: what a restored
     # instance is started with (``deaddrop-admin restore`` prints it; see DATA/status.json).
     start_options: tuple[str, ...] = ()

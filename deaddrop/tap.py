@@ -1,16 +1,36 @@
-"""``twistd deaddrop``: options and ``makeService``."""
+"""``twistd deaddrop``: options and ``makeService``.
+
+The options are ``Config``'s fields that say how they are given (``deaddrop.config.Option``): name,
+help, default and type are written there once; this module only reads them, for twistd's
+command line and for ``deaddrop.tac``'s ``DEADDROP_*`` environment.
+"""
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from typing import Any, Mapping
 
 from twisted.python import usage
 
-from deaddrop.config import Config, ConfigError
-from deaddrop.crypto.kdf import KdfCost
-from deaddrop.limits import MiB
-from deaddrop.tor.defences import parse_pow_switch
+from deaddrop.config import Config, ConfigError, Option
+
+
+def _config_options() -> list[tuple[dataclasses.Field, Option]]:
+    return [(f, f.metadata["option"]) for f in dataclasses.fields(Config) if "option" in f.metadata]
+
+
+def _option_name(f: dataclasses.Field) -> str:
+    return f.name.replace("_", "-")
+
+
+def _twistd_parameter(f: dataclasses.Field, option: Option) -> list[Any]:
+    """``[name, short, default, help(, coerce)]``: the default as the command line writes it."""
+    if option.text is not None:
+        default = option.text
+    else:
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+    return [_option_name(f), None, default, option.help, *([option.coerce] if option.coerce else [])]
 
 
 class Options(usage.Options):
@@ -19,52 +39,8 @@ class Options(usage.Options):
         "Run a DeadDrop instance: the source interface (published as a Tor onion service) and "
         "the journalist interface (mutual TLS, for the newsroom VPN)."
     )
-    optParameters = [
-        ["data-dir", None, "./deaddrop-data", "Directory for the store, database, keys and logs."],
-        ["source-listen", None, "tcp:8080:interface=127.0.0.1", "Endpoint for the source interface."],
-        ["journalist-listen", None, "tcp:8443:interface=127.0.0.1", "Endpoint for the journalist interface (wrapped in TLS)."],
-        ["tor", None, "launch", "launch (start Tor), control:ENDPOINT (attach to a running Tor) or none (development)."],
-        ["tor-binary", None, None, "The tor binary to launch (default: found on PATH)."],
-        ["tor-pow", None, "on", "on|off: Tor's proof-of-work defence on the source onion (needs Tor's pow module)."],
-        ["submission-key", None, None, "The SVS's armored public submission key."],
-        ["codename-words", None, 7, "Words in a new codename.", int],
-        ["max-upload-size", None, 500 * MiB, "Largest accepted upload, in bytes.", int],
-        ["disk-reserve", None, "2GB,5%",
-         "Free space uploads never take: a size (2GB, 500MB), a share of the disk (5%), or both (the larger is kept)."],
-        ["crypto-threads", None, min(8, max(2, os.cpu_count() or 2)), "Threads for Argon2id and GnuPG work.", int],
-        ["kdf-cost", None, "default", "Argon2id cost: 'default' or OPS:MEMBYTES."],
-        ["gpg-binary", None, "gpg", "The gpg binary."],
-        ["journalist-ca", None, None, "CA certificate that signs journalists' client certificates."],
-        ["journalist-crl", None, None, "Certificate revocation list for journalists' certificates (reloaded on change)."],
-        ["journalist-tls-cert", None, None, "The journalist listener's certificate (default: made in the data dir)."],
-        ["journalist-tls-key", None, None, "The journalist listener's key (default: made in the data dir)."],
-        ["journalist-connection-max-age", None, 3600.0,
-         "Seconds after which a journalist connection is closed (the browser reconnects).", float],
-        ["organisation-name", None, "DeadDrop", "The name sources see (admins can change it later)."],
-        ["source-session-minutes", None, 120, "A source is logged out this long after logging in (absolute).", int],
-        ["journalist-session-minutes", None, 480,
-         "A journalist is logged out this long after logging in (and after 30 idle minutes).", int],
-        ["retention-days", None, None,
-         "Delete submissions and replies older than this many days, daily (default: keep; admins can change it).",
-         int],
-        ["pending-source-hours", None, 24.0, "Delete a source that has submitted nothing after this many hours.", float],
-        ["max-pending-sources", None, 100_000,
-         "Keep at most this many sources that have submitted nothing (the oldest go first).", int],
-        ["smtp-server", None, None, "HOST:PORT of the mail server for the encrypted digest (default: no digest)."],
-        ["smtp-from", None, None, "The digest's sender address."],
-        ["smtp-tls", None, "starttls", "starttls (required, certificate verified) or none (loopback servers only)."],
-        ["smtp-tls-ca", None, None, "PEM CA certificate(s) to verify the mail server with (default: the system's)."],
-        ["notify-interval-minutes", None, 1440,
-         "A digest every this many minutes, at fixed times (1440: daily at 00:00 UTC).", int],
-    ]
-    optFlags = [
-        ["journalist-onion", None, "Also publish the journalist interface as an onion service with client authorisation."],
-        ["demo", None, "Mark this instance as a demo everywhere (the README's demo uses it)."],
-        ["replace-submission-key", None,
-         "Accept a --submission-key other than the one the data dir holds (a security event)."],
-        ["journalist-explain-missing-cert", None,
-         "Show a browser without a client certificate one static page saying it needs one (off: refuse the handshake)."],
-    ]
+    optParameters = [_twistd_parameter(f, option) for f, option in _config_options() if not option.flag]
+    optFlags = [[_option_name(f), None, option.help] for f, option in _config_options() if option.flag]
 
     def __init__(self) -> None:
         super().__init__()
@@ -85,43 +61,16 @@ class Options(usage.Options):
 
 
 def config_from_options(options: Any) -> Config:
-    return Config(
-        data_dir=options["data-dir"],
-        source_listen=options["source-listen"],
-        journalist_listen=options["journalist-listen"],
-        tor=options["tor"],
-        tor_binary=options["tor-binary"],
-        tor_options=tuple(options["tor-option"]),
-        tor_pow=parse_pow_switch(options["tor-pow"]),
-        journalist_onion=bool(options["journalist-onion"]),
-        submission_key=options["submission-key"],
-        replace_submission_key=bool(options["replace-submission-key"]),
-        start_options=given_options(options),
-        codename_words=int(options["codename-words"]),
-        max_upload_size=int(options["max-upload-size"]),
-        disk_reserve=options["disk-reserve"],
-        crypto_threads=int(options["crypto-threads"]),
-        kdf_cost=KdfCost.parse(options["kdf-cost"]),
-        gpg_binary=options["gpg-binary"],
-        journalist_ca=options["journalist-ca"],
-        journalist_crl=options["journalist-crl"],
-        journalist_tls_cert=options["journalist-tls-cert"],
-        journalist_tls_key=options["journalist-tls-key"],
-        journalist_explain_missing_cert=bool(options["journalist-explain-missing-cert"]),
-        journalist_connection_max_age=float(options["journalist-connection-max-age"]),
-        organisation_name=options["organisation-name"],
-        demo=bool(options["demo"]),
-        source_session_minutes=int(options["source-session-minutes"]),
-        journalist_session_minutes=int(options["journalist-session-minutes"]),
-        retention_days=None if options["retention-days"] is None else int(options["retention-days"]),
-        pending_source_hours=float(options["pending-source-hours"]),
-        max_pending_sources=int(options["max-pending-sources"]),
-        smtp_server=options["smtp-server"],
-        smtp_from=options["smtp-from"],
-        smtp_tls=options["smtp-tls"],
-        smtp_tls_ca=options["smtp-tls-ca"],
-        notify_interval_minutes=int(options["notify-interval-minutes"]),
-    )
+    values: dict[str, Any] = {}
+    for f, option in _config_options():
+        value = options[_option_name(f)]
+        if option.flag:
+            value = bool(value)
+        elif value is not None:
+            value = option.coerce(value) if option.coerce else value
+            value = option.parse(value) if option.parse else value
+        values[f.name] = value
+    return Config(**values, tor_options=tuple(options["tor-option"]), start_options=given_options(options))
 
 
 # Options naming a file: recorded absolute, so the start command restore prints works from anywhere.
@@ -155,28 +104,55 @@ def environment_name(option: str) -> str:
     return "DEADDROP_" + option.upper().replace("-", "_")
 
 
+# ``DEADDROP_*`` variables that are not the server's: the other tools' (``deaddrop-journalist``,
+# ``deaddrop-svs``), the test suite's and the benchmarks'. Any other ``DEADDROP_*`` is refused.
+OTHER_TOOLS_VARIABLES = frozenset({
+    "DEADDROP_URL", "DEADDROP_CERT", "DEADDROP_CA", "DEADDROP_USERNAME",  # deaddrop-journalist
+    "DEADDROP_SVS_HOME",  # deaddrop-svs
+    "DEADDROP_KEEP_TORNET", "DEADDROP_BENCH_ARGV",  # tests and bench
+})
+OTHER_TOOLS_PREFIX = "DEADDROP_TEST_"
+_TOR_OPTION_VARIABLES = (environment_name("tor-option"), environment_name("tor-options"))
+
+
 def argv_from_environment(environ: Mapping[str, str]) -> list[str]:
     """The ``twistd deaddrop`` arguments ``deaddrop.tac`` takes from the environment.
 
     Every option of ``Options`` maps (parameters, flags, ``--tor-option``), so a new option
-    works from the environment without touching the .tac; other ``DEADDROP_*`` variables
-    (used by the workstation and SVS tools) are not options and are left alone.
+    works from the environment without touching the .tac. A ``DEADDROP_*`` variable that is no
+    option (a misspelt one) and a number that is none are refused in one line; the other tools'
+    variables (``OTHER_TOOLS_VARIABLES``) are left alone.
     """
+    parameters = {environment_name(p[0]): p for p in Options.optParameters}
+    flags = {environment_name(f[0]): f[0] for f in Options.optFlags}
+    for key in sorted(environ):
+        if (key.startswith("DEADDROP_") and key not in parameters and key not in flags
+                and key not in _TOR_OPTION_VARIABLES and key not in OTHER_TOOLS_VARIABLES
+                and not key.startswith(OTHER_TOOLS_PREFIX)):
+            raise usage.UsageError(f"{key} is not a setting of the server: each option --some-option is "
+                                   "DEADDROP_SOME_OPTION (see twistd deaddrop --help)")
     argv: list[str] = []
-    for name, *_ in Options.optParameters:
-        value = environ.get(environment_name(name))
-        if value is not None:
-            argv.append(f"--{name}={value}")
-    for name, *_ in Options.optFlags:
-        value = environ.get(environment_name(name))
+    for key, (name, _short, _default, _help, *coerce) in parameters.items():
+        value = environ.get(key)
+        if value is None:
+            continue
+        if coerce:
+            try:
+                coerce[0](value)
+            except ValueError:
+                kind = "a whole number" if coerce[0] is int else "a number"
+                raise usage.UsageError(f"{key} must be {kind}, not {value!r}") from None
+        argv.append(f"--{name}={value}")
+    for key, name in flags.items():
+        value = environ.get(key)
         if value is None:
             continue
         if value.strip().lower() in _TRUE:
             argv.append(f"--{name}")
         elif value.strip().lower() not in _FALSE:
-            raise usage.UsageError(f"{environment_name(name)} must be 1/true/yes or 0/false/no, not {value!r}")
+            raise usage.UsageError(f"{key} must be 1/true/yes or 0/false/no, not {value!r}")
     # Repeatable: KEY=VALUE items separated by commas or newlines.
-    for key in (environment_name("tor-option"), environment_name("tor-options")):
+    for key in _TOR_OPTION_VARIABLES:
         for item in environ.get(key, "").replace("\n", ",").split(","):
             if item.strip():
                 argv.append(f"--tor-option={item.strip()}")

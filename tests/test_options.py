@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -97,6 +98,27 @@ class WordListTests(unittest.TestCase):
                       "124,750,004 (4 per source)", str(caught.exception))
 
 
+class DeclaredOnceTests(unittest.TestCase):
+    """Each option is a Config field: twistd's defaults are Config's, and every option has a field."""
+
+    def test_twistd_defaults_are_configs_defaults(self):
+        options = Options()
+        options.parseOptions(["--submission-key", test_svs().public_key_path, "--tor", "none"])
+        # Built from Config's defaults alone: once --crypto-threads defaulted to 2-8 and Config to 4.
+        expected = Config(submission_key=test_svs().public_key_path, tor="none",
+                          start_options=("--tor", "none")).validated()
+        self.assertEqual(options.config, expected)
+
+    def test_every_option_is_a_config_field(self):
+        import dataclasses
+
+        fields = {f.name for f in dataclasses.fields(Config)}
+        names = [p[0] for p in Options.optParameters] + [f[0] for f in Options.optFlags]
+        self.assertEqual(len(names), 33)
+        self.assertEqual({n for n in names if n.replace("-", "_") not in fields}, set())
+        self.assertIn("--tor-option", Options().__str__())
+
+
 class SessionOptionTests(unittest.TestCase):
     def parse(self, *argv: str) -> Config:
         options = Options()
@@ -160,6 +182,65 @@ class EnvironmentTests(unittest.TestCase):
                                 "--tor-option=Sandbox=0"])
         with self.assertRaises(usage.UsageError):
             argv_from_environment({"DEADDROP_DEMO": "maybe"})
+
+    def refused(self, environ: dict[str, str]) -> str:
+        with self.assertRaises(usage.UsageError) as caught:
+            argv_from_environment(environ)
+        return str(caught.exception)
+
+    def test_an_unknown_variable_is_refused_in_one_line(self):
+        # Misspelt (THREAD for THREADS): once silently ignored, so the server ran with the default.
+        message = self.refused({"DEADDROP_CRYPTO_THREAD": "4", "DEADDROP_DEMO": "1"})
+        self.assertTrue(message.startswith("DEADDROP_CRYPTO_THREAD is not a setting of the server"), message)
+        self.assertNotIn("\n", message)
+        # The other tools' variables are theirs: left alone.
+        self.assertEqual(argv_from_environment({"DEADDROP_URL": "https://x", "DEADDROP_SVS_HOME": "/media/svs",
+                                                "DEADDROP_TEST_CHROMIUM": "/usr/bin/chromium",
+                                                "DEADDROP_CRYPTO_THREADS": "3"}), ["--crypto-threads=3"])
+
+    def test_a_bad_number_is_refused_in_one_line(self):
+        self.assertEqual(self.refused({"DEADDROP_CRYPTO_THREADS": "four"}),
+                         "DEADDROP_CRYPTO_THREADS must be a whole number, not 'four'")
+        self.assertEqual(self.refused({"DEADDROP_PENDING_SOURCE_HOURS": "a day"}),
+                         "DEADDROP_PENDING_SOURCE_HOURS must be a number, not 'a day'")
+        self.assertEqual(argv_from_environment({"DEADDROP_PENDING_SOURCE_HOURS": "1.5"}), ["--pending-source-hours=1.5"])
+
+    def test_every_deaddrop_variable_in_the_code_is_an_option_or_another_tools(self):
+        from deaddrop.tap import OTHER_TOOLS_PREFIX, OTHER_TOOLS_VARIABLES, environment_name
+
+        options = {environment_name(p[0]) for p in Options.optParameters + Options.optFlags}
+        options |= {environment_name("tor-option"), environment_name("tor-options")}
+        found = set()
+        for top in ("deaddrop", "tests", "bench"):
+            for folder, _dirs, files in os.walk(os.path.join(REPO, top)):
+                for name in files:
+                    # This file names a misspelt variable on purpose.
+                    if name.endswith(".py") and name != "test_options.py":
+                        with open(os.path.join(folder, name), encoding="utf-8") as f:
+                            # As a string ("DEADDROP_URL") or a keyword (dict(os.environ, DEADDROP_TOR=...)).
+                            found |= {a or b for a, b in re.findall(
+                                r"[\"'](DEADDROP_[A-Z0-9_]*[A-Z0-9])[\"']|\b(DEADDROP_[A-Z0-9_]*[A-Z0-9])=", f.read())}
+        self.assertIn("DEADDROP_SVS_HOME", found)
+        self.assertEqual({v for v in found - options - OTHER_TOOLS_VARIABLES if not v.startswith(OTHER_TOOLS_PREFIX)},
+                         set())
+
+    def test_twistd_refuses_a_bad_number_from_the_environment_in_one_line(self):
+        work = short_tempdir("dd-tac-")
+        self.addCleanup(shutil.rmtree, work, True)
+        twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
+        for variable, value, line in [
+            ("DEADDROP_CRYPTO_THREADS", "four", "deaddrop: error: DEADDROP_CRYPTO_THREADS must be a whole number, not 'four'"),
+            ("DEADDROP_CRYPTO_THREAD", "4", "deaddrop: error: DEADDROP_CRYPTO_THREAD is not a setting of the server"),
+        ]:
+            env = dict(os.environ, DEADDROP_DATA_DIR=os.path.join(work, "data"), DEADDROP_TOR="none",
+                       DEADDROP_SUBMISSION_KEY=test_svs().public_key_path, **{variable: value})
+            done = subprocess.run([twistd, "-n", "--pidfile=", "-y", os.path.join(REPO, "deaddrop.tac")], cwd=work,
+                                  env=env, capture_output=True, text=True, timeout=60)
+            self.assertEqual(done.returncode, 1, done.stderr)
+            self.assertEqual(done.stdout, "")
+            self.assertEqual(len(done.stderr.splitlines()), 1, done.stderr)
+            self.assertTrue(done.stderr.startswith(line), done.stderr)
+            self.assertFalse(os.path.exists(os.path.join(work, "data")))
 
     def test_twistd_runs_deaddrop_tac_with_session_minutes_from_the_environment(self):
         # Issue 12: DEADDROP_SOURCE_SESSION_IDLE made this start-up fail.
