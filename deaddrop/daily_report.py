@@ -5,7 +5,9 @@ journal and in every backup of the log; with few sources it points at one person
 is logged at the moment of a source's action (create, log in, submit, read or delete a reply):
 the source side only bumps counters here, and one event a day, at midnight UTC, says how many
 messages and files arrived that day, how many submissions could not be stored and how many
-source requests failed. The line is written every day, also when every count is zero, so its
+source requests failed. The defences one visitor can set off (a busy page, a check it
+abandoned, its upload ended to make room) are counted here too, by reason, and go to twistd's
+log with the day's counts; ``source.flood`` writes them at once only in a flood. The line is written every day, also when every count is zero, so its
 presence says nothing either. The failures' descriptions (exception type and code position,
 never request data) go to twistd's log at the same time, for whoever debugs a 500.
 
@@ -42,6 +44,7 @@ SETTINGS_KEY = "daily_counts"
 # beyond that only counted.
 MAX_FAILURE_KINDS = 32
 MAX_TOR_KINDS = 64
+MAX_DEFENCE_KINDS = 16
 
 _log = Logger()
 
@@ -61,12 +64,15 @@ class DayCounts:
     failures: collections.Counter = field(default_factory=collections.Counter)
     tor_warnings: int = 0  # [warn] lines of the launched Tor, once bootstrapped
     tor_lines: collections.Counter = field(default_factory=collections.Counter)  # "[level] kind" -> count
+    # The source side's defences that one visitor can set off (a busy page, a check abandoned,
+    # an upload ended to make room), by reason: counted here, written at once only in a flood.
+    defences: collections.Counter = field(default_factory=collections.Counter)
 
     def as_json(self) -> str:
         return json.dumps({"day": self.day, "messages": self.messages, "files": self.files,
                            "not_stored": self.not_stored, "errors": self.errors,
                            "failures": dict(self.failures), "tor_warnings": self.tor_warnings,
-                           "tor_lines": dict(self.tor_lines)}, sort_keys=True)
+                           "tor_lines": dict(self.tor_lines), "defences": dict(self.defences)}, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "DayCounts | None":
@@ -76,7 +82,8 @@ class DayCounts:
                          int(data.get("not_stored", 0)), int(data.get("errors", 0)),
                          collections.Counter({str(k): int(v) for k, v in data.get("failures", {}).items()}),
                          int(data.get("tor_warnings", 0)),
-                         collections.Counter({str(k): int(v) for k, v in data.get("tor_lines", {}).items()}))
+                         collections.Counter({str(k): int(v) for k, v in data.get("tor_lines", {}).items()}),
+                         collections.Counter({str(k): int(v) for k, v in data.get("defences", {}).items()}))
             datetime.date.fromisoformat(counts.day)
             return counts
         except (ValueError, KeyError, TypeError, AttributeError):
@@ -119,6 +126,12 @@ class SourceActivity:
         counts.errors += 1
         self._describe(counts, description)
 
+    def defended(self, reason: str) -> None:
+        """The source side defended itself (``reason``: a fixed word, e.g. ``busy``)."""
+        counts = self._current()
+        if reason in counts.defences or len(counts.defences) < MAX_DEFENCE_KINDS:
+            counts.defences[reason] += 1
+
     def tor_line(self, level: str, kind: str) -> None:
         """A line the launched Tor printed once bootstrapped (``level``, and its ``kind``: Tor's
         words without circuits, relays, addresses or numbers)."""
@@ -151,6 +164,7 @@ class SourceActivity:
             today.failures.update(saved.failures)
             today.tor_warnings += saved.tor_warnings
             today.tor_lines.update(saved.tor_lines)
+            today.defences.update(saved.defences)
         elif saved.day < self.today.day:
             self._ended.insert(0, saved)
 
@@ -217,6 +231,8 @@ class DailyReport(Service):
             for description, n in sorted(counts.failures.items()):
                 _log.error("source requests on {day}: {n} x {description}", day=counts.day, n=n,
                            description=description)
+            for reason, n in sorted(counts.defences.items()):
+                _log.info("source side defences on {day}: {n} x {reason}", day=counts.day, n=n, reason=reason)
             try:
                 self._events.emit(TOR_EVENT, day=counts.day, count=counts.tor_warnings)
             except OSError as e:

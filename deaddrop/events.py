@@ -90,6 +90,51 @@ class EventGate:
         return folded
 
 
+class FloodGate:
+    """Events that one visitor can cause once (a busy page, a login abandoned mid-check): written
+    only while they come in a flood, at least ``threshold`` of a key within ``window`` seconds,
+    and then folded like ``EventGate`` (one line per key every ``every`` seconds, saying how many
+    more it stands for: those since the previous line, back to the last quiet gap longer than
+    ``window``). Below the threshold nothing is written: a line the second a source pressed
+    Reload would date that source (the daily report counts them, see ``FloodDefence``).
+
+    Memory: the last ``threshold`` times of each of the ``max_keys`` most recent keys.
+    """
+
+    def __init__(self, threshold: int, window: float, every: float | None = None,
+                 clock: Callable[[], float] = time.monotonic, max_keys: int = 64) -> None:
+        if threshold < 1:
+            raise ValueError("a flood needs at least one event")
+        self.threshold = threshold
+        self.window = window
+        self.every = window if every is None else every
+        self._clock = clock
+        self._max_keys = max_keys
+        # key -> [recent times (at most ``threshold``), time of the last line or None, not written since]
+        self._seen: collections.OrderedDict[Any, list] = collections.OrderedDict()
+
+    def admit(self, key: Any = None) -> Optional[int]:
+        """None: write nothing. Else write a line now, standing for this many more."""
+        now = self._clock()
+        seen = self._seen.get(key)
+        if seen is None:
+            seen = self._seen[key] = [collections.deque(maxlen=self.threshold), None, 0]
+        self._seen.move_to_end(key)
+        while len(self._seen) > self._max_keys:
+            self._seen.popitem(last=False)
+        times, last_line, _ = seen
+        if times and now - times[-1] > self.window:
+            seen[2] = 0  # a quiet gap: what came before it is not part of this flood
+        times.append(now)
+        seen[2] += 1
+        flooding = len(times) >= self.threshold and now - times[0] <= self.window
+        if not flooding or (last_line is not None and now - last_line < self.every):
+            return None
+        folded = seen[2] - 1
+        seen[1], seen[2] = now, 0
+        return folded
+
+
 class SecurityEvents:
     """Appends events to ``DATA/logs/security.jsonl`` and mirrors them to twistd's log."""
 

@@ -412,8 +412,11 @@ class CircuitThrottleTests(unittest.TestCase):
         yield wait_until(lambda: throttle.recent_failures(Circuit(circuit)) == 5)
         response, html = yield self.browser(circuit).login(codenames.generate_codename(7))
         self.assertEqual(response.code, 429)
-        self.assertIn("abandoned", [e.get("reason") for e in security_events(self.server)
-                                    if e["event"] == "source.flood"])
+        # Five in a few seconds could be one source pressing Reload: nothing is written that
+        # would date it; they are counted for the day's report (security review F4).
+        self.assertNotIn("abandoned", [e.get("reason") for e in security_events(self.server)
+                                       if e["event"] == "source.flood"])
+        self.assertEqual(newsroom.activity.today.defences["abandoned"], 5)
 
     @inlineCallbacks
     def test_concurrent_wrong_logins_on_one_circuit_cannot_all_run_argon2id(self):

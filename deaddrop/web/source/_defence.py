@@ -8,7 +8,8 @@ from typing import Any, Callable
 
 from twisted.internet.defer import Deferred
 
-from deaddrop.events import EventGate, SecurityEvents
+from deaddrop.daily_report import SourceActivity
+from deaddrop.events import EventGate, FloodGate, SecurityEvents
 from deaddrop.transport.connections import ConnectionLimits
 from deaddrop.throttle import FailureThrottle
 
@@ -17,6 +18,17 @@ REFUSALS_BEFORE_CLOSING = 10
 # A circuit whose connections were cut this often in 10 minutes for holding a slot without
 # sending is closed: its owner must solve Tor's proof of work again for a new one.
 CUTS_BEFORE_CLOSING = 3
+# Defences one visitor can set off by itself, once (``busy``: the queue was full; ``abandoned``:
+# it pressed Reload or left while its codename was checked; ``upload_ended``: its upload was
+# the slowest when the pumps were all taken). A line the moment it happens would date that
+# visitor, so ``source.flood`` is written for them only when at least FLOOD_THRESHOLD come
+# within FLOOD_WINDOW seconds: one a second, sustained for ten seconds, which no person does
+# (a source reloading a slow page does it a few times a minute, and its circuit is throttled
+# after --source-login-failures-per-minute, 10 by default, wrong codenames a minute: abandoned
+# checks count as those). Below it they are only counted, in the day's report (daily_report).
+FLOOD_THRESHOLD = 10
+FLOOD_WINDOW = 10.0
+SINGLE_VISITOR_REASONS = frozenset({"busy", "abandoned", "upload_ended"})
 
 
 @dataclass
@@ -28,13 +40,19 @@ class FloodDefence:
     # The source listeners' connections (set by ``SourceInterface.site``): a circuit being
     # closed loses them at once.
     connections: ConnectionLimits | None = None
+    # Counts every defence for the day's report (the newsroom's; None: not counted).
+    activity: SourceActivity | None = None
     _refusals: FailureThrottle = field(default_factory=lambda: FailureThrottle(REFUSALS_BEFORE_CLOSING, 60.0))
     _cuts: FailureThrottle = field(default_factory=lambda: FailureThrottle(CUTS_BEFORE_CLOSING, 600.0))
     # At most one "throttled" event every 10 s, instance-wide (it carries nothing about who):
     # a flood of refused logins costs no log line each.
     _throttled_events: EventGate = field(default_factory=lambda: EventGate(10.0))
-    # "source.flood", per reason, at most once every 10 s (see flood).
+    # "source.flood", per reason, at most once every 10 s (see flood): ``requests`` and
+    # ``circuit_closed`` (each already a circuit's sustained flood) as they come, the single
+    # visitor's reasons only in a flood of them.
     _flood_events: EventGate = field(default_factory=lambda: EventGate(10.0))
+    _single_visitor_events: FloodGate = field(
+        default_factory=lambda: FloodGate(FLOOD_THRESHOLD, FLOOD_WINDOW, every=10.0))
 
     def refused(self, circuit: Any, event: bool = True) -> None:
         """``circuit`` was refused (throttled, or the queue was full while it kept asking)."""
@@ -80,8 +98,13 @@ class FloodDefence:
         """Tell the IDS the source side is being flooded: a queue full (``busy``), a circuit over
         its request rate (``requests``), a circuit closed (``circuit_closed``), an upload ended
         to make room (``upload_ended``), a login or creation abandoned mid-check
-        (``abandoned``). Folded: one line per reason every 10 s, never who."""
-        folded = self._flood_events.admit(reason)
+        (``abandoned``). Folded: one line per reason every 10 s, never who; the reasons one
+        visitor can cause are written only in a flood of them (``FLOOD_THRESHOLD``). Every one
+        is counted for the day's report."""
+        if self.activity is not None:
+            self.activity.defended(reason)
+        gate = self._single_visitor_events if reason in SINGLE_VISITOR_REASONS else self._flood_events
+        folded = gate.admit(reason)
         if folded is not None:
             self.events.emit("source.flood", reason=reason, repeated=folded or None)
 

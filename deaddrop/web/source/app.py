@@ -94,7 +94,8 @@ class SourceInterface(HtmlResponses):
     def __post_init__(self) -> None:
         self.cookie = SessionCookie(self.sessions, COOKIE)
         self.defence = FloodDefence(self.events, self.login_throttle,
-                                    lambda circuit: self.circuit_closer.close(circuit))
+                                    lambda circuit: self.circuit_closer.close(circuit),
+                                    activity=self.newsroom.activity)
         self.newsroom.on_source_deleted(self._source_deleted)
         # A circuit that has sent wrong codenames lately waits behind those that have not, and
         # gives up its place to them when the Argon2id queue is full.
