@@ -180,7 +180,8 @@ class JournalistExtractionTests(unittest.TestCase):
         from deaddrop.web.journalist._extract import extract_tag_strings, fstrings_in
 
         found = set()
-        for name in ("pages.py", "app.py"):
+        for name in ("pages.py", "app.py", "auth.py", "sources.py", "downloads.py", "account.py", "users.py",
+                     "settings.py"):
             path = os.path.join(ROOT, "deaddrop", "web", "journalist", name)
             with open(path, "rb") as f:
                 found |= {message for _l, _f, message, _c in extract_tag_strings(f, {}, [], {})}

@@ -1,0 +1,80 @@
+"""Logging in (passphrase and one-time code, over the journalist's own certificate) and out.
+
+The routes are added to ``JournalistInterface`` by ``register``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet.defer import inlineCallbacks
+
+from deaddrop.journalists import LoginFailed
+from deaddrop.web._common.deferreds import shield
+from deaddrop.web._common.forms import form_arg
+from deaddrop.web._common.routes import Routes
+from deaddrop.web.journalist import pages
+from deaddrop.web.journalist.cert_binding import refuse_mismatch
+
+
+routes = Routes()
+
+
+@routes.route("/", methods=["GET"])
+@inlineCallbacks
+def index(self: Any, request: Any):
+    login = yield self._current_login(request)
+    return self._redirect(request, "/sources" if login else "/login")
+
+
+@routes.route("/login", methods=["GET"])
+@inlineCallbacks
+def login_form(self: Any, request: Any):
+    login = yield self._current_login(request)
+    if login is not None:
+        return self._redirect(request, "/sources")
+    lengths = (round(self.sessions.absolute_timeout / 60), round(self.sessions.idle_timeout / 60))
+    return (yield self._html(request, pages.login(self._name, self._anonymous_session(request), None,
+                                                  session_minutes=lengths)))
+
+
+@routes.route("/login", methods=["POST"])
+@inlineCallbacks
+def login(self: Any, request: Any):
+    session = self.cookie.lookup(request)
+    if session is None or not session.check_csrf(form_arg(request, "csrf_token")):
+        session = self._anonymous_session(request)
+        page = pages.login(self._name, session, "Your session expired. Please log in again.")
+        return (yield self._html(request, page, 403))
+    username = (form_arg(request, "username", 64) or "").strip()
+    if refuse_mismatch(request, username, self.events):
+        page = pages.login(self._name, session, pages.CERTIFICATE_MISMATCH_ERROR, username[:64])
+        return (yield self._html(request, page, 403))
+    try:
+        journalist = yield shield(self.accounts.authenticate(
+            username, form_arg(request, "passphrase", 1024), form_arg(request, "one_time_code", 16)))
+    except LoginFailed as failure:
+        status, message = (429, pages.THROTTLED_LOGIN_ERROR) if failure.throttled else (403, login_error(failure))
+        return (yield self._html(request, pages.login(self._name, session, message, username[:64]), status))
+    _, fresh = self.cookie.start(request, replacing=session)
+    self._bind(fresh, journalist)
+    return self._redirect(request, "/sources")
+
+
+@routes.route("/logout", methods=["POST"])
+def logout(self: Any, request: Any) -> Any:
+    session = self.cookie.lookup(request)
+    if session is not None and session.check_csrf(form_arg(request, "csrf_token")):
+        self.cookie.end(request, session)
+    return self._redirect(request, "/login")
+
+
+def register(cls: Any) -> None:
+    """Add the login routes to the journalist interface class ``cls``."""
+    routes.register(cls)
+
+
+def login_error(failure: LoginFailed) -> str:
+    """The message for a failed login. A reused code is only ever reported after the
+    passphrase was right (``Accounts.authenticate`` checks it first), so naming it helps the
+    journalist and tells nothing to someone without the passphrase."""
+    return pages.REUSED_CODE_ERROR if failure.reason == "totp_reused" else pages.GENERIC_LOGIN_ERROR

@@ -1,0 +1,121 @@
+"""Downloads: a submission or a reply (each marked read as it is fetched), and zips of several
+(a ticket in the session names what the zip holds).
+
+The routes are added to ``JournalistInterface`` by ``register``.
+"""
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from twisted.internet.defer import inlineCallbacks
+
+from deaddrop.journalist_desk import NotFound, SourceView
+from deaddrop.web._common.guards import login_required
+from deaddrop.web._common.routes import Routes
+from deaddrop.web.journalist._files import FileResponse
+from deaddrop.web.journalist._login import JournalistLogin
+
+MAX_ZIP_TICKETS = 8  # zip downloads a session remembers (see zip_then_page)
+
+
+routes = Routes()
+
+
+@routes.route("/sources/<uuid>/submissions/<item>/fetch", methods=["GET"])
+@login_required
+@inlineCallbacks
+def fetch_submission(self: Any, request: Any, login: JournalistLogin, uuid: str, item: str):
+    """A file link on the source page: mark it read, then show the page again (with the new
+    counts), which sends the browser on to the download itself."""
+    source = yield self._source(request, uuid)
+    submission = yield self.desk.submission(source, item)
+    if submission is None:
+        return self._error(request, 404, "Not found", "There is no such submission (it may have been deleted).")
+    yield self.desk.mark_submissions(source, [submission.uuid], login.journalist.id, read=True)
+    return self._redirect(request, f"/sources/{uuid}?fetch={submission.uuid}")
+
+
+@routes.route("/sources/<uuid>/submissions/<item>/download", methods=["GET"])
+@login_required
+@inlineCallbacks
+def download_submission(self: Any, request: Any, login: JournalistLogin, uuid: str, item: str):
+    source = yield self._source(request, uuid)
+    submission = yield self.desk.submission(source, item)
+    if submission is None:
+        return self._error(request, 404, "Not found", "There is no such submission (it may have been deleted).")
+    try:
+        download = yield self.desk.open_submission(source, submission, login.journalist.id)
+    except NotFound:  # its file is gone, or is not a regular file inside the store
+        return self._error(request, 404, "Not found", "There is no such submission (it may have been deleted).")
+    return FileResponse(download, etag=True)
+
+
+@routes.route("/sources/<uuid>/replies/<item>/download", methods=["GET"])
+@login_required
+@inlineCallbacks
+def download_reply(self: Any, request: Any, login: JournalistLogin, uuid: str, item: str):
+    source = yield self._source(request, uuid)
+    reply = yield self.desk.reply(source, item)
+    if reply is None or reply.deleted_by_source:
+        return self._error(request, 404, "Not found", "There is no such reply.")
+    try:
+        download = yield self.desk.open_reply(source, reply, login.journalist.id)
+    except NotFound:
+        return self._error(request, 404, "Not found", "There is no such reply.")
+    return FileResponse(download, etag=True)
+
+
+@routes.route("/sources/<uuid>/download-unread", methods=["POST"])
+@login_required
+@inlineCallbacks
+def download_unread(self: Any, request: Any, login: JournalistLogin, uuid: str):
+    source = yield self._source(request, uuid)
+    unread = [i.uuid for i in (yield self.desk.submissions(source)) if not i.is_read]
+    return (yield zip_then_page(self, request, login, source, unread, "There are no unread submissions."))
+
+
+@inlineCallbacks
+def zip_then_page(self: Any, request: Any, login: JournalistLogin, source: SourceView, chosen: list[str],
+                  nothing: str):
+    """Mark the chosen submissions read and show the source page again, which sends the
+    browser on to ``/sources/<uuid>/zip/<ticket>`` for the zip: the page's counts are new."""
+    wanted = set(chosen)
+    present = [i.uuid for i in (yield self.desk.submissions(source)) if i.uuid in wanted]
+    if not present:
+        login.session.flash(nothing, category="warning")
+        return self._redirect(request, f"/sources/{source.uuid}")
+    yield self.desk.mark_submissions(source, present, login.journalist.id, read=True)
+    zips = login.session.data.setdefault("zips", {})
+    while len(zips) >= MAX_ZIP_TICKETS:  # the oldest goes: a session holds a few, never many
+        del zips[next(iter(zips))]
+    ticket = secrets.token_urlsafe(12)
+    zips[ticket] = (source.uuid, present)
+    return self._redirect(request, f"/sources/{source.uuid}?zip={ticket}")
+
+
+@routes.route("/sources/<uuid>/zip/<ticket>", methods=["GET"])
+@login_required
+@inlineCallbacks
+def download_zip(self: Any, request: Any, login: JournalistLogin, uuid: str, ticket: str):
+    """The zip a download button asked for (its ticket lives in this session only)."""
+    source = yield self._source(request, uuid)
+    owner, chosen = login.session.data.get("zips", {}).get(ticket, (None, []))
+    if owner != source.uuid:
+        return self._error(request, 404, "Not found", "This download has expired. Ask for it again.")
+    try:
+        download = yield self.desk.zip_submissions(source, chosen, login.journalist.id)
+    except NotFound:
+        return self._error(request, 404, "Not found", "A selected submission's file is missing.")
+    if download is None:
+        return self._error(request, 404, "Not found", "These submissions were deleted in the meantime.")
+    return FileResponse(download)
+
+
+def register(cls: Any) -> None:
+    """Add the download routes to the journalist interface class ``cls``."""
+    routes.register(cls)
+
+
+def count_text(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -1,0 +1,209 @@
+"""The sources: the list and its filters, triage (star, read, unread, delete) of sources and of
+their submissions, a source's page, and replies.
+
+The routes are added to ``JournalistInterface`` by ``register``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet.defer import inlineCallbacks
+
+from deaddrop.journalist_desk import KeyNotReady, MAX_REPLY_CHARS, SourceFilter, SourceView, valid_uuid
+from deaddrop.web._common.deferreds import shield
+from deaddrop.web._common.forms import form_arg, form_args
+from deaddrop.web._common.guards import login_required
+from deaddrop.web._common.routes import Routes
+from deaddrop.web.journalist import pages
+from deaddrop.web.journalist._login import JournalistLogin
+from deaddrop.web.journalist.downloads import count_text, zip_then_page
+
+
+routes = Routes()
+
+
+@routes.route("/sources", methods=["GET"])
+@login_required
+@inlineCallbacks
+def sources(self: Any, request: Any, login: JournalistLogin):
+    only, page = _list_state(request)
+    sources, total = yield self.desk.sources(page, pages.SOURCES_PER_PAGE, only)
+    last = max(1, -(-total // pages.SOURCES_PER_PAGE))
+    if page > last:  # a stale link after deletions: show the last page there is
+        page = last
+        sources, total = yield self.desk.sources(page, pages.SOURCES_PER_PAGE, only)
+    paging = pages.Paging(page, last, total)
+    return (yield self._html(request, pages.source_list(self._name, login.session, login.journalist, sources,
+                                                        paging, only, form_arg(request, "select") == "all")))
+
+
+@routes.route("/sources/selected", methods=["POST"])
+@login_required
+@inlineCallbacks
+def sources_selected(self: Any, request: Any, login: JournalistLogin):
+    """The source list's actions on the ticked sources; back to the same filtered page."""
+    only, page = _list_state(request)
+    back = pages.list_url(only, page)
+    action = form_arg(request, "action")
+    if action not in ("star", "unstar", "read", "unread", "delete", "delete-confirmed"):
+        return self._error(request, 400, "Nothing done", "Choose an action for the selected sources.")
+    chosen = yield self.desk.sources_among(form_args(request, "source"))
+    session, journalist = login.session, login.journalist
+    if not chosen:
+        session.flash("Select at least one source first.", "warning")
+        return self._redirect(request, back)
+    n = count_text(len(chosen), "source")
+    if action in ("star", "unstar"):
+        for source in chosen:
+            yield self.desk.set_starred(source, action == "star")
+        session.flash(f"{'Starred' if action == 'star' else 'Unstarred'} {n}.", "ok")
+    elif action in ("read", "unread"):
+        yield self.desk.mark_sources(chosen, journalist.id, read=action == "read")
+        session.flash(f"Marked every submission of {n} {action}.", "ok")
+    elif action == "delete":
+        # Nothing goes before the journalist has seen the list (as for one source).
+        page_ = pages.confirm_delete_sources(self._name, session, journalist, chosen, only, page)
+        return (yield self._html(request, page_))
+    else:
+        for source in chosen:
+            yield shield(self.desk.delete_source(source))
+            self.events.emit("journalist.source.deleted", username=journalist.username)
+        session.flash(f"Deleted {n} and everything they sent.", "ok")
+    return self._redirect(request, back)
+
+
+@routes.route("/sources/<uuid>", methods=["GET"])
+@login_required
+@inlineCallbacks
+def source(self: Any, request: Any, login: JournalistLogin, uuid: str):
+    source = yield self._source(request, uuid)
+    downloading = None
+    fetch, zip_ticket = form_arg(request, "fetch", 64), form_arg(request, "zip", 64)
+    if fetch is not None:
+        item = yield self.desk.submission(source, fetch)
+        if item is not None:
+            downloading = (item.filename, f"/sources/{uuid}/submissions/{item.uuid}/download")
+    elif zip_ticket is not None and zip_ticket in login.session.data.get("zips", {}):
+        count = len(login.session.data["zips"][zip_ticket][1])
+        downloading = (f"a zip of {count_text(count, 'file')}", f"/sources/{uuid}/zip/{zip_ticket}")
+    return (yield _source_page(self, request, login, source, select_all=form_arg(request, "select") == "all",
+                                    downloading=downloading))
+
+
+@inlineCallbacks
+def _source_page(self: Any, request: Any, login: JournalistLogin, source: SourceView, *,
+                 status: int = 200, reply_text: str = "", error: str | None = None, select_all: bool = False,
+                 downloading: tuple[str, str] | None = None):
+    submissions = yield self.desk.submissions(source)
+    replies = yield self.desk.replies(source)
+    page = pages.source_page(self._name, login.session, login.journalist, source, submissions, replies,
+                             reply_text=reply_text, error=error, select_all=select_all, downloading=downloading)
+    return (yield self._html(request, page, status))
+
+
+@routes.route("/sources/<uuid>/selected", methods=["POST"])
+@login_required
+@inlineCallbacks
+def selected(self: Any, request: Any, login: JournalistLogin, uuid: str):
+    action = form_arg(request, "action")
+    chosen = [u for u in form_args(request, "submission") if valid_uuid(u)]
+    source = yield self._source(request, uuid)
+    if action == "download":
+        return (yield zip_then_page(self, request, login, source, chosen,
+                                          "Nothing to download: select submissions first."))
+    if action not in ("delete", "delete-confirmed", "read", "unread"):
+        return self._error(request, 400, "Nothing done", "Choose download, mark read or unread, or delete.")
+    if not chosen:
+        login.session.flash("Select at least one submission first.", "warning")
+        return self._redirect(request, f"/sources/{uuid}")
+    if action in ("read", "unread"):
+        count = yield self.desk.mark_submissions(source, chosen, login.journalist.id, read=action == "read")
+        login.session.flash(f"Marked {count_text(count, 'submission')} {action}.", "ok")
+        return self._redirect(request, f"/sources/{uuid}")
+    if action == "delete":
+        # Nothing goes before the journalist has seen the list (as for deleting a source).
+        listed = [s for s in (yield self.desk.submissions(source)) if s.uuid in set(chosen)]
+        page = pages.confirm_delete_selected(self._name, login.session, login.journalist, source, listed)
+        return (yield self._html(request, page))
+    count = yield shield(self.desk.delete_submissions(source, chosen))
+    login.session.flash(f"Deleted {count} submission{'s' if count != 1 else ''}.", "ok")
+    return self._redirect(request, f"/sources/{uuid}")
+
+
+@routes.route("/sources/<uuid>/unread", methods=["POST"])
+@login_required
+@inlineCallbacks
+def mark_source_unread(self: Any, request: Any, login: JournalistLogin, uuid: str):
+    source = yield self._source(request, uuid)
+    count = yield self.desk.mark_sources([source], login.journalist.id, read=False)
+    login.session.flash(f"Marked {count_text(count, 'submission')} unread.", "ok")
+    return self._redirect(request, f"/sources/{uuid}")
+
+
+@routes.route("/sources/<uuid>/star", methods=["POST"])
+@login_required
+@inlineCallbacks
+def star(self: Any, request: Any, login: JournalistLogin, uuid: str):
+    source = yield self._source(request, uuid)
+    yield self.desk.set_starred(source, form_arg(request, "starred") == "1")
+    return self._redirect(request, f"/sources/{uuid}")
+
+
+@routes.route("/sources/<uuid>/reply", methods=["POST"])
+@login_required
+@inlineCallbacks
+def reply(self: Any, request: Any, login: JournalistLogin, uuid: str):
+    source = yield self._source(request, uuid)
+    text = form_arg(request, "reply", 1 << 20) or ""
+    if not text.strip():
+        return (yield _source_page(self, request, login, source, status=400, error="Write a reply first."))
+    if len(text) > MAX_REPLY_CHARS:
+        return (yield _source_page(self, request, login, source, status=413, reply_text=text[:MAX_REPLY_CHARS],
+                                        error=f"Replies are limited to {MAX_REPLY_CHARS:,} characters."))
+    try:
+        yield shield(self.desk.reply_plaintext(source, text, login.journalist.id))
+    except KeyNotReady:
+        return (yield _source_page(self, 
+            request, login, source, status=409, reply_text=text,
+            error="This source's encryption key is not ready yet, so the reply was NOT sent. It is made the "
+                  "next time the source logs in. Your text is still below: try again later."))
+    login.session.flash("Reply sent. It is stored encrypted; the source will see it the next time they log in.", "ok")
+    return self._redirect(request, f"/sources/{uuid}")
+
+
+@routes.route("/sources/<uuid>/delete", methods=["GET"])
+@login_required
+@inlineCallbacks
+def delete_source_confirm(self: Any, request: Any, login: JournalistLogin, uuid: str):
+    source = yield self._source(request, uuid)
+    return (yield self._html(request, pages.confirm_delete_source(self._name, login.session, login.journalist, source)))
+
+
+@routes.route("/sources/<uuid>/delete", methods=["POST"])
+@login_required
+@inlineCallbacks
+def delete_source(self: Any, request: Any, login: JournalistLogin, uuid: str):
+    source = yield self._source(request, uuid)
+    yield shield(self.desk.delete_source(source))
+    self.events.emit("journalist.source.deleted", username=login.journalist.username)
+    login.session.flash(f"{source.designation} and everything they sent were deleted.", "ok")
+    return self._redirect(request, "/sources")
+
+
+def register(cls: Any) -> None:
+    """Add the source routes to the journalist interface class ``cls``."""
+    routes.register(cls)
+
+
+def _list_state(request: Any) -> tuple[SourceFilter, int]:
+    """The source list's filters and page, from the query string or a form's hidden fields."""
+    designation = " ".join((form_arg(request, "q", 64) or "").split())[:64]
+    only = SourceFilter(designation or None, form_arg(request, "starred") == "1", form_arg(request, "unread") == "1")
+    return only, _page_number(form_arg(request, "page", 16))
+
+
+def _page_number(text: str | None) -> int:
+    """``?page=N`` from 1; anything else is the first page."""
+    if text is None or not (text.isascii() and text.isdigit()) or len(text) > 7:
+        return 1
+    return max(1, int(text))

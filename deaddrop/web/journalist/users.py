@@ -1,0 +1,129 @@
+"""Administrators manage users: add one, reset a passphrase or a two-factor secret, delete one;
+each action confirmed on a page of its own first.
+
+The routes are added to ``JournalistInterface`` by ``register``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet.defer import inlineCallbacks
+
+from deaddrop.journalist_desk import valid_uuid
+from deaddrop.journalists import AccountError, Journalist
+from deaddrop.web._common.deferreds import shield
+from deaddrop.web._common.forms import form_arg
+from deaddrop.web._common.guards import Refused, admin_required
+from deaddrop.web._common.routes import Routes
+from deaddrop.web.journalist import pages
+from deaddrop.web.journalist._login import JournalistLogin
+
+
+routes = Routes()
+
+
+@routes.route("/admin/users", methods=["GET"])
+@admin_required
+def users(self: Any, request: Any, login: JournalistLogin):
+    return _users_page(self, request, login)
+
+
+@inlineCallbacks
+def _users_page(self: Any, request: Any, login: JournalistLogin, status: int = 200, error: str | None = None):
+    accounts = yield self.accounts.list()
+    certificates = (yield self.certificate_status()) if self.certificate_status is not None else None
+    page = pages.users(self._name, login.session, login.journalist, accounts, error, certificates)
+    return (yield self._html(request, page, status))
+
+
+@routes.route("/admin/users/<uuid>/<any(delete, 'reset-password', 'reset-2fa'):action>", methods=["GET"])
+@admin_required
+@inlineCallbacks
+def confirm_account_action(self: Any, request: Any, login: JournalistLogin, uuid: str, action: str):
+    """What the users page's buttons lead to: the action explained, and one button to do it."""
+    target = yield _target(self, request, uuid)
+    if action == "delete" and target.id == login.journalist.id:
+        return (yield _users_page(self, request, login, 400, "You cannot delete your own account."))
+    return (yield self._html(request, pages.confirm_account_action(self._name, login.session, login.journalist,
+                                                                   target, action)))
+
+
+def _confirmed(self: Any, request: Any, login: JournalistLogin, target: Journalist, action: str) -> Any:
+    """None when the form says it was confirmed; else the confirmation page (nothing done)."""
+    if form_arg(request, "confirm") == "yes":
+        return None
+    return self._html(request, pages.confirm_account_action(self._name, login.session, login.journalist,
+                                                            target, action))
+
+
+@routes.route("/admin/users", methods=["POST"])
+@admin_required
+@inlineCallbacks
+def add_user(self: Any, request: Any, login: JournalistLogin):
+    username = (form_arg(request, "username", 64) or "").strip()
+    try:
+        creds = yield shield(self.accounts.create(username, is_admin=form_arg(request, "is_admin") == "1"))
+    except AccountError as e:
+        return (yield _users_page(self, request, login, 400, str(e)))
+    self.events.emit("admin.journalist.added", username=login.journalist.username, target=creds.journalist.username)
+    page = pages.credentials(self._name, login.session, login.journalist, creds.journalist.username,
+                             passphrase=creds.passphrase, totp_secret=creds.totp_secret, totp_uri=creds.totp_uri,
+                             heading=f"Added {creds.journalist.username}",
+                             cert_command=self.cert_issue_command.format(name=creds.journalist.username))
+    return (yield self._html(request, page))
+
+
+@inlineCallbacks
+def _target(self: Any, request: Any, uuid: str):
+    target = yield self.accounts.by_uuid(uuid) if valid_uuid(uuid) else None
+    if target is None:
+        raise Refused(self._error(request, 404, "Not found", "There is no such user."))
+    return target
+
+
+@routes.route("/admin/users/<uuid>/<any('reset-password', 'reset-2fa'):action>", methods=["POST"])
+@admin_required
+@inlineCallbacks
+def reset_credentials(self: Any, request: Any, login: JournalistLogin, uuid: str, action: str):
+    """A new passphrase (reset-password) or a new two-factor secret (reset-2fa) for a user: its
+    other sessions end, and the page shows the new credential once."""
+    session, admin = login.session, login.journalist
+    target = yield _target(self, request, uuid)
+    unconfirmed = _confirmed(self, request, login, target, action)
+    if unconfirmed is not None:
+        return (yield unconfirmed)
+    passphrase = action == "reset-password"
+    reset = self.accounts.reset_passphrase if passphrase else self.accounts.reset_totp
+    creds = yield shield(reset(target.id))
+    self._end_other_sessions(session if target.id == admin.id else None, creds.journalist)
+    self.events.emit("admin.journalist.password_reset" if passphrase else "admin.journalist.2fa_reset",
+                     username=admin.username, target=target.username)
+    page = pages.credentials(self._name, session, admin, target.username,
+                             passphrase=creds.passphrase if passphrase else None,
+                             totp_secret=None if passphrase else creds.totp_secret,
+                             totp_uri=None if passphrase else creds.totp_uri,
+                             heading=f"New {'passphrase' if passphrase else 'two-factor secret'} for {target.username}")
+    return (yield self._html(request, page))
+
+
+@routes.route("/admin/users/<uuid>/delete", methods=["POST"])
+@admin_required
+@inlineCallbacks
+def delete_user(self: Any, request: Any, login: JournalistLogin, uuid: str):
+    session, admin = login.session, login.journalist
+    target = yield _target(self, request, uuid)
+    if target.id == admin.id:
+        return (yield _users_page(self, request, login, 400, "You cannot delete your own account."))
+    unconfirmed = _confirmed(self, request, login, target, "delete")
+    if unconfirmed is not None:
+        return (yield unconfirmed)
+    yield shield(self.accounts.delete(target.id))
+    self.sessions.destroy_owner(target.id)
+    self.events.emit("admin.journalist.deleted", username=admin.username, target=target.username)
+    session.flash(f"Deleted {target.username}.", "ok")
+    return self._redirect(request, "/admin/users")
+
+
+def register(cls: Any) -> None:
+    """Add the user administration routes to the journalist interface class ``cls``."""
+    routes.register(cls)
