@@ -80,6 +80,7 @@ class CircuitWatcher(threading.Thread):
     circuit of a bench circuit (SOCKS username) is closed, and counts them."""
 
     _EVENT = re.compile(r'^650 CIRC \d+ (CLOSED|FAILED) .*PURPOSE=HS_CLIENT_REND.*SOCKS_USERNAME="c([0-9a-f]+)"')
+    _REASON = re.compile(r' (REMOTE_REASON|REASON)=(\w+)')
 
     def __init__(self, control_port: int, cookie_path: str) -> None:
         super().__init__(daemon=True)
@@ -92,6 +93,7 @@ class CircuitWatcher(threading.Thread):
         self.sock.settimeout(None)
         self.listeners: list[Callable[[int], Any]] = []
         self.closed = 0
+        self.reasons: dict[int, str] = {}  # circuit -> why it closed (REASON, and REMOTE_REASON if any)
         self._lock = threading.Lock()
 
     def _command(self, line: str) -> None:
@@ -104,11 +106,14 @@ class CircuitWatcher(threading.Thread):
     def run(self) -> None:
         try:
             for raw in self._file:
-                match = self._EVENT.match(raw.decode(errors="replace"))
+                line = raw.decode(errors="replace")
+                match = self._EVENT.match(line)
                 if match:
                     circuit = int(match.group(2), 16)
+                    why = "+".join(f"{k.lower()}={v}" for k, v in self._REASON.findall(line)) or match.group(1)
                     with self._lock:
                         self.closed += 1
+                        self.reasons[circuit] = why
                         listeners = list(self.listeners)
                     for listener in listeners:
                         listener(circuit)

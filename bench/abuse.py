@@ -60,6 +60,7 @@ hard, as ``ulimit -n 1024``).
 from __future__ import annotations
 
 import argparse
+import collections
 import concurrent.futures
 import html as htmllib
 import json
@@ -284,6 +285,7 @@ class Legit:
         self.times: dict[str, list[float]] = {}
         self.attempts = 0
         self.failures: list[str] = []
+        self.failed_after: list[float] = []  # how long each failed step took
         self.j_times: list[float] = []
         self.j_failures: list[str] = []
         self.reply_for: dict[str, str] = {}  # source uuid -> reply text posted
@@ -298,6 +300,7 @@ class Legit:
         except Exception as e:  # noqa: BLE001 - every failure of a legitimate step is counted
             with self.lock:
                 self.failures.append(f"{name}: {type(e).__name__}: {str(e)[:160]}")
+                self.failed_after.append(time.perf_counter() - start)
             raise StepError(str(e)) from None
         with self.lock:
             self.times.setdefault(name, []).append(time.perf_counter() - start)
@@ -310,10 +313,13 @@ class TimedBrowser(SourceBrowser):
     introduction and rendezvous included)."""
 
     built: list[float] | None = None
+    circuits: set[int] = set()  # every legitimate circuit (onion mode: the client Tor says which closed)
 
     def __init__(self, target: Target, circuit: int | None) -> None:
         super().__init__(target.port)
         self.target, self.circuit = target, circuit
+        if circuit is not None:
+            TimedBrowser.circuits.add(circuit)
         self._first = True
 
     def connection(self) -> CircuitHTTPConnection:
@@ -1059,8 +1065,35 @@ class OnionNewSources(OnionWrongCodenames):
 
 class OnionCreateFlood(Attack):
     name = "onion-create-flood"
-    what = "GET /generate + POST /create, each from a fresh circuit, at the PoW rate (5 new circuits a second)"
+    what = ("GET /generate + POST /create, each from a fresh circuit, at the PoW rate (5 new circuits a second); "
+            "returning sources (made before it) log in and submit during it, each visit on a fresh circuit")
     onion_only = True
+    returning = 3
+
+    def prepare(self) -> None:
+        """The returning sources, made at leisure before the flood (one submission each)."""
+        self.codenames = []
+        for i in range(self.returning):
+            browser = TimedBrowser(self.ctx.target, fresh_circuit())
+            codename = browser.create()
+            browser.submit(f"abuse-bench returning source {i}", "first.bin", b"x" * 1000)
+            self.codenames.append(codename)
+            self.count(0, requests=5)
+
+    def legit_phase(self, target: Any, legit: Legit, seconds: float) -> None:
+        """For ``seconds``: a returning source comes back (fresh circuit), logs in, sends a message
+        and a file; then the next. issue 20: a /create never takes a login's place."""
+        data = os.urandom(LEGIT_FILE_BYTES)
+        end, i = time.monotonic() + seconds, 0
+        while time.monotonic() < end:
+            browser = TimedBrowser(target, fresh_circuit())
+            codename = self.codenames[i % len(self.codenames)]
+            i += 1
+            try:
+                legit.step("login", browser.log_in, codename)
+                legit.step("submit", browser.submit, f"abuse-bench returning {uuid.uuid4().hex}", "legit.bin", data)
+            except StepError:
+                time.sleep(1.0)
 
     def start(self) -> None:
         self.pool = concurrent.futures.ThreadPoolExecutor(64)
@@ -1265,6 +1298,11 @@ def run_one(cls: type[Attack], template: Template, args: argparse.Namespace, wor
             attack.notes.append(f"legitimate circuits: {len(TimedBrowser.built)}, built (introduction and rendezvous "
                                 f"through the onion's PoW queue) in p50/p99 {fmt_pair(TimedBrowser.built)} s")
         TimedBrowser.built = []
+        closed = {c: r for c, r in network.watcher.reasons.items() if c in TimedBrowser.circuits}
+        if closed:
+            why = ", ".join(f"{r}: {n}" for r, n in sorted(collections.Counter(closed.values()).items()))
+            attack.notes.append(f"legitimate circuits closed while in use or after (client Tor's reasons): {why}")
+        TimedBrowser.circuits = set()
         moved = f"; the attacker built {attack.circuits.replaced} fresh ones" if attack.circuit_count else ""
         attack.notes.append(f"circuits closed, as the client Tor saw them: {network.watcher.closed - closed_before}"
                             f"{moved}")
@@ -1444,6 +1482,9 @@ def main() -> int:
             print(f"    attacker answers: {statuses}")
         for note in row.attack.notes:
             print(f"    {note}")
+        if row.legit.failed_after:
+            print(f"    legit failures came after p50/max {fmt_pair(row.legit.failed_after).split('/')[0]}/"
+                  f"{max(row.legit.failed_after):.2f} s")
         for failure in sorted(set(row.legit.failures))[:4]:
             print(f"    legit source failure: {failure} (x{row.legit.failures.count(failure)})")
         for failure in sorted(set(row.legit.j_failures))[:3]:

@@ -162,7 +162,8 @@ class SourceBrowser:
         boundary = uuid.uuid4().hex
         body = b"".join([
             f"--{boundary}\r\nContent-Disposition: form-data; name=\"csrf_token\"\r\n\r\n{self.csrf}\r\n".encode(),
-            f"--{boundary}\r\nContent-Disposition: form-data; name=\"form_token\"\r\n\r\n{self.form_token}\r\n".encode(),
+            (f"--{boundary}\r\nContent-Disposition: form-data; name=\"form_token\"\r\n\r\n{self.form_token}\r\n".encode()
+             if self.form_token else b""),  # (older code has no one-time forms)
             f"--{boundary}\r\nContent-Disposition: form-data; name=\"msg\"\r\n\r\n{message}\r\n".encode(),
             f"--{boundary}\r\nContent-Disposition: form-data; name=\"fh\"; filename=\"{filename}\"\r\n"
             "Content-Type: application/octet-stream\r\n\r\n".encode(),
