@@ -8,7 +8,17 @@ folder is removed after each file. mat2's own temp files go there too (``TMPDIR`
 
 mat2 is told nothing but the file: a minimal environment (no proxy, display or home of the
 operator) and, where the kernel allows it, a network namespace of its own with no interface
-but a down loopback, so it could not reach a network even on a station that has one.
+but a down loopback, so it could not reach a network even on a station that has one. Where
+bubblewrap (``bwrap``, Debian package bubblewrap, which mat2 recommends) works, mat2 runs in
+it: the whole filesystem read-only but the item's own folder, no network, its own PID and
+IPC namespaces, no capabilities. Otherwise the run says so once and mat2 runs in the network
+namespace alone.
+
+Before mat2 sees a file it would unpack as an archive (zip, docx/odt/epub..., tar), its members
+are checked with Python's zipfile/tarfile (:mod:`deaddrop.svs._archives`): mat2 0.13.3, the
+Debian bookworm version, joins raw member names onto its temp folder and chmods the result
+(``../../x`` reached outside it; fixed in 0.13.4). That check is part of every mat2 run here,
+whatever mat2's version.
 
 mat2 picks its parser by the file's extension alone, so a JPEG named ``notes.txt`` would pass
 as "harmless text" with its EXIF intact: the first bytes are checked against the extension
@@ -25,6 +35,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator
 
+from deaddrop.svs._archives import check_archive
 from deaddrop.svs._errors import ItemError, SvsError
 from deaddrop.svs._inputs import display
 from deaddrop.svs._names import split_ext
@@ -204,12 +215,93 @@ def network_isolation() -> list[str]:
         if unshare is not None:
             options = [[unshare, "--net"], [unshare, "--user", "--map-root-user", "--net"]]
             for prefix in options if os.geteuid() == 0 else options[1:]:
-                probe = subprocess.run(prefix + ["true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.DEVNULL, env=_env("/"), check=False)
-                if probe.returncode == 0:
+                if _works(prefix + ["true"]):
                     _isolation = prefix
                     break
     return list(_isolation)
+
+
+def _works(command: list[str]) -> bool:
+    try:
+        probe = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, env=_env("/"), timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0
+
+
+# Everything read-only, then the item's folder writable on top of it (see Sandbox.prefix).
+_BWRAP_WALLS = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-net", "--unshare-pid",
+                "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+
+
+@dataclass
+class Sandbox:
+    """How mat2 is walled in: ``bwrap`` (filesystem read-only but its folder, no network) or,
+    where that cannot run, the network namespace alone; ``note`` says so, once per run."""
+
+    bwrap: list[str] | None
+    netns: list[str]
+    note: str | None = None
+
+    def prefix(self, folder: str) -> list[str]:
+        if self.bwrap is not None:
+            return self.bwrap + ["--bind", folder, folder, "--chdir", folder, "--"]
+        return list(self.netns)
+
+
+_sandbox: Sandbox | None = None
+
+
+def bwrap_binary() -> str | None:
+    return shutil.which("bwrap", path="/usr/bin:/bin:/usr/local/bin")
+
+
+def sandbox() -> Sandbox:
+    """Probe once: bwrap as this user runs it (unprivileged, it needs user namespaces), with
+    mat2's own bwrap (for exiftool and ffmpeg) working inside it; failing that, bwrap with the
+    inner one hidden (mat2 then runs those tools directly, inside ours); failing that, the
+    network namespace alone."""
+    global _sandbox
+    if _sandbox is None:
+        found = bwrap_binary()
+        walls = None
+        if found is not None:
+            base = [found] + (["--unshare-user"] if os.geteuid() == 0 else []) + _BWRAP_WALLS
+            inner = [found, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-user-try",
+                     "--unshare-pid", "--unshare-net", "--new-session", "--cap-drop", "ALL", "true"]
+            if _works(base + ["--"] + inner):
+                walls = base
+            else:
+                hidden = base + ["--ro-bind", "/dev/null", found]
+                if _works(hidden + ["--", "true"]):
+                    walls = hidden
+        if walls is not None:
+            _sandbox = Sandbox(walls, [])
+        else:
+            why = "not installed" if found is None else "cannot run here (it needs unprivileged user namespaces)"
+            _sandbox = Sandbox(None, network_isolation(), note=(
+                f"note: bubblewrap (bwrap) {why}: mat2 runs without a read-only filesystem; archives are "
+                f"still checked member by member before mat2 sees them{_version_note()}"))
+    return _sandbox
+
+
+def _version_note() -> str:
+    version = mat2_version()
+    if version is None or version < (0, 13, 4):
+        shown = ".".join(map(str, version)) if version else "of unknown version"
+        return f" (this mat2, {shown}, predates 0.13.4's own check of archive member names)"
+    return ""
+
+
+def mat2_version() -> tuple[int, ...] | None:
+    try:
+        proc = subprocess.run([mat2_binary(), "--version"], stdin=subprocess.DEVNULL, capture_output=True,
+                              env=_env("/"), timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(rb"(\d+)\.(\d+)\.(\d+)", proc.stdout)
+    return tuple(int(g) for g in m.groups()) if m else None
 
 
 @dataclass
@@ -253,23 +345,39 @@ class Cleaned:
 class Mat2:
     def __init__(self) -> None:
         self.binary = mat2_binary()
-        self.isolation = network_isolation()
+        self.sandbox = sandbox()
+        self._checked: set[tuple[str, int, int, int, int]] = set()
 
-    def _run(self, item: ScratchItem, args: list[str]) -> subprocess.CompletedProcess:
+    def notes(self) -> list[str]:
+        return [self.sandbox.note] if self.sandbox.note else []
+
+    def _inspect(self, path: str) -> None:
+        """Archive members checked (:func:`check_archive`) before mat2 sees ``path``; once per file."""
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise ItemError("not a regular file in mat2's folder")
+        key = (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if key not in self._checked:
+            check_archive(path)
+            self._checked.add(key)
+
+    def _run(self, item: ScratchItem, path: str, options: list[str]) -> subprocess.CompletedProcess:
+        self._inspect(path)
+        command = self.sandbox.prefix(item.folder) + [self.binary] + options + ["--", os.path.basename(path)]
         try:
-            return subprocess.run(self.isolation + [self.binary] + args, cwd=item.folder, env=_env(item.folder),
+            return subprocess.run(command, cwd=item.folder, env=_env(item.folder),
                                   stdin=subprocess.DEVNULL, capture_output=True, timeout=MAT2_TIMEOUT, check=False)
         except subprocess.TimeoutExpired:
             raise ItemError(f"mat2 took longer than {MAT2_TIMEOUT // 60} minutes: not cleaned") from None
 
     def show(self, item: ScratchItem, path: str) -> Findings:
-        proc = self._run(item, ["--show", "--", os.path.basename(path)])
+        proc = self._run(item, path, ["--show"])
         return parse_show(proc.stdout.decode("utf-8", "replace") + "\n" + proc.stderr.decode("utf-8", "replace"))
 
     def clean(self, item: ScratchItem, path: str, before: Findings) -> Cleaned:
         """Clean ``path`` (a copy in ``item``); raise ItemError if mat2 could not."""
         stem, ext = os.path.splitext(os.path.basename(path))
-        proc = self._run(item, ["--", os.path.basename(path)])
+        proc = self._run(item, path, [])
         out = os.path.join(item.folder, f"{stem}.cleaned{ext}")
         try:
             st = os.lstat(out)

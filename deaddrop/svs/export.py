@@ -199,6 +199,7 @@ def run_export(
         who = f" ({key.uids[0]})" if key.uids else ""
         stdout.write(f"Encrypting to {fingerprint_groups(key.fingerprint)}{who}\n")
         cleaner = Cleaner(keep)
+        cleaner.say_notes(stderr)
         out = OutDir(outdir)  # only once the key is known good: no stray empty OUTDIR
         items = iter_inputs(inputs, submissions_only=False, exclude=os.path.realpath(out.root), guard=guard)
         run_items(items, lambda item: export_item(svs, scratch, keyfile, item, out, cleaner), out, summary,

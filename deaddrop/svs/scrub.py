@@ -77,6 +77,11 @@ class Cleaner:
     def close(self) -> None:
         self.scratch.close()
 
+    def say_notes(self, stderr: TextIO) -> None:
+        """Once per run: what walls mat2 lacks here (no usable bubblewrap)."""
+        for note in self.mat2.notes():
+            stderr.write(note + "\n")
+
     def _room(self) -> int:
         return self.scratch.room() - RAM_RESERVE
 
@@ -204,6 +209,7 @@ def run_scrub(
     summary = RunSummary()
     cleaner = Cleaner(keep)
     try:
+        cleaner.say_notes(stderr)
         out = OutDir(outdir)
         items = iter_inputs(inputs, submissions_only=False, exclude=os.path.realpath(out.root), guard=guard)
         run_items(items, lambda item: scrub_item(cleaner, item, out), out, summary, stdout, stderr)
