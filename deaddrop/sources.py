@@ -112,6 +112,19 @@ MAX_WAIT = 4.0
 PATIENCE = 20.0
 # Until the first Argon2id run was timed: about a run at the default cost.
 FIRST_PACE_GUESS = 0.25
+# A returning source logs in a few times a visit. Its logins beyond this many in
+# RETURNING_WINDOW seconds (counted per login tag, successful logins only: a wrong codename
+# whose tag collides cannot use up a source's) wait behind new codenames: codenames of one's own,
+# logged in again and again (they never fail), would otherwise keep every /create waiting.
+RETURNING_LOGINS = 5
+RETURNING_WINDOW = 600.0
+# /create is owed one Argon2id slot in this many while it waits, whatever logins keep coming:
+# a new source then waits at most CREATE_SHARE - 1 runs of others before each create ahead of
+# it and its own (security review F5: with 2 slots and 0.25 s runs, a lone create is served
+# within 1 s, where three codenames with two logins each in flight kept it waiting 60 s). A
+# returning source is still served first: the share falls due only after logins were served
+# while a create waited.
+CREATE_SHARE = 4
 # Sources that have not submitted yet (a row each: no folder, no key) kept at most; beyond it
 # the oldest goes. About 530 bytes of database each with its indexes (measured): 53 MB at most.
 MAX_PENDING_SOURCES = 100_000
@@ -124,6 +137,7 @@ class SourceQueues:
     argon2id: AdmissionQueue  # key: the Tor circuit; logins whose tag some source has: served first
     creates: AdmissionQueue  # key: the Tor circuit; new codenames, in arrival order, after logins
     untagged: AdmissionQueue  # key: the Tor circuit; logins that may be a source made before tags
+    repeats: AdmissionQueue  # key: the Tor circuit; a tag's logins beyond RETURNING_LOGINS, after creates
     keygen: AdmissionQueue  # key: source id
     decrypt: AdmissionQueue  # key: source id; a logged-in source's replies
     messages: AdmissionQueue  # key: source id; text-only parts, on their own pool
@@ -131,8 +145,9 @@ class SourceQueues:
 
     @classmethod
     def build(cls, crypto_pool: Any, crypto_slots: int, message_pool: Any, message_slots: int,
-              stream_pool: Any, upload_slots: int, uploads_per_identity: int) -> "SourceQueues":
-        crypto = Admission(crypto_pool, crypto_slots)
+              stream_pool: Any, upload_slots: int, uploads_per_identity: int,
+              clock: Callable[[], float] = time.monotonic, timer: Any = None) -> "SourceQueues":
+        crypto = Admission(crypto_pool, crypto_slots, clock=clock, timer=timer)
         # About 4 s of work waiting at ~0.25 s a run: beyond that a source is better told at
         # once to come back than kept waiting.
         waiting = 16 * crypto_slots
@@ -142,16 +157,20 @@ class SourceQueues:
         messages = Admission(message_pool, message_slots)
         return cls(
             # Served in this order when a crypto slot frees: what a logged-in source is waiting
-            # for first; then fresh Argon2id, a returning source's login before a new codename,
-            # and last a login whose tag matches no source (it can only be a source made before
-            # tags: while any remains, a wrong codename lands here and costs a run).
+            # for first; then fresh Argon2id, a returning source's login before a new codename
+            # (which is owed one slot in CREATE_SHARE), then the logins of a tag that logged in
+            # more than a source does, and last a login whose tag matches no source (it can only
+            # be a source made before tags: while any remains, a wrong codename lands here and
+            # costs a run).
             decrypt=crypto.queue("decrypt", priority=0, per_key=2, max_waiting=waiting, max_wait=MAX_WAIT),
             keygen=crypto.queue("keygen", priority=1, per_key=1, max_waiting=waiting),
             argon2id=crypto.queue("argon2id", priority=2, per_key=2, max_waiting=patient, max_wait=PATIENCE,
                                   pace=argon2id),
             creates=crypto.queue("creates", priority=3, per_key=2, max_waiting=patient, max_wait=PATIENCE,
-                                 fifo=True, pace=argon2id),
-            untagged=crypto.queue("untagged", priority=4, per_key=2, max_waiting=patient, max_wait=PATIENCE,
+                                 fifo=True, pace=argon2id, share=CREATE_SHARE),
+            repeats=crypto.queue("repeats", priority=4, per_key=2, max_waiting=patient, max_wait=PATIENCE,
+                                 pace=argon2id),
+            untagged=crypto.queue("untagged", priority=5, per_key=2, max_waiting=patient, max_wait=PATIENCE,
                                   pace=argon2id),
             messages=messages.queue("messages", priority=0, per_key=2, max_waiting=16 * message_slots),
             # One Tor circuit holds a small share of the pumps at most; the slowest upload makes
@@ -184,6 +203,9 @@ class Newsroom:
     activity: SourceActivity = field(default_factory=SourceActivity)
     identity_logins: FailureThrottle = field(
         default_factory=lambda: FailureThrottle(IDENTITY_LOGINS_PER_MINUTE, 60.0))
+    # Successful logins per login tag lately: beyond RETURNING_LOGINS they lose login priority.
+    returning_logins: FailureThrottle = field(
+        default_factory=lambda: FailureThrottle(RETURNING_LOGINS, RETURNING_WINDOW))
     # True while sources of the first KDF scheme remain: only then does a codename that matches
     # nothing cost a second Argon2id run (the legacy filesystem id).
     legacy_sources: bool = True
@@ -285,7 +307,9 @@ class Newsroom:
         First the codename's login tag (microseconds): if no source has it, and every source has
         a tag, it belongs to nobody and the answer is None, given on a timer as late as an
         Argon2id check would give it (``AdmissionQueue.decoy``). Else one Argon2id run, in the
-        login queue of ``circuit``, ahead of every new codename; a codename whose tag matches
+        login queue of ``circuit``, ahead of every new codename (which is owed one slot in
+        ``CREATE_SHARE``), unless that tag logged in more than ``RETURNING_LOGINS`` times lately,
+        then after new codenames; a codename whose tag matches
         nobody while sources without a tag remain waits after new codenames (only such a source
         can own it). While sources of the first KDF scheme remain, a codename that matches no
         current source costs one more run (the old filesystem id); a legacy source that matches
@@ -298,7 +322,12 @@ class Newsroom:
     def _login_by_tag(self, codename: str, tag: int, circuit: Any):
         matched, untagged = yield self.db.run(queries.login_tag_state, tag)
         if matched or untagged:
-            queue = self.queues.argon2id if matched else self.queues.untagged
+            if not matched:
+                queue = self.queues.untagged
+            elif self.returning_logins.blocked(tag):
+                queue = self.queues.repeats  # logged in more than a source does: after creates
+            else:
+                queue = self.queues.argon2id
             found = yield queue.admit(circuit, lambda ticket: self._login(ticket, codename, tag))
             return found
         self.login_decoys += 1
@@ -318,6 +347,7 @@ class Newsroom:
             return None
         # Counted for real identities only (a wrong codename is the circuit's failure).
         self.identity_logins.failed(derived.filesystem_id)
+        self.returning_logins.failed(tag)
         if row["login_tag"] is None:
             # Made before tags: tagged now, with the codename it just gave (nothing else could).
             yield self.db.run(queries.set_login_tag, row["id"], tag)

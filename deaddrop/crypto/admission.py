@@ -23,6 +23,10 @@ one at once, waits in a bounded queue, or is refused at once with ``Busy``:
 * queues sharing an ``Admission`` are served by priority when a slot frees (a logged-in
   source's reply decryption before fresh Argon2id work, a returning source's login before any
   new source's creation), and a queue's wait counts the queues served before it;
+* a queue given a ``share`` N is owed one slot in N while it has someone waiting: once N - 1
+  slots in a row went to queues served before it while it waited, the next is its own. Without
+  it, work that is always there ahead of it (an attacker's own codenames logging in, two at a
+  time, again and again: they never fail) would keep it waiting for ever;
 * a ``fifo`` queue serves its keys in arrival order (new sources among themselves) rather than
   round-robin by standing;
 * a waiting request whose client went away is cancelled and leaves the queue;
@@ -129,8 +133,10 @@ class Admission:
         return self._timer
 
     def queue(self, name: str, *, priority: int, per_key: int, max_waiting: int,
-              max_wait: float | None = None, fifo: bool = False, pace: Pace | None = None) -> "AdmissionQueue":
-        q = AdmissionQueue(self, name, priority, per_key, max_waiting, max_wait, fifo=fifo, pace=pace)
+              max_wait: float | None = None, fifo: bool = False, pace: Pace | None = None,
+              share: int | None = None) -> "AdmissionQueue":
+        q = AdmissionQueue(self, name, priority, per_key, max_waiting, max_wait, fifo=fifo, pace=pace,
+                           share=share)
         self._queues.append(q)
         self._queues.sort(key=lambda x: x.priority)
         return q
@@ -139,21 +145,40 @@ class Admission:
         return self.running < self.slots
 
     def _dispatch(self) -> None:
-        # Grant freed slots to the highest-priority queue that has someone waiting.
+        # Grant freed slots to the highest-priority queue that has someone waiting, unless a
+        # queue is owed its share.
         while self._has_free_slot():
-            for q in self._queues:
-                waiter = q._next_waiter()
-                if waiter is not None:
-                    break
-            else:
+            served = self._next()
+            if served is None:
                 return
+            q, waiter = served
             self.running += 1
             waiter.deferred.callback(Ticket(q, waiter.key))
+
+    def _next(self) -> "tuple[AdmissionQueue, _Waiter] | None":
+        for q in self._queues:
+            if q.share is not None and q.waiting and q.passed_over >= q.share - 1:
+                waiter = q._next_waiter()
+                if waiter is not None:
+                    q.passed_over = 0
+                    return q, waiter
+        for q in self._queues:
+            waiter = q._next_waiter()
+            if waiter is not None:
+                q.passed_over = 0
+                for later in self._queues:
+                    if later.priority > q.priority and later.share is not None and later.waiting:
+                        later.passed_over += 1
+                return q, waiter
+        return None
 
 
 class AdmissionQueue:
     def __init__(self, admission: Admission, name: str, priority: int, per_key: int, max_waiting: int,
-                 max_wait: float | None = None, *, fifo: bool = False, pace: Pace | None = None) -> None:
+                 max_wait: float | None = None, *, fifo: bool = False, pace: Pace | None = None,
+                 share: int | None = None) -> None:
+        if share is not None and share < 1:
+            raise ValueError("a share is one slot in N, N >= 1")
         self.admission = admission
         self.name = name
         self.priority = priority
@@ -161,6 +186,9 @@ class AdmissionQueue:
         self.max_waiting = max_waiting
         self.max_wait = max_wait
         self.fifo = fifo
+        self.share = share
+        # Slots granted in a row to queues served before this one while it had someone waiting.
+        self.passed_over = 0
         self.pace = pace if pace is not None else Pace()  # how long a granted slot is held lately
         self._waiting: dict[Hashable, collections.deque[_Waiter]] = {}
         self._turns: collections.OrderedDict[Hashable, None] = collections.OrderedDict()
@@ -398,10 +426,15 @@ class AdmissionQueue:
 
     def _work_ahead(self) -> float:
         """Seconds of work queued that a newcomer here would wait behind (before slots share
-        it): this queue's, and that of the queues served before it."""
+        it): this queue's, and that of the queues served before it (with a ``share``, at most
+        share - 1 of theirs before each of its own)."""
         own = self.pace.mean or 0.0
-        return sum(q.waiting * (q.pace.mean or own) for q in self.admission._queues
-                   if q.priority <= self.priority)
+        mine = self.waiting * own
+        before = sum(q.waiting * (q.pace.mean or own) for q in self.admission._queues
+                     if q is not self and q.priority <= self.priority)
+        if self.share is not None:
+            before = min(before, (self.share - 1) * (self.waiting + 1) * own)
+        return mine + before
 
     def _full(self) -> bool:
         if self.waiting >= self.max_waiting:

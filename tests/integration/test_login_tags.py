@@ -168,8 +168,9 @@ class ReturningSourcesFirstTests(unittest.TestCase):
     timeout = 120
 
     @inlineCallbacks
-    def test_a_login_whose_tag_matches_goes_before_every_create(self):
-        server = yield start_server(self, crypto_threads=1)
+    def start(self, **options):
+        """A server with one Argon2id thread behind a Tor-like listener. -> (server, browser)."""
+        server = yield start_server(self, crypto_threads=1, **options)
         tor_url = yield listen_as_tor(self, server)
 
         def browser(circuit: int) -> CircuitBrowser:
@@ -177,15 +178,30 @@ class ReturningSourcesFirstTests(unittest.TestCase):
             self.addCleanup(b.close)
             return b
 
+        return server, browser
+
+    @inlineCallbacks
+    def new_codename_forms(self, browsers: list) -> list:
+        """Each browser's /generate page. -> [(browser, page, codename)]."""
+        pages = []
+        for b in browsers:
+            _, page = yield b.get("/generate")
+            pages.append((b, page, re.search(r'id="codename"[^>]*>([^<]+)<', page).group(1)))
+        return pages
+
+    @staticmethod
+    def create(form: tuple):
+        b, page, name = form
+        return b.post("/create", data={"codename": name, "csrf_token": b.csrf(page)})
+
+    @inlineCallbacks
+    def test_a_login_whose_tag_matches_goes_before_every_create(self):
+        server, browser = yield self.start()
         codename = yield browser(1).create_source()
         queues = server.service.newsroom.queues
         gate, order = hold_argon2id(self, server)
-        creators = [browser(10 + i) for i in range(3)]
-        pages = []
-        for b in creators:
-            _, page = yield b.get("/generate")
-            pages.append((b, page, re.search(r'id="codename"[^>]*>([^<]+)<', page).group(1)))
-        creates = [b.post("/create", data={"codename": name, "csrf_token": b.csrf(page)}) for b, page, name in pages]
+        pages = yield self.new_codename_forms([browser(10 + i) for i in range(3)])
+        creates = [self.create(form) for form in pages]
         # The first create holds the one slot; two more wait; then the source comes back.
         yield wait_until(lambda: len(order) == 1 and queues.creates.waiting == 2)
         login = browser(20).login(codename)
@@ -199,6 +215,40 @@ class ReturningSourcesFirstTests(unittest.TestCase):
         # Served: the create already running, then the login, then the waiting creates in the
         # order they came.
         self.assertEqual(order, [made[0], codename, made[1], made[2]])
+
+    @inlineCallbacks
+    def test_a_codename_logged_in_more_often_than_a_source_does_waits_behind_creates(self):
+        """Security review F5: codenames of the attacker's own, logged in again and again (they
+        never fail), kept /create waiting for ever. Beyond RETURNING_LOGINS successful logins
+        in RETURNING_WINDOW, a tag's logins wait behind new codenames; another source's first
+        login still goes before them."""
+        from deaddrop.sources import RETURNING_LOGINS
+
+        server, browser = yield self.start(source_login_failures_per_minute=1000)
+        busy = yield browser(1).create_source()
+        returning = yield browser(2).create_source()
+        for i in range(RETURNING_LOGINS):
+            response, html = yield browser(30 + i).login(busy)
+            self.assertIn(LOGGED_IN, html)
+        queues = server.service.newsroom.queues
+        gate, order = hold_argon2id(self, server)
+        pages = yield self.new_codename_forms([browser(10 + i) for i in range(2)])
+        creates = [self.create(pages[0])]
+        yield wait_until(lambda: len(order) == 1)  # the first create holds the one slot
+        again = browser(40).login(busy)  # its sixth login in a few seconds
+        yield wait_until(lambda: queues.repeats.waiting == 1)
+        creates.append(self.create(pages[1]))
+        name = pages[1][2]
+        yield wait_until(lambda: queues.creates.waiting == 1)
+        first = browser(41).login(returning)
+        yield wait_until(lambda: queues.argon2id.waiting == 1)
+        gate.set()
+        for d in [again, first, *creates]:
+            response, html = yield d
+            self.assertEqual(response.code, 200)
+        # The running create, the returning source, the create that came after the sixth login,
+        # then the sixth login.
+        self.assertEqual(order, [pages[0][2], returning, name, busy])
 
     @inlineCallbacks
     def test_a_burst_of_twenty_new_sources_on_twenty_circuits_all_get_their_codename(self):

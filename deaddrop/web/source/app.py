@@ -101,6 +101,7 @@ class SourceInterface(HtmlResponses):
         # gives up its place to them when the Argon2id queue is full.
         self.newsroom.queues.argon2id.standing = self.login_throttle.recent_failures
         self.newsroom.queues.untagged.standing = self.login_throttle.recent_failures
+        self.newsroom.queues.repeats.standing = self.login_throttle.recent_failures
 
     # -- plumbing --------------------------------------------------------------------------
 
