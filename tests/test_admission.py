@@ -305,11 +305,14 @@ class DecoyTests(unittest.TestCase):
 
     def test_a_decoy_is_answered_exactly_when_a_real_check_admitted_with_it_is(self):
         running = self.logins.run("a", label, "a")
-        real = self.logins.run("b", label, "b")  # waits for a
-        decoy = self.logins.decoy("c")
+        decoy = self.logins.decoy("c")  # waits for its turn, after a
+        real = self.logins.run("d", label, "d")  # waits behind the decoy, as it would behind a check
         self.assertEqual(self.admission.running, 1)  # the decoy took no slot
+        self.assertEqual(self.logins.waiting, 1)  # nor room in the queue
         self.clock.advance(1.0)  # (a Clock runs what a call schedules from the time it advanced to)
         self.successResultOf(running)
+        # Its turn came with the slot a freed; that slot went to d, the decoy waits a run's time.
+        self.assertEqual(self.admission.running, 1)
         self.clock.advance(0.99)
         self.assertNoResult(real)
         self.assertNoResult(decoy)
@@ -317,6 +320,27 @@ class DecoyTests(unittest.TestCase):
         self.successResultOf(real)
         self.assertIsNone(self.successResultOf(decoy))
         self.assertEqual(self.logins.holding("c"), 0)
+
+    def test_a_decoy_waits_for_its_turn_as_a_real_check_in_its_place_would(self):
+        self.logins.run("a", label, "a")  # runs 0-1
+        self.logins.run("b", label, "b")  # waits; runs 1-2
+        decoy = self.logins.decoy("c")  # a real c would run 2-3
+        self.clock.advance(1.0)
+        self.clock.advance(1.0)
+        self.assertNoResult(decoy)
+        self.clock.advance(0.99)
+        self.assertNoResult(decoy)
+        self.clock.advance(0.01)
+        self.assertIsNone(self.successResultOf(decoy))
+
+    def test_cancelling_a_queued_decoy_leaves_the_queue(self):
+        self.logins.run("a", label, "a")
+        decoy = self.logins.decoy("c")
+        decoy.cancel()
+        self.failureResultOf(decoy, CancelledError)
+        self.assertEqual((self.logins.holding("c"), dict(self.logins._waiting)), (0, {}))
+        self.clock.advance(1.0)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
 
     def test_a_decoy_is_refused_where_a_real_request_would_be(self):
         first, second = self.logins.decoy("k"), self.logins.decoy("k")
@@ -334,6 +358,45 @@ class DecoyTests(unittest.TestCase):
         self.failureResultOf(decoy, CancelledError)
         self.assertEqual(self.logins.holding("k"), 0)
         self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_the_decoy_s_wait_follows_the_current_run_time_after_it_changes(self):
+        """Security review F6: decoys waited an average of past runs that they never update, so
+        after a busy spell (runs of 2.19 s) a tag miss took 2.19 s while a checked wrong
+        codename took 0.40 s. Now a decoy finding no run timed for a minute has one
+        calibration run made, and the pace is the runs of the last minute only."""
+        self.logins.calibrate = lambda: "calibration"
+        pool = self.admission.pool
+        pool.seconds = 2.0  # a busy spell: the machine is loaded, runs take 2 s
+        for i in range(8):
+            self.logins.run(f"k{i}", label, "x")
+            self.clock.advance(2.0)
+        self.assertEqual(self.logins.pace.mean, 2.0)
+        pool.seconds = 0.4  # the spell is over: a check takes 0.4 s again
+        self.clock.advance(30.0)
+        # Timed 30 s ago: the estimate stands, no calibration yet.
+        decoy = self.logins.decoy("c")
+        self.assertEqual(self.admission.running, 0)
+        self.clock.advance(2.0)
+        self.successResultOf(decoy)
+        self.clock.advance(30.0)
+        # A minute without a run: this decoy has one calibration run made and ends with it.
+        decoy = self.logins.decoy("c")
+        self.assertEqual(self.admission.running, 1)
+        self.clock.advance(0.4)
+        self.assertIsNone(self.successResultOf(decoy))
+        self.assertAlmostEqual(self.logins.pace.mean, 0.4)  # the 2 s runs are a minute old: gone
+        # The next decoys wait the current run time, and need no other calibration for a minute.
+        for _ in range(3):
+            decoy = self.logins.decoy("c")
+            self.assertEqual(self.admission.running, 0)
+            self.clock.advance(0.39)
+            self.assertNoResult(decoy)
+            self.clock.advance(0.01)
+            self.successResultOf(decoy)
+        # A real wrong codename checked now takes as long.
+        started = self.clock.seconds()
+        self.logins.run("r", label, "r").addCallback(lambda _: self.assertAlmostEqual(self.clock.seconds() - started, 0.4))
+        self.clock.advance(0.4)
 
     def test_creates_wait_behind_logins_and_are_served_in_arrival_order(self):
         self.logins.run("x", label, "running")

@@ -30,9 +30,15 @@ one at once, waits in a bounded queue, or is refused at once with ``Busy``:
 * a ``fifo`` queue serves its keys in arrival order (new sources among themselves) rather than
   round-robin by standing;
 * a waiting request whose client went away is cancelled and leaves the queue;
-* ``decoy`` answers, on a timer, as late as a real request admitted now would be answered,
-  holding no slot and using no CPU: what a codename that cannot match any source gets, so its
-  answer looks like that of one that was checked.
+* ``decoy`` answers as late as a real request admitted now would be answered, holding no slot
+  and using no CPU: what a codename that cannot match any source gets, so its answer looks like
+  that of one that was checked. It takes its place in the queue's order like a real request
+  (so it waits exactly as long for its turn), and at its turn, instead of a slot, waits on a
+  timer as long as a run has taken lately (``Pace``: the last runs of the last minute). When no
+  run has been timed for ``stale_after`` seconds, a decoy first has one calibration run made
+  with ``calibrate`` (at most one at a time, so at most one per ``stale_after`` while decoys are
+  asked and nothing else runs), and a decoy whose turn comes during it is answered when it ends:
+  the time of a check follows the machine as it is now, not as it was in the last busy spell.
 
 Keys are only held in memory as dictionary keys; nothing here logs them.
 """
@@ -49,6 +55,14 @@ from twisted.python.failure import Failure
 T = TypeVar("T")
 
 RETRY_AFTER_SECONDS = 60
+# The pace is the mean of at most this many of the latest runs, none more than PACE_WINDOW
+# seconds older than the latest: a busy spell's slow runs are forgotten once runs are quick again.
+PACE_RUNS = 8
+PACE_WINDOW = 60.0
+# A decoy asked when no run was timed for this long has a calibration run made first (a run
+# of Argon2id, about 0.25 s of one core, at most once per this long while decoys come and
+# nothing else runs: at most 0.4% of a core).
+STALE_AFTER = 60.0
 STANDING_FADES_AFTER = 2.0  # seconds of waiting that make up for one point of standing
 BUSY_TITLE = "The drop box is busy"
 BUSY_MESSAGE = "The drop box is busy. Nothing was lost; please try again in a minute."
@@ -79,7 +93,8 @@ class Ticket:
     def release(self) -> None:
         if not self.released:
             self.released = True
-            self._queue._finished(self.key, self._queue.admission.clock() - self._granted_at)
+            now = self._queue.admission.clock()
+            self._queue._finished(self.key, now - self._granted_at, now)
 
     def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> "Deferred[T]":
         """Run blocking ``fn`` on the admission's pool while holding this slot."""
@@ -87,26 +102,33 @@ class Ticket:
 
 
 class _Waiter:
-    __slots__ = ("key", "deferred", "since", "arrival")
+    __slots__ = ("key", "deferred", "since", "arrival", "decoy")
 
-    def __init__(self, key: Hashable, deferred: Deferred, since: float, arrival: int) -> None:
+    def __init__(self, key: Hashable, deferred: Deferred, since: float, arrival: int,
+                 decoy: Callable[[], None] | None = None) -> None:
         self.key = key
         self.deferred = deferred
         self.since = since
         self.arrival = arrival  # its place in the order of arrival (clock readings may tie)
+        self.decoy = decoy  # a decoy: called at its turn instead of granting a slot
 
 
 class Pace:
-    """How long a granted slot has been held lately (a moving average): several queues doing
-    the same work (Argon2id for logins and for creations) may share one."""
+    """How long a granted slot has been held lately: the mean of the last ``PACE_RUNS`` runs,
+    leaving out those more than ``PACE_WINDOW`` seconds older than the latest. Several queues
+    doing the same work (Argon2id for logins and for creations) may share one."""
 
     def __init__(self, guess: float | None = None) -> None:
         self.mean = guess  # the guess stands until the first run is timed
-        self._measured = False
+        self.timed_at: float | None = None  # when the latest run ended (None: none yet)
+        self._runs: collections.deque[tuple[float, float]] = collections.deque(maxlen=PACE_RUNS)
 
-    def record(self, held_for: float) -> None:
-        self.mean = held_for if not self._measured else 0.8 * self.mean + 0.2 * held_for
-        self._measured = True
+    def record(self, held_for: float, at: float = 0.0) -> None:
+        self._runs.append((at, held_for))
+        while self._runs[0][0] < at - PACE_WINDOW:
+            self._runs.popleft()
+        self.mean = sum(held for _, held in self._runs) / len(self._runs)
+        self.timed_at = at
 
 
 class Admission:
@@ -200,6 +222,11 @@ class AdmissionQueue:
         # Waiting this long makes up for one point of standing: a source that mistyped once
         # is served after clean newcomers for a moment, never starved by a stream of them.
         self.standing_fades_after = STANDING_FADES_AFTER
+        # The blocking work a calibration run does (a real check's, on a throwaway input);
+        # None: decoys never ask for one.
+        self.calibrate: Optional[Callable[[], Any]] = None
+        self.stale_after = STALE_AFTER
+        self._calibrating: Optional[Deferred] = None
 
     # -- public
 
@@ -217,9 +244,11 @@ class AdmissionQueue:
 
     def decoy(self, key: Hashable) -> "Deferred[None]":
         """Answer ``key`` as a real request admitted now would be answered, and when: ``KeyBusy``
-        or ``Busy`` at once where it would be refused, else None after ``expected_time()``, on
-        a timer. It holds one of the key's places meanwhile (so a key's concurrent requests are
-        refused alike) but no slot and no place in the queue, and uses no CPU."""
+        or ``Busy`` at once where it would be refused, else None once its turn in this queue
+        came and a run's time (``pace``) passed after it. It holds one of the key's places
+        meanwhile (so a key's concurrent requests are refused alike) and a place in the queue's
+        order, but no slot and no room in the queue (it adds no work: those behind it do not
+        wait for it), and uses no CPU."""
         if self._held[key] >= self.per_key:
             if not self._held[key]:
                 del self._held[key]
@@ -228,27 +257,61 @@ class AdmissionQueue:
             if not self._held[key]:
                 del self._held[key]
             return fail(Busy(self.name))
+        calibrating = self._calibrate_if_stale()
         self._held[key] += 1
-        released: list[bool] = []
+        state: dict[str, Any] = {"call": None, "waiter": None, "done": False}
 
-        def release() -> None:
-            if not released:
-                released.append(True)
+        def answer() -> None:
+            if not state["done"]:
+                state["done"] = True
                 self._release_key(key)
+                d.callback(None)
+
+        def turn() -> None:
+            # Its turn: a run's time from now, or when the calibration run under way ends.
+            state["waiter"] = None
+            if self._calibrating is not None:
+                self._calibrating.addBoth(lambda result: (answer(), None)[1])
+            else:
+                state["call"] = self.admission.timer.callLater(self.pace.mean or 0.0, answer)
 
         def cancel(_: Deferred) -> None:
-            if call.active():
-                call.cancel()
-            release()
+            state["done"] = True
+            if state["waiter"] is not None:
+                self._forget_waiter(state["waiter"])
+            else:
+                self._release_key(key)
+            if state["call"] is not None and state["call"].active():
+                state["call"].cancel()
 
         d: Deferred = Deferred(cancel)
-
-        def fire() -> None:
-            release()
-            d.callback(None)
-
-        call = self.admission.timer.callLater(self.expected_time(), fire)
+        if calibrating or self.admission._has_free_slot():
+            turn()  # its run is the calibration; or nobody waits anywhere: its turn is now
+            return d
+        waiter = _Waiter(key, d, self.admission.clock(), next(self._arrivals), decoy=turn)
+        state["waiter"] = waiter
+        self._waiting.setdefault(key, collections.deque()).append(waiter)
+        self._turns.setdefault(key, None)
         return d
+
+    def _calibrate_if_stale(self) -> bool:
+        """No run timed for ``stale_after`` seconds: time one now (one at a time). -> started?"""
+        if self.calibrate is None or self._calibrating is not None:
+            return False
+        timed_at = self.pace.timed_at
+        if timed_at is not None and self.admission.clock() - timed_at < self.stale_after:
+            return False
+        calibrating = self.run(_CALIBRATION, self.calibrate)
+        if calibrating.called:
+            return False  # refused at once (the queue is full of real work: its runs will do)
+        self._calibrating = calibrating
+
+        def done(result: Any) -> None:
+            self._calibrating = None
+            return None  # a failed calibration leaves the pace as it was
+
+        calibrating.addBoth(done)
+        return True
 
     def try_acquire(self, key: Hashable) -> Ticket:
         """A slot now or never: raises ``KeyBusy`` or ``Busy`` instead of waiting."""
@@ -333,18 +396,23 @@ class AdmissionQueue:
     # -- internals
 
     def _next_waiter(self) -> Optional[_Waiter]:
-        if not self._turns:
-            return None
-        key = self._next_key()
-        del self._turns[key]
-        fifo = self._waiting[key]
-        waiter = fifo.popleft()
-        if fifo:
-            self._turns[key] = None  # back of the round
-        else:
-            del self._waiting[key]
-        self.waiting -= 1
-        return waiter
+        """The next request to grant a slot to. Decoys whose turn comes first are answered on
+        the way (their turn, without a slot), in the order real requests would have been."""
+        while self._turns:
+            key = self._next_key()
+            del self._turns[key]
+            fifo = self._waiting[key]
+            waiter = fifo.popleft()
+            if fifo:
+                self._turns[key] = None  # back of the round
+            else:
+                del self._waiting[key]
+            if waiter.decoy is not None:
+                waiter.decoy()
+                continue
+            self.waiting -= 1
+            return waiter
+        return None
 
     def _next_key(self) -> Hashable:
         """The key to serve: best standing, less a point for each ``standing_fades_after``
@@ -367,26 +435,30 @@ class AdmissionQueue:
 
     def _room_victim(self, key: Hashable) -> Optional[Hashable]:
         """Full: the key whose newest request would make room for ``key``'s: one in worse
-        standing than ``key``, else the key with most waiting, if that is fairer; or None."""
-        if not self._waiting:
+        standing than ``key``, else the key with most waiting, if that is fairer; or None.
+        (Only real requests count: decoys take no room.)"""
+        if not self.waiting:
             return None
         victim = self._worse_standing_than(key)
         if victim is None:
-            mine = len(self._waiting.get(key, ()))
-            busiest = max(self._waiting, key=lambda k: len(self._waiting[k]))
+            mine = self._real_waiting(key)
+            busiest = max(self._waiting, key=self._real_waiting)
             # Only a key that would still be ahead after losing one: keys swapping places with
             # each other would not be fairer, just slower.
-            if len(self._waiting[busiest]) <= mine + 1:
+            if self._real_waiting(busiest) <= mine + 1:
                 return None
             victim = busiest
         return victim
+
+    def _real_waiting(self, key: Hashable) -> int:
+        return sum(1 for w in self._waiting.get(key, ()) if w.decoy is None)
 
     def _make_room_for(self, key: Hashable) -> bool:
         """Full: evict the newest request of ``_room_victim(key)``. False if nobody should."""
         victim = self._room_victim(key)
         if victim is None:
             return False
-        waiter = self._waiting[victim].pop()
+        waiter = [w for w in self._waiting[victim] if w.decoy is None][-1]
         self._forget_waiter(waiter)
         waiter.deferred.errback(Busy(self.name))
         return True
@@ -397,9 +469,9 @@ class AdmissionQueue:
             return None
         mine = self.standing(key)
         worst, worst_rank = None, None
-        for other, fifo in self._waiting.items():
-            rank = (self.standing(other), len(fifo))
-            if rank[0] > mine and (worst_rank is None or rank > worst_rank):
+        for other in self._waiting:
+            rank = (self.standing(other), self._real_waiting(other))
+            if rank[0] > mine and rank[1] and (worst_rank is None or rank > worst_rank):
                 worst, worst_rank = other, rank
         return worst
 
@@ -410,7 +482,8 @@ class AdmissionQueue:
         if fifo is not None and not fifo:
             del self._waiting[waiter.key]
             self._turns.pop(waiter.key, None)
-        self.waiting -= 1
+        if waiter.decoy is None:
+            self.waiting -= 1
         self._release_key(waiter.key)
 
     def _cancel(self, waiter: _Waiter) -> None:
@@ -445,11 +518,15 @@ class AdmissionQueue:
         expected = (self._work_ahead() + self.pace.mean) / self.admission.slots
         return expected > self.max_wait
 
-    def _finished(self, key: Hashable, held_for: float) -> None:
-        self.pace.record(held_for)
+    def _finished(self, key: Hashable, held_for: float, now: float) -> None:
+        self.pace.record(held_for, now)
         self._release_key(key)
         self.admission.running -= 1
         self.admission._dispatch()
+
+
+# The key calibration runs are admitted under (no circuit has it).
+_CALIBRATION = object()
 
 
 def is_busy(failure_or_error: Any) -> bool:
