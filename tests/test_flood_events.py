@@ -114,6 +114,20 @@ class FloodDefenceTests(unittest.TestCase):
         floods = [e for e in self.written() if e["event"] == "source.flood"]
         self.assertEqual([e["repeated"] for e in floods], [FLOOD_THRESHOLD - 1, 30 - FLOOD_THRESHOLD])
 
+    def test_a_circuit_closed_for_its_slow_connections_writes_nothing_unless_many_are(self):
+        # Three cuts in ten minutes close a circuit: a source on a poor circuit can get there.
+        circuit = Circuit(0x5678)
+        for _ in range(3):
+            self.defence.cut(circuit)
+            self.clock.advance(60)
+        self.assertEqual(self.written(), [])
+        self.assertEqual(self.activity.today.defences["circuit_closed"], 1)
+        # Many circuits closed so, in a flood of them: one folded line.
+        for n in range(3 * FLOOD_THRESHOLD):
+            self.defence.cut(Circuit(0x9000 + n % FLOOD_THRESHOLD))
+            self.clock.advance(0.1)
+        self.assertEqual([e.get("reason") for e in self.written()], ["circuit_closed"])
+
     def test_a_closed_circuit_is_a_flood_already_and_is_written_at_once(self):
         # Ten refusals in a minute on one circuit: no source does that.
         circuit = Circuit(0x4321)

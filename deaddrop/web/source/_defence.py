@@ -76,11 +76,11 @@ class FloodDefence:
             return
         self.login_throttle.failed(circuit)
         self._cuts.failed(circuit)
-        # No event for one cut (a source on a poor circuit may be cut once, and a line now
-        # would date its visit); a circuit closed for it is a flood, and says so.
+        # No event for a cut, nor for a circuit closed for its cuts, unless many are: a source
+        # on a poor circuit may be cut three times, and a line then would date its visit.
         if self._cuts.blocked(circuit):
             self._cuts.reset(circuit)
-            self._close(circuit)
+            self._close(circuit, one_visitor_may=True)
 
     def abandoned(self, reservation: Any) -> None:
         """The visitor hung up while its codename was being checked (or waited to be): it
@@ -94,22 +94,24 @@ class FloodDefence:
         self.flood("requests")
         self.refused(circuit, event=False)
 
-    def flood(self, reason: str) -> None:
+    def flood(self, reason: str, one_visitor_may: bool = False) -> None:
         """Tell the IDS the source side is being flooded: a queue full (``busy``), a circuit over
         its request rate (``requests``), a circuit closed (``circuit_closed``), an upload ended
         to make room (``upload_ended``), a login or creation abandoned mid-check
         (``abandoned``). Folded: one line per reason every 10 s, never who; the reasons one
-        visitor can cause are written only in a flood of them (``FLOOD_THRESHOLD``). Every one
-        is counted for the day's report."""
+        visitor can cause (and, with ``one_visitor_may``, any other reason in a case one visitor
+        can cause) are written only in a flood of them (``FLOOD_THRESHOLD``). Every one is
+        counted for the day's report."""
         if self.activity is not None:
             self.activity.defended(reason)
-        gate = self._single_visitor_events if reason in SINGLE_VISITOR_REASONS else self._flood_events
+        one_visitor = one_visitor_may or reason in SINGLE_VISITOR_REASONS
+        gate = self._single_visitor_events if one_visitor else self._flood_events
         folded = gate.admit(reason)
         if folded is not None:
             self.events.emit("source.flood", reason=reason, repeated=folded or None)
 
-    def _close(self, circuit: Any) -> None:
-        self.flood("circuit_closed")
+    def _close(self, circuit: Any, one_visitor_may: bool = False) -> None:
+        self.flood("circuit_closed", one_visitor_may)
         self.close_through_tor(circuit).addErrback(lambda f: None)
         if self.connections is not None:
             self.connections.drop_circuit(circuit)
