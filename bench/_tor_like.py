@@ -98,7 +98,10 @@ class TorLike:
 
 
 def _add_listener(top: Any, reactor: Any, tor_like: TorLike) -> None:
-    from deaddrop import server
+    try:
+        from deaddrop.service import source_side as server
+    except ImportError:  # an older checkout (--code): deaddrop/server.py
+        from deaddrop import server  # type: ignore[no-redef]
 
     if hasattr(server, "add_tor_only_listener"):
         server.add_tor_only_listener(top, top.config, reactor, wrap=tor_like.wrap)
@@ -114,7 +117,10 @@ def build(argv: list[str]) -> Any:
     from twisted.internet import reactor
 
     from deaddrop.tap import Options, makeService
-    from deaddrop.transport.circuits import circuit_of_address
+    try:
+        from deaddrop.transport.circuits import circuit_of_address
+    except ImportError:  # an older checkout (--code)
+        from deaddrop.web._common.circuits import circuit_of_address  # type: ignore[no-redef]
 
     options = Options()
     options.parseOptions(argv)

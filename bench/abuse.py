@@ -1366,7 +1366,18 @@ def verdict(row: Row) -> list[str]:
 
 def supports_circuits(args: argparse.Namespace) -> bool:
     """Whether the code under test has the Tor-only listener bench/_tor_like.py builds on."""
-    check = ("import deaddrop.server as s; from deaddrop.transport.circuits import from_tor, circuit_of_address; "
+    # Where today's code has them, or an older checkout (--code) had them.
+    check = ("import importlib\n"
+             "def first(*names):\n"
+             "    for name in names:\n"
+             "        try:\n"
+             "            return importlib.import_module(name)\n"
+             "        except ImportError:\n"
+             "            pass\n"
+             "    raise ImportError(names)\n"
+             "s = first('deaddrop.service.source_side', 'deaddrop.server')\n"
+             "c = first('deaddrop.transport.circuits', 'deaddrop.web._common.circuits')\n"
+             "assert c.from_tor and c.circuit_of_address\n"
              "assert hasattr(s, 'add_tor_only_listener') or hasattr(s, '_add_tor_only_listener')")
     return subprocess.run([sys.executable, "-c", check], capture_output=True, env=code_env(args), cwd="/").returncode == 0
 
@@ -1421,7 +1432,7 @@ def main() -> int:
     print(f"DeadDrop abuse bench: code {code} ({revision}), kdf-cost {args.kdf_cost}, {args.seconds:g} s per attack, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     if args.mode == "circuits" and not supports_circuits(args):
-        print(f"NOTE: the code at {code} has no Tor-only PROXY listener (server.add_tor_only_listener or "
+        print(f"NOTE: the code at {code} has no Tor-only PROXY listener (service.source_side.add_tor_only_listener, server.add_tor_only_listener or "
               "_add_tor_only_listener, circuits.from_tor): running --mode shared instead")
         args.mode = "shared"
     if args.mode == "onion":

@@ -161,7 +161,7 @@ def argv_from_environment(environ: Mapping[str, str]) -> list[str]:
 
 def makeService(options: Options) -> Any:
     from deaddrop.crypto.gpg import GpgError
-    from deaddrop.server import build_service
+    from deaddrop.service import build_service
 
     from twisted.internet import reactor
 

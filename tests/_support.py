@@ -26,7 +26,7 @@ from twisted.web.client import Agent, HTTPConnectionPool
 
 from deaddrop.config import Config
 from deaddrop.crypto.kdf import KdfCost
-from deaddrop.server import build_service
+from deaddrop.service import build_service
 
 
 def short_tempdir(prefix: str = "dd-") -> str:

@@ -81,7 +81,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
 
 
 # The composition: it builds the service from the domain and the web layer, so it alone may import both.
-_COMPOSITION = ("deaddrop.server", "deaddrop.tap")
+_COMPOSITION = ("deaddrop.service", "deaddrop.tap")
 
 
 def _within(module: str, package: str) -> bool:
@@ -128,7 +128,7 @@ class ImportTests(unittest.TestCase):
 
     def test_the_circles_the_issue_names_are_gone(self):
         graph = _import_graph()
-        self.assertNotIn("deaddrop.server", graph["deaddrop.web.journalist.wiring"])
+        self.assertFalse({m for m in graph["deaddrop.web.journalist.wiring"] if m.startswith("deaddrop.service")})
         for module, imports in graph.items():
             if module.startswith("deaddrop.admin._") and module.endswith("_commands"):
                 self.assertNotIn("deaddrop.admin.cli", imports, module)
@@ -136,16 +136,16 @@ class ImportTests(unittest.TestCase):
     def test_the_domain_does_not_import_the_web_layer(self):
         self.assertEqual(_domain_into_web(_import_graph()), set())
         self.assertEqual(_domain_into_web({"deaddrop.sources": {"deaddrop.web._common.site"},
-                                           "deaddrop.server": {"deaddrop.web.sessions"},
+                                           "deaddrop.service.build": {"deaddrop.web.sessions"},
                                            "deaddrop.web.source.app": {"deaddrop.web.sessions"}}),
                          {("deaddrop.sources", "deaddrop.web._common.site")})
 
     def test_nothing_but_the_admin_cli_imports_it(self):
         self.assertEqual(_into_admin(_import_graph()), set())
         self.assertEqual(_into_admin({"deaddrop.web.journalist.wiring": {"deaddrop.ca"},
-                                      "deaddrop.server": {"deaddrop.admin.backup"},
+                                      "deaddrop.service.build": {"deaddrop.admin.backup"},
                                       "deaddrop.admin.cli": {"deaddrop.admin._output", "deaddrop.ca"}}),
-                         {("deaddrop.server", "deaddrop.admin.backup")})
+                         {("deaddrop.service.build", "deaddrop.admin.backup")})
 
     def test_private_modules_are_used_within_their_package(self):
         self.assertEqual(_private_across_packages(_import_graph()), set())
@@ -153,8 +153,8 @@ class ImportTests(unittest.TestCase):
             "deaddrop.admin.backup": {"deaddrop.store._atomic", "deaddrop._smtp"},
             "deaddrop.store.files": {"deaddrop.store._atomic"},
             "deaddrop.web.source.app": {"deaddrop.web._common.site"},
-            "deaddrop.server": {"deaddrop.web._common.circuits"},
-        }), {("deaddrop.admin.backup", "deaddrop.store._atomic"), ("deaddrop.server", "deaddrop.web._common.circuits")})
+            "deaddrop.service.build": {"deaddrop.web._common.circuits"},
+        }), {("deaddrop.admin.backup", "deaddrop.store._atomic"), ("deaddrop.service.build", "deaddrop.web._common.circuits")})
 
     def test_the_svs_tool_imports_only_itself_and_the_dependency_free_limits(self):
         graph = _import_graph()
@@ -223,6 +223,32 @@ class CertificateFactsTests(unittest.TestCase):
                     if "load_pem_x509_crl" in text or "load_der_x509_crl" in text or "CRL_WARNING_DAYS" in text:
                         readers.add(os.path.relpath(os.path.join(folder, name), _ROOT))
         self.assertEqual(readers, {"certificates.py"})
+
+
+class ServiceTreeTests(unittest.TestCase):
+    def test_the_service_parts_are_typed_attributes_not_looked_up(self):
+        from deaddrop.service.tree import DeadDropService
+
+        # Every part build_service or a side's wiring sets on the tree is declared on the class.
+        declared = set(DeadDropService.__annotations__)
+        set_on_top = set()
+        looked_up = []
+        for folder in ("service", os.path.join("web", "journalist")):
+            for name in os.listdir(os.path.join(_ROOT, folder)):
+                if name.endswith(".py"):
+                    with open(os.path.join(_ROOT, folder, name), encoding="utf-8") as f:
+                        tree = ast.parse(f.read())
+                    for node in ast.walk(tree):
+                        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) \
+                                and isinstance(node.value, ast.Name) and node.value.id == "top":
+                            set_on_top.add(node.attr)
+                        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr" \
+                                and isinstance(node.args[0], ast.Name) and node.args[0].id in ("top", "self") \
+                                and folder == "service":
+                            looked_up.append((name, node.lineno))
+        self.assertIn("newsroom", set_on_top)
+        self.assertEqual(set_on_top - declared, set())
+        self.assertEqual(looked_up, [])
 
 
 class PackagingTests(unittest.TestCase):

@@ -569,7 +569,7 @@ class BootstrapStallTests(_Base):
         self.assertEqual(h.fatal, [])  # the bootstrap timeout (180 s) has not passed yet
 
     def test_a_demo_offline_never_gives_up_and_says_so(self):
-        # bootstrap_timeout=None: what server._add_tor gives a --demo instance.
+        # bootstrap_timeout=None: what service.tor_side.add_tor gives a --demo instance.
         h = self.harness(bootstrap=(5, "conn", "Connecting to a relay"), bootstrap_timeout=None)
         h.launch_ready()
         h.tor.event(self.STUCK)

@@ -1,19 +1,22 @@
 """Tor for DeadDrop: the source interface exists only as an onion service we publish ourselves.
 
-Wiring (``deaddrop/config.py`` and ``deaddrop/server.py``)::
+Wiring (``deaddrop/config.py`` and ``deaddrop/service/tor_side.py``)::
 
     # Config.validated(): every ValueError message is one line for the operator
     tor = parse_tor_mode(self.tor)                          # "launch" | "none" | "control:..."
-    options = [check_tor_option(k, v) for k, v in self.tor_options]
+    for key, value in self.tor_options: check_tor_option(key, value)
     if tor != "none" and not is_loopback_endpoint(self.source_listen): raise ConfigError(...)
 
-    # _add_tor(top, config, reactor), after the listeners were added to ``top``
+    # add_tor(top, config, reactor), after the listeners were added to ``top``
     top.tor = make_tor_service(
         reactor, data_dir=config.data_dir, mode=config.tor, tor_binary=config.tor_binary,
-        tor_options=list(config.tor_options),
+        tor_options=list(config.tor_options), pow=config.tor_pow,
         source_target=lambda: target_of(top.source_listener.port),
-        journalist_target=(lambda: target_of(top.journalist_listener.port)) if config.journalist_onion else None,
-        events=top.events, on_fatal=top.fatal, report=lambda line: sys.stderr.write(f"deaddrop: {line}\n"))
+        source_proxy_target=add_tor_only_listener(top, config, reactor),  # --tor launch only
+        journalist_target=(lambda: target_of(journalist_listener.port)) if config.journalist_onion else None,
+        journalist_onion_port=443, events=top.events, on_fatal=top.fatal,
+        bootstrap_timeout=None if config.demo else 180.0,  # a demo keeps trying
+        report=lambda line: _log.info("{line}", line=line), count_line=top.newsroom.activity.tor_line)
     top.tor.setServiceParent(top)
 
 ``source_target``/``journalist_target`` are ``"127.0.0.1:PORT"`` strings or zero-argument

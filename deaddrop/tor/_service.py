@@ -131,7 +131,7 @@ class TorOnionService(service.Service):
         events,
         journalist_onion_port: int = 80,
         on_fatal: Callable[[str], None],
-        bootstrap_timeout: float | None = 180.0,  # None: never give up (a demo, see server._add_tor)
+        bootstrap_timeout: float | None = 180.0,  # None: never give up (a demo, see service.tor_side.add_tor)
         report: Callable[[str], None] | None = None,
         tuning: Tuning = Tuning(),
         connect: Callable[[ControlEndpoint], Deferred] | None = None,

@@ -14,7 +14,7 @@ from twisted.trial import unittest
 
 from deaddrop.config import Config
 from deaddrop.crypto.kdf import KdfCost
-from deaddrop.server import build_service
+from deaddrop.service import build_service
 from tests._support import kill_gpg_agent, short_tempdir, test_svs
 
 

@@ -11,7 +11,7 @@ from twisted.internet.threads import deferToThread
 from twisted.trial import unittest
 
 from deaddrop.config import Config
-from deaddrop.server import build_service
+from deaddrop.service import build_service
 from deaddrop.store import migrations
 from deaddrop.store.migrations import SchemaError
 from tests._support import Browser, RunningServer, short_tempdir

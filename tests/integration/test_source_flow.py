@@ -351,7 +351,7 @@ class DataDirLockTests(unittest.TestCase):
         from twisted.internet.threads import deferToThread
 
         from deaddrop.config import ConfigError
-        from deaddrop.server import build_service
+        from deaddrop.service import build_service
 
         server = yield start_server(self)
         with self.assertRaises(ConfigError) as e:

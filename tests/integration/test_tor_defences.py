@@ -1,7 +1,7 @@
 """Tor's abuse defences on the source onion, against real tor on the private network (issue 9 §1).
 
 One launched onion service (``make_tor_service`` as in production, with a ``haproxy:``
-listener marked ``from_tor`` as server.py builds it) serves a page that records the circuit each
+listener marked ``from_tor`` as deaddrop.service builds it) serves a page that records the circuit each
 request came over. Through the fixture's client tor, with raw SOCKS5 (a username per "visitor",
 which Tor isolates onto its own circuit) it checks: the options and metrics show PoW and the
 intro-point defence; requests carry circuits, distinct per visitor; MaxStreams closes a

@@ -1,0 +1,119 @@
+"""The source side: the source interface, its listeners (loopback, and Tor's own with circuit ids)
+and its timers."""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+from twisted.application.internet import TimerService
+from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import serverFromString
+from twisted.logger import Logger
+
+from deaddrop.config import Config
+from deaddrop.service.tree import DeadDropService
+from deaddrop.source_texts import SourceTexts
+from deaddrop.sources import Newsroom
+from deaddrop.store import queries
+from deaddrop.throttle import FailureThrottle
+from deaddrop.transport.circuits import CircuitCloser
+from deaddrop.transport.listeners import ListenerService
+from deaddrop.web.sessions import SessionStore
+from deaddrop.web.source.app import SourceInterface
+
+_log = Logger()
+
+
+def add_source_interface(top: DeadDropService, config: Config, reactor: Any, newsroom: Newsroom,
+                         submission_key_armored: str) -> None:
+    """The source interface on ``--source-listen``, its session sweeper and the pending-source purge."""
+    top.source_texts = SourceTexts.from_stored(top.db.run_blocking(queries.get_settings))
+    # A deleted source's sessions are emptied by the source interface itself (it says why).
+    source_sessions = SessionStore("dd_source", config.source_session_idle, config.source_session_lifetime)
+    top.circuit_closer = circuit_closer(top, config)
+    source = SourceInterface(
+        newsroom=newsroom,
+        sessions=source_sessions,
+        settings=top.settings,
+        events=top.events,
+        submission_key_armored=submission_key_armored,
+        codename_words=config.codename_words,
+        login_throttle=FailureThrottle(config.source_login_failures_per_minute, 60.0),
+        demo=config.demo,
+        circuit_closer=top.circuit_closer,
+        texts=top.source_texts,
+    )
+    top.source = source
+    top.source_listener = ListenerService(reactor, config.source_listen, source.site(reactor, top.source_connections), top.fatal)
+    top.source_listener.setServiceParent(top)
+    sweeper = TimerService(60.0, source_sessions.sweep)
+    sweeper.clock = reactor
+    sweeper.setServiceParent(top)
+    pending_max_age = config.pending_source_hours * 3600.0
+    purger = TimerService(min(600.0, pending_max_age / 4), _purge_quietly, newsroom, pending_max_age)
+    purger.clock = reactor
+    purger.setServiceParent(top)
+
+
+def _purge_quietly(newsroom: Newsroom, max_age: float) -> Deferred:
+    """One round of the pending-source purge; a failure is logged and the next round retries."""
+    d = newsroom.purge_pending_sources(max_age)
+    # Only the error's type: a message could carry a store path, which names a source.
+    d.addErrback(lambda f: _log.error("pending-source purge failed: {error}", error=f.type.__name__))
+    return d
+
+
+def circuit_closer(top: DeadDropService, config: Config) -> CircuitCloser:
+    """For the web layer: closes a circuit that keeps flooding (CLOSECIRCUIT on our Tor, made
+    later by ``tor_side.add_tor``). Only a launched Tor exports circuit ids; otherwise nothing to close."""
+    from deaddrop.transport.circuits import NoCloser
+
+    if config.tor != "launch":
+        return NoCloser()
+    from deaddrop.tor import TorCircuitCloser
+
+    return TorCircuitCloser(lambda: top.tor)
+
+
+TOR_LISTENER_BACKLOG = 4096
+
+
+def add_tor_only_listener(top: DeadDropService, config: Config, reactor: Any,
+                          wrap: Callable[[Any], Any] = lambda factory: factory) -> Any:
+    """The source site again, on a listener only the launched Tor connects to: a unix socket in
+    ``DATA/tor/`` (0700), where each connection starts with Tor's PROXY header naming its
+    circuit. ``--source-listen`` stays header-free for direct loopback use (one shared bucket).
+
+    ``wrap`` is applied to the listener's factory, inside the PROXY parsing: bench/_tor_like.py
+    adds Tor's own stream handling there, to run this listener without a Tor.
+
+    Returns the onion target for the torrc (``unix:PATH`` or a callable giving 127.0.0.1:PORT).
+    """
+    from twisted.internet.endpoints import quoteStringArgument
+    from twisted.protocols.haproxy import proxyEndpoint
+
+    from deaddrop.tor import keys, target_of
+    from deaddrop.transport.circuits import from_tor
+
+    tor_dir = keys.tor_dir(config.data_dir)
+    keys.ensure_private_dir(tor_dir)
+    path = os.path.join(tor_dir, "source.sock")
+    # A connect to a unix socket whose accept queue is full fails at once (EAGAIN) instead of
+    # waiting as a TCP SYN would, and Tor then fails the stream: under a flood the reactor
+    # may accept late, so the queue is as deep as the kernel allows (net.core.somaxconn).
+    if len(path.encode()) <= 100:  # sockaddr_un holds 108 bytes
+        inner = f"unix:{quoteStringArgument(path)}:mode=600:backlog={TOR_LISTENER_BACKLOG}"
+        target: Any = f"unix:{path}"
+    else:
+        # Too long for a socket: loopback TCP on a port the kernel picks. Local processes
+        # could then send a PROXY header too; a short --data-dir avoids that.
+        _log.warn("the data directory path is too long for a unix socket: Tor reaches the source site over loopback TCP")
+        inner = f"tcp:0:interface=127.0.0.1:backlog={TOR_LISTENER_BACKLOG}"
+        target = lambda: target_of(top.source_tor_listener.port)  # noqa: E731
+    endpoint = proxyEndpoint(serverFromString(reactor, inner))
+    top.source_tor_listener = ListenerService(
+        reactor, f"haproxy:{inner}", wrap(from_tor(top.source.site(reactor, top.source_connections))), top.fatal,
+        endpoint=endpoint,
+    )
+    top.source_tor_listener.setServiceParent(top)
+    return target
