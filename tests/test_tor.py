@@ -587,6 +587,58 @@ class BootstrapStallTests(_Base):
         h.advance(3600)
         self.assertEqual((len(h.reactor.processes), h.fatal), (2, []))
 
+    def test_repeated_bootstrap_warnings_are_folded_after_the_explanation(self):
+        # Offline, Tor repeats three [warn] lines every few seconds (151 in 6 minutes in a
+        # review): after the explanation they are counted, and the count comes with the
+        # explanation again every five minutes, so that it is not scrolled away.
+        from twisted.logger import formatEvent, globalLogPublisher
+
+        logged = []
+        observer = lambda event: logged.append(formatEvent(event) or "")  # noqa: E731
+        globalLogPublisher.addObserver(observer)
+        self.addCleanup(globalLogPublisher.removeObserver, observer)
+        problem = ["[warn] Problem bootstrapping. Stuck at 14% (handshake): Handshaking with a relay. "
+                   "(No route to host; NOROUTE; count {n}; recommendation warn; host "
+                   "AAAABBBBCCCCDDDDEEEEFFFF0000111122223333 at 192.0.2.{n}:443)",
+                   "[warn] {n} connections have failed:",
+                   "[warn]  {n} connections died in state connect()ing with SSL state (No SSL object)"]
+
+        def tor_warns(n):
+            h.process.say(*(line.format(n=n) for line in problem))
+
+        def tor_lines():
+            return [line for line in logged if line.startswith("tor: [warn]")]
+
+        h = self.harness(bootstrap=(5, "conn", "Connecting to a relay"), bootstrap_timeout=None)
+        h.launch_ready()
+        h.tor.event(self.STUCK)
+        h.settle()
+        for n in range(1, 7):  # before the explanation every line is logged, as it comes
+            tor_warns(n)
+            h.advance(10)
+        self.assertEqual(len(tor_lines()), 18)
+        self.assertEqual(len(self.stalled_lines(h)), 1)
+        for n in range(7, 37):  # five minutes more: folded
+            tor_warns(n)
+            h.advance(10)
+        h.process.say("[warn] Something new: Tor says it once")
+        self.assertEqual(len(tor_lines()), 19)
+        self.assertIn("Something new", tor_lines()[-1])
+        lines = self.stalled_lines(h)
+        self.assertEqual(len(lines), 2)
+        self.assertIn("--tor none", lines[1])
+        self.assertIn("Tor repeated its warnings 90 times in the last 5 minutes", lines[1])
+        self.assertIn("connections died", lines[1])
+        self.assertEqual(len([line for line in logged if "Tor repeated its warnings" in line]), 1)
+        h.advance(300)  # a quiet Tor: no reminder
+        self.assertEqual(len(self.stalled_lines(h)), 2)
+        tor_warns(40)
+        h.tor.event('STATUS_CLIENT NOTICE BOOTSTRAP PROGRESS=100 TAG=done SUMMARY="Done"')
+        h.settle()
+        h.advance(600)  # bootstrapped: no reminder, and Tor's lines are counted per day instead
+        self.assertEqual(len(self.stalled_lines(h)), 2)
+        self.assertEqual(len(tor_lines()), 19)
+
     def test_silent_when_bootstrap_progresses(self):
         h = self.harness(bootstrap=(5, "conn", "Connecting to a relay"))
         h.launch_ready()

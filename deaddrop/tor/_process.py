@@ -193,13 +193,17 @@ class TorProcessProtocol(ProcessProtocol):
         on_ended: Callable[[str, str], None],
         on_line: Callable[[str, str], None] | None = None,
         count_line: Callable[[str, str], None] | None = None,
+        fold_line: Callable[[str], bool] | None = None,
     ) -> None:
         """``count_line(level, kind)`` hears of each line Tor prints once bootstrapped, instead
-        of the log (see ``_line``); None: those lines are kept in memory only (``lines``)."""
+        of the log (see ``_line``); None: those lines are kept in memory only (``lines``).
+        ``fold_line(message)`` is asked about each [warn] before bootstrap: True, it was counted
+        instead of logged (Tor repeating a bootstrap problem that was already explained)."""
         self._on_control_listener = on_control_listener
         self._on_ended = on_ended
         self._on_line = on_line
         self._count_line = count_line
+        self._fold_line = fold_line
         # Bootstrapped: from here on Tor serves the onion, and what it says may be about a visitor.
         self.bootstrapped = False
         self._buffer = b""
@@ -246,6 +250,8 @@ class TorProcessProtocol(ProcessProtocol):
             # republish), and an [err] (Tor about to stop) is still written when it happens.
             if self._count_line is not None:
                 self._count_line(level, line_kind(message))
+        elif level == "warn" and self._fold_line is not None and self._fold_line(message):
+            pass
         elif level in ("warn", "err"):
             _log.warn("tor: [{tor_level}] {tor_says}", tor_level=level, tor_says=message)
         else:

@@ -36,6 +36,7 @@ from deaddrop.tor._process import (
     TorStartError,
     describe_exit,
     find_tor_binary,
+    line_kind,
     read_control_port_file,
     remove_stale_files,
     stale_tor_pid,
@@ -71,6 +72,7 @@ class Tuning:
     connect_retry: float = 0.2  # launched Tor: control connection retry period...
     connect_tries: int = 50  # ...and count
     stall_warning: float = 60.0  # no bootstrap progress this long: say once why the onion is not up
+    stall_reminder: float = 300.0  # meanwhile Tor's repeated warnings are folded: their count this often
 
 
 @dataclass
@@ -162,6 +164,14 @@ class TorOnionService(service.Service):
         self._defences = defences
         self._pow_available: bool | None = None  # launch: from `tor --list-modules`, once
         self._stall_reported = False
+        # After the stall explanation, Tor's repeated bootstrap warnings (every few seconds
+        # offline: "Problem bootstrapping. Stuck at 14%", "1 connections have failed") are
+        # counted, not logged: they would scroll the explanation away. A new kind is still
+        # logged once; the count comes with the explanation again every stall_reminder.
+        self._warning_kinds: set[str] = set()
+        self._folded = 0
+        self._folded_last: str | None = None
+        self._reminder = None
 
         self.onion_address: str | None = None
         self.journalist_onion_address: str | None = None
@@ -252,6 +262,7 @@ class TorOnionService(service.Service):
             self._retry_call.cancel()
         self._retry_call = None
         self._cancel_startup_deadline()
+        self._end_folding()
         waits = []
         attempt = self._attempt
         if attempt is not None:
@@ -331,6 +342,7 @@ class TorOnionService(service.Service):
             if attempt.stall_timer is not None and attempt.stall_timer.active():
                 attempt.stall_timer.cancel()
             self._stall_reported = False  # a later relaunch that stalls is worth saying again
+            self._end_folding()
             self.state = "publishing"
             await self._locked_publish(attempt, SOURCE)
             if self._journalist_target is not None:
@@ -422,6 +434,15 @@ class TorOnionService(service.Service):
         if not attempt.alive or attempt.bootstrapped.called or self._stall_reported:
             return
         self._stall_reported = True
+        self._events.emit(
+            "tor.bootstrap.stalled", progress=attempt.progress, summary=attempt.summary, detail=attempt.warning
+        )
+        message = self._stall_message(attempt)
+        _log.warn("{text}", text=message)
+        self._say(message)
+        self._reminder = self._reactor.callLater(self._tuning.stall_reminder, self._remind_stall)
+
+    def _stall_message(self, attempt: _Attempt) -> str:
         minutes = self._tuning.stall_warning / 60
         where = f"stuck at {attempt.progress}% ({attempt.summary})" if attempt.progress is not None else "not started"
         # Tor sometimes puts only a bare reason code here ("DONE"), which tells an admin nothing.
@@ -442,11 +463,43 @@ class TorOnionService(service.Service):
                 f" If Tor has still not connected {self._bootstrap_timeout:g} s after it started, "
                 "DeadDrop stops, so that its supervisor can start it again."
             )
-        self._events.emit(
-            "tor.bootstrap.stalled", progress=attempt.progress, summary=attempt.summary, detail=attempt.warning
-        )
-        _log.warn("{text}", text=message)
-        self._say(message)
+        return message
+
+    def _fold_bootstrap_warning(self, message: str) -> bool:
+        """A [warn] of Tor's before bootstrap: True if it is only counted (see _warning_kinds)."""
+        kind = line_kind(message)
+        if not self._stall_reported or kind not in self._warning_kinds:
+            if len(self._warning_kinds) < 200:
+                self._warning_kinds.add(kind)
+            return False
+        self._folded += 1
+        self._folded_last = message
+        return True
+
+    def _remind_stall(self) -> None:
+        """Every stall_reminder while Tor is stuck: the explanation again, with how many of
+        Tor's warnings were folded meanwhile (none folded: Tor is quiet, so is this)."""
+        self._reminder = None
+        attempt = self._attempt
+        if not self._stall_reported or self._stopping:
+            return
+        if self._folded and attempt is not None:
+            minutes = self._tuning.stall_reminder / 60
+            message = (
+                f"{self._stall_message(attempt)} Tor repeated its warnings {self._folded} "
+                f"time{'s' if self._folded != 1 else ''} in the last {minutes:g} minute{'s' if minutes != 1 else ''} "
+                f"(not shown; the last: {_one_line(self._folded_last or '')})."
+            )
+            self._folded, self._folded_last = 0, None
+            _log.warn("{text}", text=message)
+            self._say(message)
+        self._reminder = self._reactor.callLater(self._tuning.stall_reminder, self._remind_stall)
+
+    def _end_folding(self) -> None:
+        if self._reminder is not None and self._reminder.active():
+            self._reminder.cancel()
+        self._reminder = None
+        self._folded, self._folded_last = 0, None
 
     async def _kill_stale_tor(self) -> None:
         files = TorFiles(keys.tor_dir(self._data_dir))
@@ -523,6 +576,7 @@ class TorOnionService(service.Service):
             on_control_listener=partial(self._control_listener_up, attempt),
             on_ended=partial(self._process_ended, attempt),
             count_line=self._count_line,
+            fold_line=self._fold_bootstrap_warning,
         )
         attempt.files = files
         attempt.process = proto
