@@ -45,6 +45,18 @@ class DemoBannerTests(unittest.TestCase):
         self.assertIn("not reachable yet: Tor must first reach the Tor network, which needs Internet", text)
         self.assertIn("keeps serving on 127.0.0.1 and Tor keeps trying", text)
 
+    def test_the_address_is_shown_as_soon_as_its_key_exists(self):
+        # The key (tor.onion.key_created) is made before Tor has published anything: the address
+        # is known then, and the banner shows it, saying it is not reachable yet.
+        from deaddrop.tor import keys
+
+        key, _ = keys.load_or_create_onion_key(keys.service_dir(self.data, keys.SOURCE))
+        text = banner(self.data, "./demo", [])
+        self.assertIn(f"Source onion:         http://{key.address}/\n", text)
+        self.assertIn("(not reachable yet: Tor has not published it)", text)
+        self.assertNotIn("once Tor has published it", text)
+        self.assertIn("keeps serving on 127.0.0.1 and Tor keeps trying", text)
+
     def test_it_names_the_ca_to_trust_next_to_the_certificate(self):
         text = " ".join(banner(self.data, "./demo", []).split())
         self.assertIn("import ./demo/demo.p12 as your certificate", text)

@@ -1488,6 +1488,12 @@ class AdminTests(unittest.TestCase):
         self.assertFalse(data["journalist_onion"]["exists"])
 
         key, _ = keys.load_or_create_onion_key(keys.service_dir(d, keys.SOURCE))
+        # The key exists (tor.onion.key_created), Tor has not published it: the address, said so.
+        code, out, _ = self.run_admin("status", "--data-dir", d, "--json")
+        data = json.loads(out)
+        self.assertEqual((data["source_onion"], data["source_onion_address"]), (None, key.address))
+        code, out, _ = self.run_admin("status", "--data-dir", d)
+        self.assertIn(f"Source onion:     http://{key.address}/ (not reachable yet: Tor has not published it)", out)
         with open(keys.source_onion_file(d), "w") as f:
             f.write(key.address + "\n")
         keys.add_client(d, "alice")

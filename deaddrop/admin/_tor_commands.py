@@ -37,6 +37,10 @@ def register(subparsers, common_parent) -> None:
     listing.set_defaults(func=_client_list)
 
 
+# The onion's key exists (its address with it) but Tor has not uploaded its descriptor yet.
+NOT_PUBLISHED = "(not reachable yet: Tor has not published it)"
+
+
 def _data_dir(args) -> str:
     return initialised_data_dir(args.data_dir)
 
@@ -121,7 +125,8 @@ def tor_status(data_dir: str, owner: int | None = None) -> dict[str, Any]:
         else:
             checks.append({"name": "source_onion", "ok": True, "detail": source_onion})
     elif source_key is not None:
-        checks.append({"name": "source_onion", "ok": True, "detail": "not published yet"})
+        checks.append({"name": "source_onion", "ok": True,
+                       "detail": f"{source_key.address} {NOT_PUBLISHED}"})
 
     journalist_checks, journalist_key = _key_checks("journalist_key", keys.service_dir(data_dir, keys.JOURNALIST), owner)
     checks += journalist_checks
@@ -142,6 +147,8 @@ def tor_status(data_dir: str, owner: int | None = None) -> dict[str, Any]:
     return {
         "data_dir": data_dir,
         "source_onion": source_onion,
+        # The address as soon as its key exists (tor.onion.key_created), published or not.
+        "source_onion_address": source_key.address if source_key is not None else source_onion,
         "journalist_onion": {
             "exists": journalist_key is not None,
             "address": journalist_key.address if journalist_key is not None else None,
@@ -156,7 +163,12 @@ def tor_status(data_dir: str, owner: int | None = None) -> dict[str, Any]:
 def format_tor_status(status: dict[str, Any]) -> str:
     lines = [f"Data directory:   {status['data_dir']}"]
     source = status["source_onion"]
-    lines.append(f"Source onion:     {f'http://{source}/' if source else '(not published yet)'}")
+    if source:
+        lines.append(f"Source onion:     http://{source}/")
+    elif status.get("source_onion_address"):
+        lines.append(f"Source onion:     http://{status['source_onion_address']}/ {NOT_PUBLISHED}")
+    else:
+        lines.append("Source onion:     (no key yet: the server makes it at its first start with Tor)")
     j = status["journalist_onion"]
     if j["exists"]:
         lines.append(f"Journalist onion: {j['address']} ({j['clients']} authorised client(s); client auth required)")

@@ -8,6 +8,9 @@ import os
 import sys
 from typing import Sequence
 
+from deaddrop.admin._tor_commands import NOT_PUBLISHED
+from deaddrop.tor.keys import SOURCE, OnionKeyError, read_onion_key, service_dir
+
 WARNING = [
     "DEMO INSTANCE. The submission key ({demo}/svs) and the journalist",
     "CA ({data}/ca) are throwaways on this machine: nothing sent here is",
@@ -63,6 +66,17 @@ def onion_lines(data_dir: str, argv: Sequence[str]) -> list[str]:
             address = f.read().strip()
     except OSError:
         address = ""
+    if not address:
+        # Not published by any run yet, but the address is its key's (tor.onion.key_created).
+        try:
+            key = read_onion_key(service_dir(data_dir, SOURCE))
+        except OnionKeyError:
+            key = None
+        if key is not None:
+            return [f"http://{key.address}/", NOT_PUBLISHED, f"Its key is kept in {data_dir}/tor/. Tor must first",
+                    "reach the Tor network, which needs Internet access. The log below says when",
+                    "the onion is published, or why it is not; without Internet access the demo",
+                    "keeps serving on 127.0.0.1 and Tor keeps trying."]
     if address:
         return [f"http://{address}/ (its key is kept in {data_dir}/tor/)", *NOT_YET]
     return [*NOT_YET, f"Its address is shown there once Tor has published it, then kept in {path}."]
