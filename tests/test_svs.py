@@ -619,6 +619,27 @@ class ExportTests(_StationCase):
         self.assertEqual(code, 0)
         self.assertTrue(os.path.exists(os.path.join(exp, "d (2).txt.gpg")))
 
+    def test_the_journalist_interfaces_zip_is_exported_as_decrypt_reads_it(self) -> None:
+        # A new user exported the downloaded zip: cleaned as a plain zip, mat2 failed on its
+        # encrypted entries ("doc.gz.gpg's format (None) isn't supported").
+        self.server_file("1-brave_otter-msg.gpg", b"zipped msg")
+        self.document(2, b"zipped doc", b"doc.txt")
+        zpath = os.path.join(self.base, "brave_otter.zip")
+        with zipfile.ZipFile(zpath, "w") as zf:
+            for name in ("1-brave_otter-msg.gpg", "2-brave_otter-doc.gz.gpg"):
+                zf.write(os.path.join(self.inbox, name), f"brave_otter/{name}")
+        other = os.path.join(self.base, "photos.zip")  # a zip that is not the server's is a file
+        with zipfile.ZipFile(other, "w") as zf:
+            zf.writestr("notes.txt", "plain")
+        code, out, err = self.export(zpath, other)
+        self.assertEqual((code, err), (0, ""), out)
+        exp = os.path.join(self.base, "export")
+        self.assertEqual(sorted(tree(exp)), ["1-brave_otter-msg.gpg", "2-brave_otter-doc.gz.gpg", "photos.zip.gpg"])
+        msg = gpg_decrypt(self.personal_home, os.path.join(exp, "1-brave_otter-msg.gpg"))
+        self.assertEqual((msg.returncode, msg.stdout), (0, b"zipped msg"), msg.stderr)
+        doc = gpg_decrypt(self.personal_home, os.path.join(exp, "2-brave_otter-doc.gz.gpg"))
+        self.assertEqual(gzip.decompress(doc.stdout), b"zipped doc")
+
     def test_refuses_the_submission_key_and_secret_keys(self) -> None:
         plain = os.path.join(self.base, "p.txt")
         with open(plain, "w") as f:

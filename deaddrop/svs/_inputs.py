@@ -77,6 +77,22 @@ def _is_zip(guard: InputGuard, path: str, st: os.stat_result) -> bool:
         return False
 
 
+def _is_server_zip(guard: InputGuard, path: str, st: os.stat_result) -> bool:
+    """A zip holding server files (the journalist interface's download): export takes its
+    entries as decrypt does; cleaned as-is, mat2 would only fail on the encrypted entries.
+    Any other zip (a decrypted document may be one) is not."""
+    try:
+        with guard.open(path, st) as f:
+            if not zipfile.is_zipfile(f):
+                return False
+            f.seek(0)
+            with zipfile.ZipFile(f) as zf:
+                return any(parse_submission_name(info.filename) is not None
+                           for info in zf.infolist() if not info.is_dir())
+    except (ItemError, OSError, zipfile.BadZipFile, ValueError):
+        return False
+
+
 def _zip_items(guard: InputGuard, path: str, st: os.stat_result) -> Iterator[Item | BadInput]:
     try:
         raw = guard.open(path, st)
@@ -113,8 +129,9 @@ def iter_inputs(
 
     ``submissions_only`` (decrypt): every file must be a server file (or a zip of them);
     files in a folder that don't end in ``.gpg`` are skipped silently (a browser's download
-    folder has other things in it). Export passes ``False``: other files, zips included (a
-    decrypted document may well be a zip), are encrypted as-is, and our own leftover temp
+    folder has other things in it). Export passes ``False``: a zip of server files (the
+    journalist interface's download) is read entry by entry as decrypt reads it; other files,
+    other zips included (a decrypted document may well be a zip), are encrypted as-is, and our own leftover temp
     files are skipped. ``exclude`` (OUTDIR) is not walked into: with ``decrypt . --out out``
     the files being written must not become inputs. ``guard`` decides what may be read at
     all: no symbolic link is ever followed and nothing of the SVS home is read.
@@ -152,6 +169,8 @@ def iter_inputs(
             yield from _zip_items(guard, path, st)
         elif submissions_only:
             yield BadInput(display(path), "not a server file (N-designation-msg|doc.gz|reply.gpg) or a zip of them")
+        elif _is_server_zip(guard, path, st):
+            yield from _zip_items(guard, path, st)
         else:
             yield _file_item(guard, path, st)
 
@@ -197,5 +216,7 @@ def _folder_items(
             item = _file_item(guard, full, st, (top,) + sub)
             if submissions_only and item.name is None:
                 yield BadInput(item.label, "unrecognised name (expected N-designation-msg|doc.gz|reply.gpg)")
+            elif item.name is None and _is_server_zip(guard, full, st):
+                yield from _zip_items(guard, full, st)
             else:
                 yield item

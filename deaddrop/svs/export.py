@@ -10,7 +10,8 @@ per file says which kinds were removed. A file mat2 cannot clean is refused unle
   journalist typed: no file metadata) goes gpg to gpg through an OS pipe, its plaintext touching
   no filesystem; a document is unpacked into the RAM copy, cleaned, and packed again. The output
   keeps the server's name and format (``OUTDIR/1-brave_otter-msg.gpg``; a ``doc.gz`` stays gzip
-  inside, under its original name);
+  inside, under its original name). The zip the journalist interface downloads is read entry by
+  entry, as ``decrypt`` reads it (nothing extracted), each server file in it exported so;
 * any other file (typically something ``decrypt`` wrote): cleaned and encrypted to
   ``OUTDIR/<name>.gpg``. A folder keeps its layout: ``OUTDIR/brave_otter/1-msg.txt.gpg``.
 
