@@ -385,6 +385,28 @@ class DecryptTests(_StationCase):
         self.assertEqual(self.read_out("brave_otter", "1-msg.txt"), b"zipped msg")
         self.assertEqual(self.read_out("brave_otter", "doc.txt"), b"zipped doc" * 1000)
 
+    def test_decrypting_the_same_files_again_adds_no_copies(self) -> None:
+        # A new user decrypted the same zip twice and found "1-msg (2).txt" copies.
+        self.server_file("1-brave_otter-msg.gpg", b"once")
+        self.document(2, b"doc once", b"doc.txt")
+        code, out, err = self.decrypt(self.inbox)
+        self.assertEqual((code, err), (0, ""))
+        code, out, err = self.decrypt(self.inbox)
+        self.assertEqual((code, err), (0, ""))
+        self.assertEqual(sorted(tree(self.out)), ["brave_otter", "brave_otter/1-msg.txt", "brave_otter/doc.txt"])
+        self.assertIn("brave_otter/1-msg.txt: already there, identical (skipped, not copied)", out)
+        self.assertIn("brave_otter/doc.txt: already there, identical (skipped, not copied)", out)
+        self.assertIn("Decrypted 0 of 2 files", out.splitlines()[-1])
+        self.assertIn("2 were already there, identical (skipped)", out.splitlines()[-1])
+        # Different bytes under the name (edited since): a copy beside it, as before.
+        with open(os.path.join(self.out, "brave_otter", "1-msg.txt"), "ab") as f:
+            f.write(b" edited")
+        code, out, err = self.decrypt(self.inbox)
+        self.assertEqual((code, err), (0, ""))
+        self.assertEqual(self.read_out("brave_otter", "1-msg (2).txt"), b"once")
+        self.assertEqual(sorted(os.listdir(os.path.join(self.out, "brave_otter"))),
+                         ["1-msg (2).txt", "1-msg.txt", "doc.txt"])  # no temp file left either
+
     def test_a_zip_entry_with_a_bad_crc_is_reported(self) -> None:
         # The ciphertext itself is intact (gpg alone would accept it); only the zip's own
         # checksum says the entry is not what was zipped. That must not pass silently.
@@ -471,12 +493,12 @@ class DecryptTests(_StationCase):
         self.assertEqual(self.read_out("brave_otter", "1-msg (2).txt"), b"new message")
         self.assertEqual({self.read_out("brave_otter", "report.pdf"), self.read_out("brave_otter", "report (2).pdf")},
                          {b"first", b"second"})
-        # Running again adds copies instead of replacing anything.
-        code, _, _ = self.decrypt(self.inbox)
+        # Running again replaces nothing, and adds no copy of what is already there.
+        code, out, _ = self.decrypt(self.inbox)
         self.assertEqual(code, 0)
-        self.assertEqual(self.read_out("brave_otter", "1-msg (3).txt"), b"new message")
+        self.assertEqual(out.count("already there, identical (skipped, not copied)"), 3)
         self.assertEqual(self.read_out("brave_otter", "1-msg.txt"), b"journalist's notes")
-        self.assertEqual(len(os.listdir(os.path.join(self.out, "brave_otter"))), 7)
+        self.assertEqual(len(os.listdir(os.path.join(self.out, "brave_otter"))), 4)
 
     def test_outdir_inside_the_input_folder_is_not_read_back(self) -> None:
         self.out = os.path.join(self.inbox, "decrypted")

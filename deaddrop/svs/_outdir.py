@@ -28,6 +28,20 @@ def _is_single_component(name: str) -> bool:
     )
 
 
+def _same_bytes(a: str, b: str) -> bool:
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        with os.fdopen(os.open(a, flags), "rb") as fa, os.fdopen(os.open(b, flags), "rb") as fb:
+            while True:
+                x, y = fa.read(1024 * 1024), fb.read(1024 * 1024)
+                if x != y:
+                    return False
+                if not x:
+                    return True
+    except OSError:
+        return False
+
+
 class PendingFile:
     """A temp file inside the target folder; :meth:`commit` gives it its final name."""
 
@@ -81,6 +95,21 @@ class PendingFile:
             self._done = True
             return candidate
         raise ItemError(f"too many files named like {name!r} in {self.folder}")
+
+    def identical_existing(self, name: str, suffix: str = "") -> str | None:
+        """An existing ``name`` (or ``name (2)``...) in the folder with exactly this file's
+        bytes, if any: the same file decrypted again, to skip rather than copy."""
+        self.file.flush()
+        size = os.fstat(self.file.fileno()).st_size
+        for n in range(1, _MAX_COPIES):
+            candidate = os.path.join(self.folder, numbered(name, n) + suffix)
+            try:
+                st = os.lstat(candidate)
+            except FileNotFoundError:
+                return None
+            if stat.S_ISREG(st.st_mode) and st.st_size == size and _same_bytes(self.path, candidate):
+                return candidate
+        return None
 
     def discard(self) -> None:
         """Remove the temp file (plaintext of a failed item must not linger)."""

@@ -36,6 +36,7 @@ class Summary:
     written: list[str] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
     kinds: Counter = field(default_factory=Counter)
+    skipped: list[str] = field(default_factory=list)  # already in OUTDIR, byte for byte
 
     @property
     def ok(self) -> bool:
@@ -50,10 +51,16 @@ def _read_all(stream: BinaryIO) -> Iterator[bytes]:
         yield data
 
 
+class AlreadyThere(Exception):
+    """The file's plaintext is already in OUTDIR under its name (decrypted before): nothing was
+    written. ``args[0]`` is that file's path."""
+
+
 def decrypt_item(
     gpg: Gpg, item: Item, out: OutDir, progress: Progress | None = None, limit: OutputLimit | None = None
 ) -> str:
-    """Decrypt one server file into ``out``; return the written path or raise ItemError.
+    """Decrypt one server file into ``out``; return the written path or raise ItemError
+    (AlreadyThere: the same bytes are already there under its name, and are not copied).
 
     ``limit`` bounds what the file may write (cap and free space); going over it stops gpg
     and removes the temp file, so nothing of an over-cap file is left.
@@ -94,6 +101,10 @@ def _decrypt_into(
                 budget.add(len(chunk))  # raises before an over-cap chunk is written
                 pending.write(chunk)
             job.finish()  # raises unless gpg decrypted and verified everything
+            existing = pending.identical_existing(target)
+            if existing is not None:
+                pending.discard()
+                raise AlreadyThere(existing)
             return pending.commit(target)
         except ItemError:
             if pending is not None:
@@ -140,6 +151,13 @@ def run_decrypt(
             progress = Progress(stderr, item.label, item.size, tty)
         try:
             path = decrypt_item(gpg, item, out, progress, limit)
+        except AlreadyThere as e:
+            if progress:
+                progress.close(item.size)
+            summary.skipped.append(e.args[0])
+            stdout.write(f"{out.relative(e.args[0])}: already there, identical (skipped, not copied)\n")
+            stdout.flush()
+            continue
         except ItemError as e:
             if progress:
                 progress.close()
@@ -173,10 +191,13 @@ def summary_line(summary: Summary, root: str) -> str:
         if n:
             one, many = KIND_WORDS[kind]
             parts.append(f"{n} {one if n == 1 else many}")
-    total = len(summary.written) + len(summary.failed)
+    total = len(summary.written) + len(summary.failed) + len(summary.skipped)
     line = f"Decrypted {len(summary.written)} of {total} file{'s' if total != 1 else ''} into {root}"
     if parts:
         line += f" ({', '.join(parts)})"
+    if summary.skipped:
+        n = len(summary.skipped)
+        line += f"; {n} {'was' if n == 1 else 'were'} already there, identical (skipped)"
     if summary.failed:
         line += f"; {len(summary.failed)} FAILED"
     return line + "."
