@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import getpass
 import os
 import sys
@@ -101,6 +102,20 @@ def make_api(reactor: Any, args: Any) -> JournalistApi:
     return JournalistApi(reactor, args.url, policy, session_file=args.session_file)
 
 
+def activity(value: str | None) -> str:
+    """The API's ``last_updated`` as the journalist web shows it: a source's times are kept to
+    the day only, so midnight UTC is the date alone, not a made-up time of day."""
+    if not value:
+        return "never"
+    try:
+        moment = datetime.datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ")
+    except ValueError:
+        return value
+    if moment.time() == datetime.time():
+        return moment.strftime("%Y-%m-%d")
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
 @inlineCallbacks
 def run(reactor: Any, args: Any, out=sys.stdout):
     api = make_api(reactor, args)
@@ -135,7 +150,8 @@ def run(reactor: Any, args: Any, out=sys.stdout):
             for s in sources:
                 subs = yield api.get_json(f"/sources/{s['uuid']}/submissions")
                 unread = sum(1 for x in subs.get("submissions", []) if not x.get("is_read"))
-                rows.append((("* " if s.get("is_starred") else "  ") + s["journalist_designation"], str(unread), s.get("last_updated") or ""))
+                name = ("* " if s.get("is_starred") else "  ") + s["journalist_designation"]
+                rows.append((name, str(unread), activity(s.get("last_updated"))))
             out.write(f"{'SOURCE':32} {'UNREAD':>6}  LAST ACTIVITY\n")
             for name, unread, last in rows:
                 out.write(f"{name:32} {unread:>6}  {last}\n")

@@ -98,6 +98,9 @@ class WorkstationTests(unittest.TestCase):
         self.assertIn("0 marked seen", text)
         status, text = yield self.cli("sources")
         self.assertIn(os.path.basename(folder).replace("_", " "), text)
+        # The day only, as the web shows it: the server keeps no time of day for a source.
+        [row] = [line for line in text.splitlines() if os.path.basename(folder).replace("_", " ") in line]
+        self.assertRegex(row, r"\s\d{4}-\d\d-\d\d$")
 
         # On the SVS: decrypt (also straight from the folder), byte-identical, names kept, nothing escapes.
         svs_home = short_tempdir("dd-svsh-")
