@@ -33,7 +33,8 @@ def register(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
 
     p = subparsers.add_parser(
         "restore", parents=[common_parent],
-        help="restore a backup into a new or empty --data-dir (verifies it; decrypts with your gpg)")
+        help="restore a backup into a new or empty --data-dir, or one holding only the new server's tls/ "
+             "(kept; verifies it; decrypts with your gpg)")
     p.add_argument("archive", metavar="FILE", help="a file written by 'deaddrop-admin backup'")
     p.add_argument("--signer", required=True, metavar="KEY.asc",
                    help="the backup-signing key's public half: an archive it did not sign is refused")
@@ -110,16 +111,20 @@ def _restore(args: argparse.Namespace, out: Output) -> int:
     out.result(
         {"data_dir": report.data_dir, "files": report.files, "bytes": report.bytes, "signer": report.signer,
          "schema_version": report.schema_version, "created": report.created, "seconds": round(seconds, 3),
-         "start_command": command},
+         "start_command": command, "kept": list(report.kept), "not_restored": list(report.not_restored)},
         f"restored {report.files} files ({_size(report.bytes)}) from a backup of {report.created} signed by "
         f"{report.signer} into {report.data_dir} in {seconds:.1f} s; every file matched the manifest\n"
-        f"  start it with: {shlex.join(command)}\n"
+        + (f"  kept this server's own {', '.join(report.kept)} (already in the data dir, unchanged); "
+           + (f"the archive's {', '.join(report.not_restored)} matched the manifest and were NOT restored\n"
+              if report.not_restored else "the archive held no tls/ files\n")
+           if report.kept else "")
+        + f"  start it with: {shlex.join(command)}\n"
         + ("  (the options it ran with at the backup; files they name outside the data dir are not in the backup; "
            "no --submission-key: the data dir holds the instance's key)\n" if report.start_options is not None else
            "  (the server was not running during the backup, so the options it ran with are not known: add them, "
            "e.g. from its systemd unit; no --submission-key: the data dir holds the instance's key)\n")
         + f"  or, as the service of docs/deploy/install.md: chown -R deaddrop: {shlex.quote(report.data_dir)}, "
-          "then systemctl start deaddrop\n"
+          "then systemctl enable --now deaddrop\n"
           "  it keeps the onion address, sources, accounts and submission key",
     )
     return 0

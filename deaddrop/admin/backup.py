@@ -19,8 +19,9 @@ signed by another key.
 The last member, ``MANIFEST.json``, lists every file with its size, mode and SHA-256, and every
 folder with its mode. ``restore_backup`` decrypts with the admin's gpg (``--unwrap``: the signed
 message comes out whole) and checks the signature in a scratch GnuPG home holding only the
-signer's public key; it refuses a non-empty target, accepts only plain files and folders with safe
-relative names, checks every file against the manifest and gpg's integrity check, gives files and
+signer's public key; it refuses a non-empty target (except one holding only the new server's
+certificate folder ``tls/``, which it keeps: the archive's ``tls/`` files are then checked against
+the manifest but not written), accepts only plain files and folders with safe relative names, checks every file against the manifest and gpg's integrity check, gives files and
 folders their original modes, and removes everything it wrote if any check fails.
 """
 from __future__ import annotations
@@ -83,6 +84,10 @@ class RestoreReport:
     signer: str = ""
     # The options the server ran with during the backup (None: it was not running).
     start_options: tuple[str, ...] | None = None
+    # Files of the target's own tls/ that were kept (the archive's copies were checked, not written).
+    kept: tuple[str, ...] = ()
+    # The archive's files that were checked against the manifest but not written (because of ``kept``).
+    not_restored: tuple[str, ...] = ()
 
 
 # -- the recipient key ---------------------------------------------------------------------------
@@ -327,42 +332,81 @@ def _safe_name(name: str) -> bool:
     return all(_SAFE_PART.match(p) and p not in (".", "..") for p in parts) and not name.startswith("/")
 
 
-def _prepare_target(data_dir: str) -> bool:
-    """-> True if the directory was created here. Refuses a non-empty one."""
+# The one thing a new server's data dir may hold before a restore: docs/deploy/install.md puts the
+# journalist listener's certificate there (step 3) before the service ever starts.
+TLS_DIR = "tls"
+
+
+@dataclass(frozen=True)
+class _Target:
+    created: bool  # made here (removed whole on failure)
+    kept: tuple[str, ...]  # relative paths of the files in tls/ that were there before (never touched)
+    had_tls: bool  # tls/ existed before (kept, as a folder, on failure)
+
+
+def _prepare_target(data_dir: str) -> _Target:
+    """Refuses a non-empty directory, unless all it holds is a ``tls/`` folder of plain files
+    (a new server's certificate and key, installed as the guide says): those are kept."""
     if os.path.lexists(data_dir):
         if not os.path.isdir(data_dir) or os.path.islink(data_dir):
             raise BackupError(f"{data_dir} exists and is not a directory")
-        if os.listdir(data_dir):
-            raise BackupError(f"{data_dir} is not empty: restore only into a new or empty directory")
+        entries = sorted(os.listdir(data_dir))
+        if entries and entries != [TLS_DIR]:
+            others = [e for e in entries if e != TLS_DIR]
+            shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+            raise BackupError(f"{data_dir} is not empty ({shown}): restore only into a new or empty directory, "
+                              f"or one holding nothing but the server certificate folder {TLS_DIR}/")
+        kept: list[str] = []
+        if entries:
+            tls = os.path.join(data_dir, TLS_DIR)
+            if os.path.islink(tls) or not os.path.isdir(tls):
+                raise BackupError(f"{tls} is not a folder: restore only into a new or empty directory, or one "
+                                  f"holding nothing but the server certificate folder {TLS_DIR}/")
+            for name in sorted(os.listdir(tls)):
+                path = os.path.join(tls, name)
+                if os.path.islink(path) or not os.path.isfile(path):
+                    raise BackupError(f"{path} is not a plain file: the folder {TLS_DIR}/ may hold only the "
+                                      "server's certificate and key before a restore")
+                kept.append(f"{TLS_DIR}/{name}")
         os.chmod(data_dir, 0o700)
-        return False
+        return _Target(False, tuple(kept), bool(entries))
     os.makedirs(data_dir, mode=0o700)
-    return True
+    return _Target(True, (), False)
 
 
-def _clear(data_dir: str, created: bool) -> None:
-    if created:
+def _clear(data_dir: str, target: _Target) -> None:
+    """Remove everything the restore wrote; what the directory held before stays."""
+    if target.created:
         shutil.rmtree(data_dir, ignore_errors=True)
         return
     for entry in os.listdir(data_dir):
         path = os.path.join(data_dir, entry)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(path)
+        if entry == TLS_DIR and target.had_tls:
+            for name in os.listdir(path):
+                if f"{TLS_DIR}/{name}" not in target.kept:
+                    _remove(os.path.join(path, name))
+            continue
+        _remove(path)
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
 
 
 def restore_backup(archive: str, data_dir: str, signer_file: str, gnupg_home: str | None = None,
                    gpg_binary: str = "gpg") -> RestoreReport:
     """Decrypt ``archive`` (with the backup key in ``gnupg_home``, or gpg's default) into a new or
-    empty ``data_dir``, verifying everything, the signature by ``signer_file``'s key first of all;
-    on any failure nothing is left behind."""
+    empty ``data_dir`` (or one holding only ``tls/``, kept as it is), verifying everything, the
+    signature by ``signer_file``'s key first of all; on any failure nothing it wrote is left behind."""
     data_dir = os.path.abspath(data_dir)
     if not os.path.isfile(archive):
         raise BackupError(f"{archive}: no such file")
     signer = public_key_fingerprint(signer_file, "s", gpg_binary)
-    created = _prepare_target(data_dir)
+    target = _prepare_target(data_dir)
     home = ["--homedir", gnupg_home] if gnupg_home else []
     try:
         with contextlib.ExitStack() as stack:
@@ -417,7 +461,7 @@ def restore_backup(archive: str, data_dir: str, signer_file: str, gnupg_home: st
                     raise gpg_failed(verify, verify_errors, "read the signed archive in")
 
             try:
-                report, folders = _extract(verify.stdout, data_dir)
+                report, folders = _extract(verify.stdout, data_dir, skip_tls=bool(target.kept))
             except (BackupError, tarfile.TarError, EOFError):
                 # A forged archive may be malformed too: say first what is wrong with its origin.
                 finish()
@@ -433,9 +477,9 @@ def restore_backup(archive: str, data_dir: str, signer_file: str, gnupg_home: st
         _check_database(data_dir)
         fsync_directory(data_dir)
         return RestoreReport(report.data_dir, report.files, report.bytes, report.schema_version, report.created,
-                             signer, report.start_options)
+                             signer, report.start_options, target.kept, report.not_restored)
     except BaseException as e:
-        _clear(data_dir, created)
+        _clear(data_dir, target)
         if isinstance(e, (tarfile.TarError, EOFError)):
             raise BackupError(f"{archive} is not a complete DeadDrop backup ({e})") from None
         raise
@@ -472,8 +516,11 @@ def _check_signature(archive: str, status: IO[bytes], signer: str, signer_file: 
         raise BackupError(f"{archive} is signed by {expected}, which is REVOKED; refused")
 
 
-def _extract(stream: IO[bytes], data_dir: str) -> tuple[RestoreReport, Any]:
+def _extract(stream: IO[bytes], data_dir: str, skip_tls: bool = False) -> tuple[RestoreReport, Any]:
+    """Write every member (with ``skip_tls``, the ``tls/`` ones are only read and hashed: the
+    target's own certificate stays), then check all of them against the manifest."""
     written: dict[str, dict[str, Any]] = {}
+    not_restored: list[str] = []
     manifest: dict[str, Any] | None = None
     total = 0
     with tarfile.open(fileobj=stream, mode="r|") as tar:
@@ -489,6 +536,10 @@ def _extract(stream: IO[bytes], data_dir: str) -> tuple[RestoreReport, Any]:
                     raise BackupError("the archive's manifest is implausibly large")
                 manifest = json.loads(f.read().decode("utf-8"))
                 continue
+            if skip_tls and member.name.startswith(TLS_DIR + "/"):
+                written[member.name] = _hash_member(f, member)
+                not_restored.append(member.name)
+                continue
             written[member.name] = _write_member(f, data_dir, member)
             total += member.size
     if manifest is None or not isinstance(manifest, dict) or "format" not in manifest:
@@ -503,8 +554,9 @@ def _extract(stream: IO[bytes], data_dir: str) -> tuple[RestoreReport, Any]:
     options = manifest.get("start_options")
     if options is not None and not (isinstance(options, list) and all(isinstance(o, str) for o in options)):
         raise BackupError("the archive's manifest holds bad start options")
-    report = RestoreReport(data_dir, len(written), total, int(manifest["schema_version"]), manifest["created"],
-                           start_options=None if options is None else tuple(options))
+    report = RestoreReport(data_dir, len(written) - len(not_restored), total, int(manifest["schema_version"]),
+                           manifest["created"], start_options=None if options is None else tuple(options),
+                           not_restored=tuple(not_restored))
     return report, manifest.get("folders")
 
 
@@ -540,6 +592,16 @@ def _write_member(f: IO[bytes], data_dir: str, member: tarfile.TarInfo) -> dict[
         out.flush()
         os.fsync(out.fileno())
     return {"size": member.size, "mode": mode, "sha256": digest.hexdigest()}
+
+
+def _hash_member(f: IO[bytes], member: tarfile.TarInfo) -> dict[str, Any]:
+    digest = hashlib.sha256()
+    while True:
+        chunk = f.read(CHUNK)
+        if not chunk:
+            break
+        digest.update(chunk)
+    return {"size": member.size, "mode": member.mode & 0o777, "sha256": digest.hexdigest()}
 
 
 def _check_database(data_dir: str) -> None:

@@ -239,8 +239,78 @@ class BackupArchiveTests(unittest.TestCase):
             f.write("mine")
         code, out, err = yield self.restore(self.archive, target)
         self.assertEqual(code, 1)
-        self.assertEqual(err, f"deaddrop-admin: error: {target} is not empty: restore only into a new or empty directory\n")
+        self.assertEqual(err, f"deaddrop-admin: error: {target} is not empty (keep.txt): restore only into a new or "
+                              "empty directory, or one holding nothing but the server certificate folder tls/\n")
         self.assertEqual(os.listdir(target), ["keep.txt"])
+
+    def new_server_dir(self, name: str) -> tuple[str, dict[str, bytes]]:
+        """A data dir as docs/deploy/install.md leaves a new server's before the restore: only
+        tls/ with the new server's certificate and key (their own bytes, not the archive's)."""
+        target = os.path.join(self.work, name)
+        os.makedirs(os.path.join(target, "tls"), mode=0o700)
+        mine = {"tls/server.pem": b"the new server's certificate\n", "tls/server.key": b"the new server's key\n"}
+        for rel, data in mine.items():
+            with open(os.path.join(target, rel), "wb") as f:
+                f.write(data)
+        return target, mine
+
+    @inlineCallbacks
+    def test_a_directory_holding_only_the_new_servers_tls_is_restored_into_and_tls_is_kept(self):
+        # The old server had its pair in DATA/tls (step 3 of the guide): it is in the backup.
+        os.makedirs(os.path.join(self.data_dir, "tls"), mode=0o700, exist_ok=True)
+        for name in ("server.pem", "server.key"):
+            with open(os.path.join(self.data_dir, "tls", name), "wb") as f:
+                f.write(b"the old server's " + name.encode() + b"\n")
+        archive = os.path.join(self.work, "with-tls.gpg")
+        code, out, err = yield deferToThread(run_cli, "backup", "--out", archive, *self.admin.backup_args(),
+                                             "--data-dir", self.data_dir)
+        self.assertEqual(code, 0, err)
+        archived = [n for n in self.members(self.admin.decrypt(archive)) if n.startswith("tls/")]
+        self.assertEqual(archived, ["tls/server.key", "tls/server.pem"])
+        target, mine = self.new_server_dir("new-server")
+        code, out, err = yield self.restore(archive, target)
+        self.assertEqual(code, 0, err)
+        for rel, data in mine.items():  # never overwritten
+            with open(os.path.join(target, rel), "rb") as f:
+                self.assertEqual(f.read(), data, rel)
+        self.assertEqual(sorted(os.listdir(os.path.join(target, "tls"))), ["server.key", "server.pem"])
+        self.assertIn("kept this server's own tls/server.key, tls/server.pem (already in the data dir, unchanged); "
+                      f"the archive's {', '.join(archived)} matched the manifest and were NOT restored", out)
+        for restored in ["db.sqlite", "submission-key.asc", "pepper-login-tag"]:
+            self.assertTrue(os.path.isfile(os.path.join(target, restored)), restored)
+        code, out, err = yield deferToThread(run_cli, "--json", "restore", archive, "--data-dir",
+                                             self.new_server_dir("new-server-json")[0], *self.admin.restore_args())
+        self.assertEqual(code, 0, err)
+        report = json.loads(out)
+        self.assertEqual(report["kept"], ["tls/server.key", "tls/server.pem"])
+        self.assertEqual(report["not_restored"], archived)
+
+    @inlineCallbacks
+    def test_a_tls_folder_with_anything_else_or_a_failed_restore_leaves_the_new_servers_files_alone(self):
+        target, mine = self.new_server_dir("tls-and-more")
+        os.makedirs(os.path.join(target, "store"))
+        code, out, err = yield self.restore(self.archive, target)
+        self.assertEqual(code, 1)
+        self.assertIn(f"{target} is not empty (store): restore only into a new or empty directory, or one holding "
+                      "nothing but the server certificate folder tls/", err)
+        target, mine = self.new_server_dir("tls-with-a-link")
+        os.symlink("/etc/passwd", os.path.join(target, "tls", "ca.pem"))
+        code, out, err = yield self.restore(self.archive, target)
+        self.assertEqual(code, 1)
+        self.assertIn("tls/ca.pem is not a plain file", err)
+        # A truncated archive: everything restore wrote goes, the new server's tls/ stays as it was.
+        with open(self.archive, "rb") as f:
+            blob = f.read()
+        bad = os.path.join(self.work, "cut.gpg")
+        with open(bad, "wb") as f:
+            f.write(blob[: len(blob) * 3 // 4])
+        target, mine = self.new_server_dir("tls-then-failure")
+        code, out, err = yield self.restore(bad, target)
+        self.assertEqual(code, 1, out)
+        self.assertEqual(os.listdir(target), ["tls"])
+        for rel, data in mine.items():
+            with open(os.path.join(target, rel), "rb") as f:
+                self.assertEqual(f.read(), data, rel)
 
     @inlineCallbacks
     def test_a_tampered_or_truncated_archive_is_refused_and_nothing_is_left(self):
