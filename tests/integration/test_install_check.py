@@ -35,11 +35,22 @@ class InstallGuideTests(unittest.TestCase):
         for said in ["installed (not editable)", "systemd-analyze verify accepts the unit", "exposure 1.2 OK",
                      "runs the unit's ExecStart", "status --json agrees", "downloaded, still encrypted",
                      "the SVS decrypted the test message", "the restored instance serves",
-                     "skipped: systemd is not PID 1 here"]:
+                     "skipped: systemd is not PID 1 here",
+                     # the offline machine and the workstation install from the stick's wheels, no index
+                     "on the offline machine, installed from the stick's wheels alone",
+                     "on the journalist workstation, installed from the stick's wheels alone",
+                     # the restore runs into the data dir as the guide leaves it, and keeps its tls/
+                     "holds, as the guide left it: tls, tls/server.key, tls/server.pem",
+                     "kept this server's own tls/server.key, tls/server.pem",
+                     "presents the certificate installed before the restore"]:
             self.assertIn(said, out)
+        # runuser (in Debian's base system), never sudo (missing where root has a password).
+        self.assertNotIn("sudo ", GUIDE.read_text("utf-8").split("## 1.", 1)[1])
         reached = out.rsplit("reached: ", 1)[1].strip().split(", ")
-        for milestone in ["CA", "cert server", "non-editable install", "first start", "journalist add",
-                          "status --json", "source submission", "journalist download", "backup", "restore"]:
+        for milestone in ["CA", "cert server", "non-editable install", "wheels", "offline install", "first start",
+                          "journalist add", "status --json", "workstation install", "source submission",
+                          "journalist download", "digest registration", "backup", "new server", "restore",
+                          "restored start"]:
             self.assertIn(milestone, reached)
 
     def test_a_broken_step_of_the_guide_fails_and_is_named(self):
