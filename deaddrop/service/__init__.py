@@ -2,8 +2,7 @@
 
 ``tree.py`` is the running server (``DeadDropService``) with its parts as typed attributes;
 ``build.py`` builds it from a ``Config``: the store, the keys and the domain, then each side
-(``source_side.py``; the journalist side in ``deaddrop.web.journalist.wiring``), then Tor
-(``tor_side.py``) and the timers. ``deaddrop.tap`` (``twistd deaddrop``) calls ``build_service``.
+(``source_side.py``, ``journalist_side.py``), then Tor (``tor_side.py``) and the timers. ``deaddrop.tap`` (``twistd deaddrop``) calls ``build_service``.
 """
 from deaddrop.service.build import build_service
 from deaddrop.service.tree import DeadDropService

@@ -31,7 +31,7 @@ from deaddrop.store.disk_space import DiskReserve, DiskSpace
 from deaddrop.store.files import Store
 from deaddrop.submission_key import KEY_FILE as SUBMISSION_KEY_FILE, use_submission_key
 from deaddrop.transport.connections import ConnectionLimits, budget_for, raise_fd_limit
-from deaddrop.web.journalist.wiring import add_journalist_interface
+from deaddrop.service.journalist_side import add_journalist_interface
 
 _log = Logger()
 
@@ -181,7 +181,7 @@ def _add_status_file(top: DeadDropService, config: Config, reactor: Any, io_pool
                      fingerprint: str) -> None:
     """``DATA/status.json`` for ``deaddrop-admin status`` (see ``runtime_status``)."""
     from deaddrop.runtime_status import StatusFile
-    from deaddrop.web.journalist.wiring import find_ca
+    from deaddrop.service.journalist_side import find_ca
 
     found = find_ca(config)
     cert = config.journalist_tls_cert or (config.path("tls", "server.pem") if found else None)

@@ -48,9 +48,9 @@ class JournalistInterface(HtmlResponses):
     events: SecurityEvents
     api: Any = None  # JournalistAPI, mounted at /api/v1
     source_texts: SourceTexts = field(default_factory=SourceTexts)  # admin pages: source_texts.py
-    # The exact `deaddrop-admin cert issue` line for a new user, with {name} (see wiring).
+    # The exact `deaddrop-admin cert issue` line for a new user, with {name} (see service.journalist_side).
     cert_issue_command: str = "deaddrop-admin cert issue {name} --out {name}.p12"
-    # -> Deferred[username -> CertificateStatus], for the users page (see wiring); None: unknown.
+    # -> Deferred[username -> CertificateStatus], for the users page (see service.journalist_side); None: unknown.
     certificate_status: Any = None
 
     cookie: SessionCookie = field(init=False)

@@ -1,4 +1,4 @@
-"""Composition of the journalist side: accounts, desk, web interface, API and the mTLS listener.
+"""The journalist side: accounts, desk, web interface, API and the mTLS listener.
 
 Called once from ``build_service`` (before Tor). The listener needs a CA to verify client
 certificates: ``--journalist-ca`` (plus ``--journalist-crl``), or else the demo CA that
@@ -11,10 +11,11 @@ import datetime
 import os
 import re
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from twisted.application.internet import TimerService
 from twisted.application.service import Service
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from deaddrop.certificates import (
@@ -23,6 +24,8 @@ from deaddrop.certificates import (
 from deaddrop.config import Config
 from deaddrop.journalist_desk import Desk
 from deaddrop.journalists import Accounts
+from deaddrop.service.tree import DeadDropService
+from deaddrop.sources import Newsroom
 from deaddrop.transport.connections import ConnectionLimits
 from deaddrop.transport.listeners import ListenerService
 from deaddrop.web.journalist.api import JournalistAPI
@@ -121,7 +124,7 @@ class _SighupService(Service):
             self._uninstall = None
 
 
-def add_journalist_interface(top: Any, config: Config, reactor: Any) -> None:
+def add_journalist_interface(top: DeadDropService, config: Config, reactor: Any) -> None:
     newsroom = top.newsroom
     accounts = Accounts(
         db=top.db, crypto_pool=newsroom.crypto_pool, events=top.events, cost=config.kdf_cost,
@@ -184,13 +187,14 @@ def add_journalist_interface(top: Any, config: Config, reactor: Any) -> None:
               endpoint=config.journalist_listen, ca=ca_path, crl=crl_path or "none")
 
 
-def _certificate_status(newsroom: Any, tls: JournalistTLS, ca_path: str, reactor: Any) -> Any:
+def _certificate_status(newsroom: Newsroom, tls: JournalistTLS, ca_path: str,
+                        reactor: Any) -> Callable[[], Deferred]:
     """For the users page: the CA's issued list, if the server has a copy (``state.json`` beside
     the CA certificate, as in the demo layout ``DATA/ca``), read afresh each time (the CA may
     have issued since), judged against the CRL in force."""
     issued_list = os.path.join(os.path.dirname(ca_path), STATE_FILE)
 
-    def statuses() -> Any:
+    def statuses() -> Deferred:
         now = datetime.datetime.fromtimestamp(reactor.seconds(), datetime.timezone.utc)
         d = newsroom.io_pool.run(read_issued_list, issued_list)
         return d.addCallback(lambda issued: certificate_statuses(issued, tls.revoked_serials(), now))
