@@ -15,6 +15,8 @@ from pathlib import Path
 
 from twisted.trial import unittest
 
+from tests._demo import scratch_checkout
+
 ROOT = Path(__file__).resolve().parents[1]
 RECORDER = "#!/bin/sh\necho \"$(basename \"$0\") $*\" >> \"$CALLS\"\n"
 PIP_INSTALLS = "touch \"$(dirname \"$0\")/twistd\" && chmod +x \"$(dirname \"$0\")/twistd\"\n"  # as pip would
@@ -22,14 +24,7 @@ PIP_INSTALLS = "touch \"$(dirname \"$0\")/twistd\" && chmod +x \"$(dirname \"$0\
 
 class DemoInstallTests(unittest.TestCase):
     def setUp(self) -> None:
-        self.checkout = Path(self.mktemp()).resolve()
-        (self.checkout / "scripts").mkdir(parents=True)
-        for name in ("scripts/demo", "scripts/fetch-axe", "setup.cfg", "pyproject.toml"):
-            shutil.copy2(ROOT / name, self.checkout / name)
-        version = re.search(r"^VERSION=(\S+)$", (ROOT / "scripts/fetch-axe").read_text(), re.M).group(1)
-        axe = self.checkout / "tests/browser/.axe" / f"axe-core-{version}.min.js"
-        axe.parent.mkdir(parents=True)
-        axe.write_text("/* present */")
+        self.checkout = scratch_checkout(Path(self.mktemp()).resolve())
         bin_dir = self.checkout / ".venv" / "bin"
         bin_dir.mkdir(parents=True)
         os.symlink(sys.executable, bin_dir / "python")
