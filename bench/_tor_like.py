@@ -129,7 +129,7 @@ def build(argv: list[str]) -> Any:
     _add_listener(top, reactor, tor_like)
     # The closer is read when a circuit floods, long after start-up: replacing it now is enough.
     top.circuit_closer = tor_like
-    top.source.circuit_closer = tor_like
+    top.source.defence.circuit_closer = tor_like
     return top
 
 

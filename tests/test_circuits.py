@@ -116,7 +116,7 @@ class ServerWiringTests(unittest.TestCase):
 
         top, data_dir = await self.built(tor="launch", tor_binary="/bin/false")
         self.assertIsInstance(top.circuit_closer, TorCircuitCloser)
-        self.assertIs(top.source.circuit_closer, top.circuit_closer)
+        self.assertIs(top.source.defence.circuit_closer, top.circuit_closer)
         # Tor connects to a unix socket in DATA/tor/, wrapped for the PROXY header.
         sock = os.path.join(os.path.abspath(data_dir), "tor", "source.sock")
         self.assertEqual(top.source_tor_listener.description, f"haproxy:unix:{sock}:mode=600:backlog=4096")
@@ -156,7 +156,7 @@ class ServerWiringTests(unittest.TestCase):
         top, _ = await self.built(tor="launch", tor_binary="/bin/false", tor_pow=False)
         self.assertIs(top.tor._defences.pow, False)
         top, _ = await self.built(tor="none")
-        self.assertIsInstance(top.source.circuit_closer, NoCloser)
+        self.assertIsInstance(top.source.defence.circuit_closer, NoCloser)
         # Argon2id and gpg work runs below the reactor thread's CPU priority.
         self.assertEqual(top.newsroom.crypto_pool.niceness, 10)
         self.assertIsNone(top.source_tor_listener)  # a typed part: None when off

@@ -6,15 +6,14 @@ import calendar
 import json
 import os
 
-from twisted.internet.defer import succeed
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
 from deaddrop.daily_report import DailyReport, SourceActivity
 from deaddrop.events import EventGate, FloodGate, SecurityEvents
 from deaddrop.throttle import FailureThrottle
-from deaddrop.transport.circuits import Circuit
-from deaddrop.web.source._defence import FLOOD_THRESHOLD, FLOOD_WINDOW, FloodDefence
+from deaddrop.transport.circuits import Circuit, NoCloser
+from deaddrop.web.source.defence import FLOOD_THRESHOLD, FLOOD_WINDOW, FloodDefence
 from tests._support import LogCapture, short_tempdir
 
 # 2026-05-01 12:00:00 UTC
@@ -68,7 +67,7 @@ class FloodDefenceTests(unittest.TestCase):
         self.activity = SourceActivity(clock=self.clock.seconds)
         self.throttle = FailureThrottle(10, 60.0, clock=self.clock.seconds)
         self.defence = FloodDefence(self.events, self.throttle,
-                                    lambda circuit: succeed(None), activity=self.activity,
+                                    NoCloser(), activity=self.activity,
                                     _flood_events=EventGate(10.0, clock=self.clock.seconds),
                                     _single_visitor_events=FloodGate(FLOOD_THRESHOLD, FLOOD_WINDOW, every=10.0,
                                                                      clock=self.clock.seconds))

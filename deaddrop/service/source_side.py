@@ -20,6 +20,7 @@ from deaddrop.transport.circuits import CircuitCloser
 from deaddrop.transport.listeners import ListenerService
 from deaddrop.web.sessions import SessionStore
 from deaddrop.web.source.app import SourceInterface
+from deaddrop.web.source.defence import FloodDefence
 
 _log = Logger()
 
@@ -31,6 +32,14 @@ def add_source_interface(top: DeadDropService, config: Config, reactor: Any, new
     # A deleted source's sessions are emptied by the source interface itself (it says why).
     source_sessions = SessionStore("dd_source", config.source_session_idle, config.source_session_lifetime)
     top.circuit_closer = circuit_closer(top, config)
+    # Wrong codenames per Tor circuit (``LOCAL`` for connections without one).
+    login_throttle = FailureThrottle(config.source_login_failures_per_minute, 60.0)
+    # A circuit that has sent wrong codenames lately waits behind those that have not, and
+    # gives up its place to them when the Argon2id queue is full.
+    queues = newsroom.queues
+    queues.argon2id.standing = queues.untagged.standing = queues.repeats.standing = login_throttle.recent_failures
+    defence = FloodDefence(top.events, login_throttle, top.circuit_closer, connections=top.source_connections,
+                           activity=newsroom.activity)
     source = SourceInterface(
         newsroom=newsroom,
         sessions=source_sessions,
@@ -38,11 +47,11 @@ def add_source_interface(top: DeadDropService, config: Config, reactor: Any, new
         events=top.events,
         submission_key_armored=submission_key_armored,
         codename_words=config.codename_words,
-        login_throttle=FailureThrottle(config.source_login_failures_per_minute, 60.0),
+        defence=defence,
         demo=config.demo,
-        circuit_closer=top.circuit_closer,
         texts=top.source_texts,
     )
+    newsroom.on_source_deleted(source.source_deleted)
     top.source = source
     top.source_listener = ListenerService(reactor, config.source_listen, source.site(reactor, top.source_connections), top.fatal)
     top.source_listener.setServiceParent(top)

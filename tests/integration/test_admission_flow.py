@@ -241,7 +241,7 @@ class CircuitThrottleTests(unittest.TestCase):
                 closed.append(circuit)
                 return succeed(True)
 
-        self.server.service.source.circuit_closer = Recorder()
+        self.server.service.source.defence.circuit_closer = Recorder()
         return closed
 
     @inlineCallbacks
@@ -278,7 +278,7 @@ class CircuitThrottleTests(unittest.TestCase):
     @inlineCallbacks
     def test_a_circuit_that_keeps_flooding_is_closed(self):
         # The server hands the web layer its closer (Tor's, or NoCloser with --tor none).
-        self.assertIs(self.server.service.source.circuit_closer, self.server.service.circuit_closer)
+        self.assertIs(self.server.service.source.defence.circuit_closer, self.server.service.circuit_closer)
         closed = self.record_closed_circuits()
         attacker = self.browser(0x12345)
         for _ in range(5 + 10):
@@ -349,7 +349,7 @@ class CircuitThrottleTests(unittest.TestCase):
         self.assertEqual(closed, [Circuit(circuit)])
         # Cut three times: its standing is that of three wrong codenames, and every connection
         # it still had here is gone with it (Tor tears the circuit down too).
-        throttle = self.server.service.source.login_throttle
+        throttle = self.server.service.source.defence.login_throttle
         self.assertEqual(throttle.recent_failures(Circuit(circuit)), 3)
         self.assertEqual(self.server.service.source_connections.held_by(Circuit(circuit)), 0)
         yield wait_until(lambda: all(_hung_up(s) for s in held))  # closed without an answer
@@ -378,7 +378,7 @@ class CircuitThrottleTests(unittest.TestCase):
             response, _ = yield replay.post("/create", data=form, cookies=anonymous, follow=False)
             codes.append(response.code)
         self.assertEqual(codes, [303] + [409] * 5 + [429] * 2)
-        throttle = self.server.service.source.login_throttle
+        throttle = self.server.service.source.defence.login_throttle
         self.assertEqual(throttle.recent_failures(Circuit(0x30001)), 5)
 
     @inlineCallbacks
@@ -410,7 +410,7 @@ class CircuitThrottleTests(unittest.TestCase):
             yield deferLater(reactor, 0.1, lambda: None)  # its check has begun
             s.close()  # and the attacker is gone before the answer
             yield deferLater(reactor, 0.3, lambda: None)  # (one at a time: two would fill its places)
-        throttle = self.server.service.source.login_throttle
+        throttle = self.server.service.source.defence.login_throttle
         yield wait_until(lambda: throttle.recent_failures(Circuit(circuit)) == 5)
         response, html = yield self.browser(circuit).login(codenames.generate_codename(7))
         self.assertEqual(response.code, 429)

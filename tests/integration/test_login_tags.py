@@ -105,7 +105,7 @@ class LoginTagTests(unittest.TestCase):
         self.assertEqual([name for name, _ in headers1], [name for name, _ in headers2])
         self.assertIn(NOT_RECOGNIZED, page1)
         # Both count against the circuit alike (the local bucket here).
-        self.assertEqual(self.server.service.source.login_throttle.recent_failures(LOCAL), 2)
+        self.assertEqual(self.server.service.source.defence.login_throttle.recent_failures(LOCAL), 2)
 
     @inlineCallbacks
     def test_a_source_made_before_tags_gets_its_tag_at_its_next_login(self):

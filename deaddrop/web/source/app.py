@@ -2,7 +2,7 @@
 
 ``SourceInterface`` holds what every source page shares: the session and its cookie, the page
 frame in the source's language (``i18n.negotiate``), the guards' refusals, the one-time
-submission forms, and the flood defence (``_defence``). Each feature adds its routes with
+submission forms, and the flood defence (``defence``, built by ``deaddrop.service``). Each feature adds its routes with
 ``register``:
 
 * ``public``: the landing and safety pages, the logo, metadata, the key, static files;
@@ -27,7 +27,6 @@ from deaddrop.events import SecurityEvents
 from deaddrop.settings import InstanceSettings
 from deaddrop.source_texts import SourceTexts
 from deaddrop.sources import Newsroom, SourceIdentity, is_disk_full
-from deaddrop.transport.circuits import CircuitCloser, NoCloser
 from deaddrop.transport.connections import ConnectionLimits
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.form_tokens import FormTokens
@@ -38,11 +37,10 @@ from deaddrop.web._common.responses import HtmlResponses
 from deaddrop.web._common.session_cookie import SessionCookie
 from deaddrop.web.sessions import Session, SessionStore
 from deaddrop.web._common.site import BodyPolicy, DeadDropSite, describe_failure
-from deaddrop.throttle import FailureThrottle
 from deaddrop.web.source import codename, i18n, language, messages as msgs, pages, public, replies, submit, uploads
 from deaddrop.web.source._browser import is_tor_browser
 from deaddrop.web.source._carried import CarriedTexts
-from deaddrop.web.source._defence import CUTS_BEFORE_CLOSING, REFUSALS_BEFORE_CLOSING, FloodDefence
+from deaddrop.web.source.defence import CUTS_BEFORE_CLOSING, REFUSALS_BEFORE_CLOSING, FloodDefence
 from deaddrop.web.source._login import SourceLogin
 from deaddrop.web.source._proxies import refuse_proxied
 from deaddrop.web.source._submission_forms import RECEIVED, DraftBudget, SubmissionForm, SubmissionForms
@@ -70,10 +68,9 @@ class SourceInterface(HtmlResponses):
     events: SecurityEvents
     submission_key_armored: str
     codename_words: int
-    login_throttle: FailureThrottle  # failures per Tor circuit (``LOCAL`` for connections without one)
+    # Wrong codenames per circuit, and what answers a circuit that floods (built by the composition).
+    defence: FloodDefence
     demo: bool = False
-    # Closes a Tor circuit that keeps flooding (CLOSECIRCUIT); NoCloser with --tor none.
-    circuit_closer: CircuitCloser = field(default_factory=NoCloser)
     texts: SourceTexts = field(default_factory=SourceTexts)
     # Anonymous forms (log in, create) carry their state in a sealed token, not a session.
     forms: FormTokens = field(default_factory=lambda: FormTokens(FORM_LIFETIME))
@@ -87,21 +84,11 @@ class SourceInterface(HtmlResponses):
     carried: CarriedTexts = field(default_factory=CarriedTexts)
 
     cookie: SessionCookie = field(init=False)
-    defence: FloodDefence = field(init=False)
 
     app = Klein()
 
     def __post_init__(self) -> None:
         self.cookie = SessionCookie(self.sessions, COOKIE)
-        self.defence = FloodDefence(self.events, self.login_throttle,
-                                    lambda circuit: self.circuit_closer.close(circuit),
-                                    activity=self.newsroom.activity)
-        self.newsroom.on_source_deleted(self._source_deleted)
-        # A circuit that has sent wrong codenames lately waits behind those that have not, and
-        # gives up its place to them when the Argon2id queue is full.
-        self.newsroom.queues.argon2id.standing = self.login_throttle.recent_failures
-        self.newsroom.queues.untagged.standing = self.login_throttle.recent_failures
-        self.newsroom.queues.repeats.standing = self.login_throttle.recent_failures
 
     # -- plumbing --------------------------------------------------------------------------
 
@@ -145,9 +132,9 @@ class SourceInterface(HtmlResponses):
             return None
         return SourceLogin(session, identity, passphrase)
 
-    def _source_deleted(self, source_id: int) -> None:
-        """The newsroom deleted a source: its sessions forget everything but that, so the next
-        page can say so calmly instead of "session expired"."""
+    def source_deleted(self, source_id: int) -> None:
+        """The newsroom deleted a source (the composition hands it this): its sessions forget
+        everything but that, so the next page can say so calmly instead of "session expired"."""
         for session in self.sessions.owned_by(source_id):
             session.sealed.clear()
             session.data.clear()
@@ -271,8 +258,6 @@ class SourceInterface(HtmlResponses):
         self.newsroom.activity.failed(describe_failure(failure))
 
     def site(self, reactor: Any = None, connection_limits: ConnectionLimits | None = None) -> DeadDropSite:
-        if connection_limits is not None:
-            self.defence.connections = connection_limits
         return DeadDropSite(
             self.app.resource(),
             # A message carried through the login form: 100,000 characters of up to 4 bytes,

@@ -176,7 +176,7 @@ def _argon2id(self: Any, request: Any, run: Callable[[Any], Deferred], counted: 
     throttled (429) or the queue is full (503), with Retry-After set; ``run``'s other errors
     come through, its place given back."""
     circuit = circuit_of(request)
-    reservation = self.login_throttle.reserve(circuit)
+    reservation = self.defence.login_throttle.reserve(circuit)
     if reservation is None:
         self.defence.refused(circuit)
         request.setHeader(b"retry-after", b"60")

@@ -1,15 +1,16 @@
 """How the source side answers a flood: circuits that keep being refused, or keep holding a
 connection without sending, are closed through Tor; the IDS hears of floods, folded, never who.
+
+Built by the composition (``deaddrop.service.source_side``) and handed to ``SourceInterface``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
-
-from twisted.internet.defer import Deferred
+from typing import Any
 
 from deaddrop.daily_report import SourceActivity
 from deaddrop.events import EventGate, FloodGate, SecurityEvents
+from deaddrop.transport.circuits import CircuitCloser
 from deaddrop.transport.connections import ConnectionLimits
 from deaddrop.throttle import FailureThrottle
 
@@ -35,10 +36,9 @@ SINGLE_VISITOR_REASONS = frozenset({"busy", "abandoned", "upload_ended"})
 class FloodDefence:
     events: SecurityEvents
     login_throttle: FailureThrottle  # failures per Tor circuit (``LOCAL`` for connections without one)
-    # Closes a Tor circuit through Tor (CLOSECIRCUIT; the interface's circuit_closer).
-    close_through_tor: Callable[[Any], Deferred]
-    # The source listeners' connections (set by ``SourceInterface.site``): a circuit being
-    # closed loses them at once.
+    # Closes a Tor circuit that keeps flooding (CLOSECIRCUIT); NoCloser with --tor none.
+    circuit_closer: CircuitCloser
+    # The source listeners' connections: a circuit being closed loses them at once.
     connections: ConnectionLimits | None = None
     # Counts every defence for the day's report (the newsroom's; None: not counted).
     activity: SourceActivity | None = None
@@ -112,6 +112,6 @@ class FloodDefence:
 
     def _close(self, circuit: Any, one_visitor_may: bool = False) -> None:
         self.flood("circuit_closed", one_visitor_may)
-        self.close_through_tor(circuit).addErrback(lambda f: None)
+        self.circuit_closer.close(circuit).addErrback(lambda f: None)
         if self.connections is not None:
             self.connections.drop_circuit(circuit)
