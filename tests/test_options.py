@@ -18,6 +18,7 @@ from twisted.trial import unittest
 from deaddrop import codenames
 from deaddrop.config import Config, ConfigError
 from deaddrop.tap import Options, argv_from_environment
+from tests._markdown import table_rows
 from tests._support import short_tempdir, test_svs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -117,6 +118,84 @@ class DeclaredOnceTests(unittest.TestCase):
         self.assertEqual(len(names), 33)
         self.assertEqual({n for n in names if n.replace("-", "_") not in fields}, set())
         self.assertIn("--tor-option", Options().__str__())
+
+
+def help_defaults(text: str) -> dict[str, tuple[bool, str | None]]:
+    """Each option ``twistd deaddrop --help`` shows -> (is a flag, its ``[default: ...]`` or None)."""
+    entries: dict[str, tuple[bool, list[str]]] = {}
+    current = None
+    for line in text.splitlines():
+        option = re.match(r" {2,8}(?:-\w, )?--([a-z][a-z-]*)(=?)(.*)", line)
+        if option:
+            current = option.group(1)
+            entries[current] = (option.group(2) != "=", [option.group(3).strip()])
+        elif current and line.startswith(" " * 20) and line.strip():
+            entries[current][1].append(line.strip())  # the help wrapped onto the next line
+        else:
+            current = None
+    shown = {}
+    for name, (flag, parts) in entries.items():
+        default = re.search(r"\[default: (.*?)\]", " ".join(parts))
+        shown[name] = (flag, default.group(1) if default else None)
+    return {name: d for name, d in shown.items() if name not in ("help", "version")}  # twistd's own
+
+
+def readme_defaults(text: str) -> dict[str, str]:
+    """Each option of the README's options table -> its default cell, backticks removed."""
+    table = table_rows(text, "| option | default | meaning |")
+    return {name: default.replace("`", "") for options, default, _ in table
+            for name in re.findall(r"`--([a-z][a-z-]*)", options)}
+
+
+def same_default(readme: str, shown: str) -> bool:
+    """The README's default is the one ``--help`` shows: the same text, the same number (3600 and
+    3600.0), or a range holding it (``--crypto-threads`` defaults to the CPUs, 2 to 8)."""
+    if readme == shown:
+        return True
+    numbers = re.fullmatch(r"(\d+)-(\d+)", readme)
+    try:
+        if numbers:
+            return int(numbers.group(1)) <= float(shown) <= int(numbers.group(2))
+        return float(readme) == float(shown)
+    except ValueError:
+        return False
+
+
+class ReadmeOptionsTableTests(unittest.TestCase):
+    """The README's options table is written by hand: it lists every option ``--help`` shows, with
+    the same default, and no other."""
+
+    def test_the_readme_table_is_the_help(self):
+        shown = help_defaults(str(Options()))
+        self.assertEqual(len(shown), 34)  # Config's 33 options and --tor-option
+        with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+            readme = readme_defaults(f.read())
+        self.assertEqual(sorted(set(shown) - set(readme)), [], "options missing from the README's table")
+        self.assertEqual(sorted(set(readme) - set(shown)), [], "README options that --help does not show")
+        for name, (flag, default) in shown.items():
+            if flag:
+                self.assertEqual(readme[name], "off", name)
+            elif default is not None:
+                self.assertTrue(same_default(readme[name], default), f"--{name}: README {readme[name]!r}, "
+                                                                      f"--help {default!r}")
+
+    def test_the_comparison_can_fail(self):
+        text = ("Options:\n      --demo                             A demo.\n"
+                "      --disk-reserve=                    Free space (2GB, 5%), or both. [default:\n"
+                "                                         2GB,5%]\n"
+                "      --help                             Display this help and exit.\n"
+                "      --tor-binary=                      The tor binary (default: on PATH).\n")
+        self.assertEqual(help_defaults(text), {"demo": (True, None), "disk-reserve": (False, "2GB,5%"),
+                                               "tor-binary": (False, None)})
+        self.assertTrue(same_default("3600", "3600.0"))
+        self.assertTrue(same_default("2-8", "4"))
+        self.assertFalse(same_default("2-8", "12"))
+        self.assertFalse(same_default("120", "480"))
+        self.assertFalse(same_default("on", "off"))
+        table = ("| option | default | meaning |\n| --- | --- | --- |\n"
+                 "| `--journalist-ca FILE`, `--journalist-crl FILE` | `DATA/ca/*` | who |\n| `--kdf-cost X` | `default` | cost |\n")
+        self.assertEqual(readme_defaults(table), {"journalist-ca": "DATA/ca/*", "journalist-crl": "DATA/ca/*",
+                                                  "kdf-cost": "default"})
 
 
 class SessionOptionTests(unittest.TestCase):
