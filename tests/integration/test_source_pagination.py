@@ -22,7 +22,7 @@ from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThread
 from twisted.trial import unittest
 
-from deaddrop.web.journalist import api as api_module
+from deaddrop.web.journalist.api import sources as api_module
 
 from deaddrop.workstation import cli as ws_cli
 from deaddrop.workstation.api import JournalistApi

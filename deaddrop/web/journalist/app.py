@@ -1,6 +1,6 @@
 """The journalist interface: a Klein app served only on the journalist (mutual TLS) listener.
 
-HTML pages for people, and the JSON API mounted at ``/api/v1`` (see ``api.py``). Sessions
+HTML pages for people, and the JSON API mounted at ``/api/v1`` (see ``api/``). Sessions
 are server-side (``dd_journalist`` cookie, idle and absolute timeouts), every form carries a
 CSRF token, and every request re-reads the account: a deleted account, or one whose
 passphrase or two-factor secret changed since the session began, is logged out at once.
