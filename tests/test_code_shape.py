@@ -13,8 +13,8 @@ import deaddrop
 _ROOT = os.path.dirname(deaddrop.__file__)
 
 
-def _import_graph() -> dict[str, set[str]]:
-    """Module -> deaddrop modules it imports, at any depth (function-level imports count too)."""
+def _package_modules() -> dict[str, str]:
+    """Dotted name -> path of every module of the package (a package by its own name)."""
     modules = {}
     for folder, _dirs, files in os.walk(_ROOT):
         for name in files:
@@ -22,6 +22,12 @@ def _import_graph() -> dict[str, set[str]]:
                 path = os.path.join(folder, name)
                 dotted = "deaddrop" + path[len(_ROOT):-3].replace(os.sep, ".")
                 modules[dotted.removesuffix(".__init__")] = path
+    return modules
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> deaddrop modules it imports, at any depth (function-level imports count too)."""
+    modules = _package_modules()
     graph = {}
     for module, path in modules.items():
         with open(path, encoding="utf-8") as f:
@@ -119,6 +125,49 @@ def _svs_beyond_itself(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
             if not _within(i, "deaddrop.svs") and i != "deaddrop.limits"}
 
 
+def _web_into_service(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """Imports of the composition from the web layer: it is built by it, never the other way."""
+    return {(m, i) for m, imports in graph.items() for i in imports
+            if _within(m, "deaddrop.web") and _within(i, "deaddrop.service")}
+
+
+# Where the service may be built: the composition, twistd's plugin and option module, the .tac.
+_BUILDERS = ("deaddrop.service", "deaddrop.tap", "deaddrop.tac", "twisted.plugins")
+
+
+def _service_builders(sources: dict[str, str]) -> set[str]:
+    """Modules, outside ``_BUILDERS``, that import ``deaddrop.service`` or build the service
+    (``build_service(...)``, ``DeadDropService(...)``)."""
+    found = set()
+    for module, text in sources.items():
+        if any(_within(module, b) for b in _BUILDERS):
+            continue
+        for node in ast.walk(ast.parse(text)):
+            imported = ([node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+                        if isinstance(node, ast.ImportFrom) and node.level == 0
+                        else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            called = node.func if isinstance(node, ast.Call) else None
+            name = getattr(called, "id", None) or getattr(called, "attr", None)
+            if any(_within(i, "deaddrop.service") for i in imported) or name in ("build_service", "DeadDropService"):
+                found.add(module)
+    return found
+
+
+def _server_sources() -> dict[str, str]:
+    """Module -> source of every module of the package, ``deaddrop.tac`` and twistd's plugin."""
+    repo = os.path.dirname(_ROOT)
+    paths = dict(_package_modules(), **{"deaddrop.tac": os.path.join(repo, "deaddrop.tac")})
+    plugins = os.path.join(repo, "twisted", "plugins")
+    for name in os.listdir(plugins):
+        if name.endswith(".py"):
+            paths["twisted.plugins." + name[:-3]] = os.path.join(plugins, name)
+    sources = {}
+    for module, path in paths.items():
+        with open(path, encoding="utf-8") as f:
+            sources[module] = f.read()
+    return sources
+
+
 class ImportTests(unittest.TestCase):
     def test_no_import_circles(self):
         self.assertEqual(_cycles(_import_graph()), [])
@@ -139,6 +188,29 @@ class ImportTests(unittest.TestCase):
                                            "deaddrop.service.build": {"deaddrop.web.sessions"},
                                            "deaddrop.web.source.app": {"deaddrop.web.sessions"}}),
                          {("deaddrop.sources", "deaddrop.web._common.site")})
+
+    def test_the_web_layer_does_not_import_the_composition(self):
+        example = {"deaddrop.web.journalist.wiring": {"deaddrop.service.tree"}, "deaddrop.tap": {"deaddrop.service"},
+                   "deaddrop.service.source_side": {"deaddrop.web.source.app"}}
+        self.assertEqual(_web_into_service(example), {("deaddrop.web.journalist.wiring", "deaddrop.service.tree")})
+        self.assertEqual(_web_into_service(_import_graph()), set())
+
+    def test_only_the_composition_and_twistd_s_entry_points_build_the_service(self):
+        sources = _server_sources()
+        self.assertIn("deaddrop.tac", sources)
+        self.assertIn("twisted.plugins.deaddrop_plugin", sources)
+        self.assertEqual(_service_builders(sources), set())
+        self.assertEqual(_service_builders({
+            "deaddrop.web.journalist.wiring": "def add(top): pass\nfrom deaddrop.service.tree import DeadDropService\n",
+            "deaddrop.retention": "import deaddrop.service\n",
+            "deaddrop.admin.cli": "from deaddrop import service\nservice.build_service(config)\n",
+            "deaddrop.digest": "from deaddrop import service\n",
+            "deaddrop.tor": "def f(config):\n    return DeadDropService(config, None)\n",
+            "deaddrop.service.build": "def build_service(config):\n    return DeadDropService(config, None)\n",
+            "deaddrop.tap": "from deaddrop.service import build_service\nbuild_service(config)\n",
+            "deaddrop.tac": "makeService(options)\n",
+        }), {"deaddrop.web.journalist.wiring", "deaddrop.retention", "deaddrop.admin.cli", "deaddrop.digest",
+             "deaddrop.tor"})
 
     def test_nothing_but_the_admin_cli_imports_it(self):
         self.assertEqual(_into_admin(_import_graph()), set())

@@ -2,8 +2,8 @@
 
 ``SourceInterface`` holds what every source page shares: the session and its cookie, the page
 frame in the source's language (``i18n.negotiate``), the guards' refusals, the one-time
-submission forms, and the flood defence (``defence``, built by ``deaddrop.service``). Each feature adds its routes with
-``register``:
+submission forms, and the flood defence (``defence``, built by ``deaddrop.service``). Each
+feature adds its routes with ``register``:
 
 * ``public``: the landing and safety pages, the logo, metadata, the key, static files;
 * ``language``: the language menu (a form's own buttons keep what was typed);
