@@ -163,6 +163,52 @@ class LoginTagTests(unittest.TestCase):
         self.assertIn({"event": "admin.sources.retired", "count": 1},
                       [{k: e[k] for k in ("event", "count") if k in e} for e in events])
 
+    @inlineCallbacks
+    def refusal(self, codename: str) -> tuple:
+        """How a login with ``codename`` is refused, as a visitor sees it (fresh cookie and form
+        token aside), and what it cost: (status, header names, page, Argon2id runs, decoys)."""
+        runs = count_argon2id_runs(self)
+        decoys = self.newsroom.login_decoys
+        response, html = yield self.browser().login(codename)
+        names = sorted(name for name, _ in response.headers.getAllRawHeaders())
+        return (response.code, names, re.sub(r'value="[^"]*"', "", html), len(runs),
+                self.newsroom.login_decoys - decoys)
+
+    @inlineCallbacks
+    def test_a_retired_source_is_refused_at_login_exactly_as_a_wrong_codename_is(self):
+        retired = yield self.browser().create_source()
+        writer = self.browser()
+        active = yield writer.create_source()
+        response, _ = yield writer.submit("something for the journalists")
+        self.assertEqual(response.code, 200)
+        with self.db:  # made before tags; 60 days on, one idle for 40 days, the other for 10
+            self.db.execute("UPDATE sources SET login_tag = NULL")
+            self.db.execute("UPDATE meta SET value = value - 60 * 86400 WHERE key = 'login_tags_since'")
+            self.db.execute("UPDATE sources SET last_updated = last_updated - 40 * 86400 WHERE pending = 1")
+            self.db.execute("UPDATE sources SET last_updated = last_updated - 10 * 86400 WHERE pending = 0")
+        result = yield admin("sources", "retire-untagged", "--idle-days", "30", "--data-dir", self.server.data_dir)
+        self.assertEqual((result["retired"], result["untagged_left"]), (1, 1))
+        throttle = self.server.service.source.login_throttle
+        # While an untagged source remains, any codename whose tag matches nobody is checked with
+        # Argon2id: the retired one and a wrong one alike.
+        wrong = yield self.refusal(codenames.generate_codename(7))
+        gone = yield self.refusal(retired)
+        self.assertEqual(wrong[0], 403)
+        self.assertIn(NOT_RECOGNIZED, wrong[2])
+        self.assertEqual(gone, wrong)
+        self.assertEqual(gone[3:], (1, 0))
+        self.assertEqual(throttle.recent_failures(LOCAL), 2)  # both count against the circuit
+        # Once the last untagged source has its tag, neither costs a run: both wait on the timer.
+        response, html = yield self.browser().login(active)
+        self.assertIn(LOGGED_IN, html)
+        wrong = yield self.refusal(codenames.generate_codename(7))
+        gone = yield self.refusal(retired)
+        self.assertEqual(gone, wrong)
+        self.assertEqual(gone[3:], (0, 1))
+        self.assertEqual(throttle.recent_failures(LOCAL), 4)
+        # The source's row is still there (for the journalists), never tagged again.
+        self.assertEqual(self.db.execute("SELECT COUNT(*) FROM sources WHERE login_tag = -1").fetchone()[0], 1)
+
 
 class ReturningSourcesFirstTests(unittest.TestCase):
     timeout = 120
