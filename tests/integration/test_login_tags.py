@@ -188,7 +188,7 @@ class LoginTagTests(unittest.TestCase):
             self.db.execute("UPDATE sources SET last_updated = last_updated - 10 * 86400 WHERE pending = 0")
         result = yield admin("sources", "retire-untagged", "--idle-days", "30", "--data-dir", self.server.data_dir)
         self.assertEqual((result["retired"], result["untagged_left"]), (1, 1))
-        throttle = self.server.service.source.login_throttle
+        throttle = self.server.service.source.defence.login_throttle
         # While an untagged source remains, any codename whose tag matches nobody is checked with
         # Argon2id: the retired one and a wrong one alike.
         wrong = yield self.refusal(codenames.generate_codename(7))
