@@ -1,4 +1,5 @@
-"""Source use cases: create, log in, submit, read and delete replies; replies from journalists.
+"""Source use cases: create, log in, submit, read and delete replies; replies from journalists
+(the keys and replies in ``source_replies``).
 
 This is the only layer that sees a codename, and only for as long as the KDF needs it: what
 a session keeps is the filesystem id (to find the source's files) and the key passphrase (to
@@ -7,7 +8,6 @@ decrypt replies while the source is logged in), both derived, never the codename
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import sqlite3
 import time
@@ -22,14 +22,15 @@ from twisted.python.failure import Failure
 
 from deaddrop import codenames
 from deaddrop.crypto.admission import Admission, AdmissionQueue, Pace, Ticket
-from deaddrop.crypto.gpg import GpgError, Keyring
+from deaddrop.crypto.gpg import Keyring
 from deaddrop.crypto.kdf import CodenameKdf, Derived, unwrap_passphrase, wrap_passphrase
-from deaddrop.crypto.pool import WorkerPool, forbid_reactor_thread
+from deaddrop.crypto.pool import WorkerPool
 from deaddrop.crypto.streaming import EncryptionTarget, StreamEncryption
 from deaddrop.crypto.upload_slots import UploadSlots
 from deaddrop.daily_report import SourceActivity
-from deaddrop.durable import write_new_file
 from deaddrop.events import SecurityEvents
+from deaddrop.source_identity import SourceIdentity, SourceNotFound
+from deaddrop.source_replies import SourceReplies
 from deaddrop.source_uploads import HasTempPath, UploadHold, discard
 from deaddrop.store import queries
 from deaddrop.store.db import Database
@@ -40,13 +41,6 @@ from deaddrop.throttle import FailureThrottle
 _log = Logger()
 
 
-@dataclass(frozen=True)
-class SourceIdentity:
-    source_id: int
-    filesystem_id: str
-    designation: str
-
-
 @dataclass
 class EncryptedPart:
     """A submission part already encrypted into a temp file, waiting to be committed."""
@@ -54,21 +48,6 @@ class EncryptedPart:
     kind: str  # "msg" or "doc"
     temp_path: str
     size: int = 0
-
-
-@dataclass(frozen=True)
-class Reply:
-    filename: str
-    text: str | None  # None when it could not be decrypted
-    created_at: float = 0.0
-    new: bool = False  # not yet shown to the source
-    # What the source's page names a reply by: its place among this source's own submissions
-    # and replies. The file name carries the newsroom's designation, which a source must never see.
-    number: int = 0
-
-
-class SourceNotFound(Exception):
-    pass
 
 
 class StorageFailed(Exception):
@@ -91,10 +70,6 @@ def is_disk_full(error: BaseException) -> bool:
 class NoFreeDesignation(Exception):
     """Twenty random designations were all taken: the lists are too small for the instance
     (start-up checks them against the sources it holds; this is the rest of the way)."""
-
-
-class KeyNotReady(Exception):
-    """The source's key pair does not exist yet and cannot be made without its codename."""
 
 
 class LoginThrottled(Exception):
@@ -181,8 +156,10 @@ class SourceQueues:
 
 
 @dataclass
-class Newsroom:
-    """The use cases, wired to their blocking back-ends through thread pools."""
+class Newsroom(SourceReplies):
+    """The use cases, wired to their blocking back-ends through thread pools.
+
+    Source key pairs and replies are ``SourceReplies``'s (``source_replies``)."""
 
     reactor: Any
     db: Database
@@ -391,63 +368,6 @@ class Newsroom:
         row = yield self.db.run(queries.source_by_id, row["id"])
         return row
 
-    # -- source key pairs ----------------------------------------------------------------
-
-    def ensure_key(self, identity: SourceIdentity, passphrase: str, after: Deferred | None = None) -> Deferred:
-        """Make the source's key pair unless it exists or is being made. Never fails loudly.
-
-        Only a source that has submitted something gets one (nobody can reply to the others).
-        ``after``: wait for it first (a first submission being committed).
-        """
-        if identity.source_id in self._keygen:
-            return self._keygen[identity.source_id]
-        d = self._make_key(identity, passphrase, after)
-        self._keygen[identity.source_id] = d
-
-        def done(result: Any) -> Any:
-            self._keygen.pop(identity.source_id, None)
-            return result
-
-        def failed(f: Any) -> None:
-            # Counted for the day's report, not logged now: the first submission happened now.
-            self.activity.failed(f"source key generation failed: {f.type.__name__}")
-            return None
-
-        d.addBoth(done)
-        d.addErrback(failed)
-        return d
-
-    @inlineCallbacks
-    def _make_key(self, identity: SourceIdentity, passphrase: str, after: Deferred | None):
-        if after is not None:
-            yield after
-        row = yield self.db.run(queries.source_by_id, identity.source_id)
-        if row is None or row["pending"]:
-            return None
-        if row["key_fingerprint"]:
-            return row["key_fingerprint"]
-        info = yield self.queues.keygen.run(identity.source_id, self.keyring.generate_source_key, passphrase)
-        stored = yield self.db.run(queries.set_source_key, identity.source_id, info.fingerprint, info.public_armored)
-        if not stored:  # the source was deleted meanwhile
-            yield self.crypto_pool.run(self.keyring.delete_key_pair, info.fingerprint)
-            return None
-        return info.fingerprint
-
-    @inlineCallbacks
-    def key_ready(self, source_id: int):
-        """The source's key fingerprint, waiting for a generation in flight. Raises KeyNotReady."""
-        pending = self._keygen.get(source_id)
-        if pending is not None:
-            waiter: Deferred = Deferred()
-            pending.addBoth(lambda r: (waiter.callback(None), r)[1])
-            yield waiter
-        row = yield self.db.run(queries.source_by_id, source_id)
-        if row is None:
-            raise SourceNotFound()
-        if not row["key_fingerprint"]:
-            raise KeyNotReady()
-        return row["key_fingerprint"]
-
     # -- submissions ---------------------------------------------------------------------
 
     def encrypt_stream(self, *, gzip_name: str | None, compress: bool,
@@ -566,93 +486,6 @@ class Newsroom:
             self.activity.stored(part.kind)
         return names
 
-    def is_placed(self, filename: str) -> bool:
-        """False while a committed submission or reply is still being moved into the store."""
-        return filename not in self._placing
-
-    # -- replies -------------------------------------------------------------------------
-
-    @inlineCallbacks
-    def replies_for(self, identity: SourceIdentity, passphrase: str):
-        """The source's replies, decrypted in its decryption queue (``Busy`` when full)."""
-        rows = yield self.db.run(queries.replies_for_source, identity.source_id)
-        placed = [row for row in rows if self.is_placed(row["filename"])]
-        if not placed:
-            return []
-        texts = yield self.queues.decrypt.run(identity.source_id, self._read_replies, identity.filesystem_id,
-                                              [row["filename"] for row in placed], passphrase)
-        return [Reply(row["filename"], text, row["created_at"], not row["read_by_source"], row["n"])
-                for row, text in zip(placed, texts)]
-
-    def _read_replies(self, filesystem_id: str, filenames: list[str], passphrase: str) -> list[str | None]:
-        return [self._read_reply(filesystem_id, name, passphrase) for name in filenames]
-
-    def mark_replies_read(self, identity: SourceIdentity, replies: list[Reply]) -> Deferred:
-        """After the source was shown ``replies``: they are no longer counted as new."""
-        return self.db.run(queries.mark_replies_read_by_source, identity.source_id,
-                           [r.filename for r in replies if r.new])
-
-    def _read_reply(self, filesystem_id: str, filename: str, passphrase: str) -> str | None:
-        forbid_reactor_thread("gpg")
-        try:
-            with self.store.open_stored(filesystem_id, filename) as f:
-                return self.keyring.decrypt(f.read(), passphrase).decode("utf-8", "replace")
-        except (OSError, GpgError):
-            return None
-
-    @inlineCallbacks
-    def delete_reply(self, identity: SourceIdentity, number: int):
-        """Delete *this source's* reply ``number`` (``Reply.number``). -> True if it was theirs and is gone."""
-        filename = yield self.db.run(queries.mark_reply_deleted_by_source, identity.source_id, number)
-        if filename is not None:
-            yield self.crypto_pool.run(self.store.remove, identity.filesystem_id, filename)
-        return filename is not None
-
-    @inlineCallbacks
-    def delete_all_replies(self, identity: SourceIdentity):
-        filenames = yield self.db.run(queries.mark_all_replies_deleted_by_source, identity.source_id)
-        for filename in filenames:
-            yield self.crypto_pool.run(self.store.remove, identity.filesystem_id, filename)
-        return len(filenames)
-
-    @inlineCallbacks
-    def add_reply(self, source_id: int, plaintext: str, journalist_id: int | None = None):
-        """Encrypt a journalist's reply to the source key and the submission key; store it.
-
-        Waits for a key generation in flight, so a reply is never lost to a slow key.
-        """
-        fingerprint = yield self.key_ready(source_id)
-        ciphertext = yield self.crypto_pool.run(
-            self.keyring.encrypt, plaintext.encode("utf-8"), [fingerprint, self.submission_fingerprint]
-        )
-        result = yield self.store_encrypted_reply(source_id, ciphertext, journalist_id)
-        return result
-
-    @inlineCallbacks
-    def store_encrypted_reply(self, source_id: int, ciphertext: bytes, journalist_id: int | None = None,
-                              reply_uuid: str | None = None):
-        temp = self.store.new_temp_path()
-        yield self.io_pool.run(_write_temp, temp, ciphertext)
-        try:
-            row = yield self.db.run(
-                queries.insert_reply, source_id, reply_uuid or str(uuidlib.uuid4()), len(ciphertext),
-                hashlib.sha256(ciphertext).hexdigest(), journalist_id, self.clock(),
-            )
-            if row is None:
-                raise SourceNotFound()
-            self._placing.add(row["filename"])
-            try:
-                yield self.io_pool.run(self.store.place, temp, row["filesystem_id"], row["filename"])
-            except BaseException:
-                yield self.db.run(queries.delete_reply_row, row["filename"])
-                raise
-            finally:
-                self._placing.discard(row["filename"])
-        except BaseException:
-            self.store.discard_temp(temp)
-            raise
-        return row
-
     # -- deletion ------------------------------------------------------------------------
 
     def on_source_deleted(self, hook: Callable[[int], None]) -> None:
@@ -699,10 +532,3 @@ class Newsroom:
         if missing:
             self.db.run_blocking(queries.delete_rows_for_missing_files, missing)
         return report
-
-
-def _write_temp(path: str, data: bytes) -> None:
-    forbid_reactor_thread("store")
-    write_new_file(path, data)
-
-

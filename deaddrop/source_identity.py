@@ -1,0 +1,23 @@
+"""Who a source is to the server once logged in, and the two ways a source can be missing.
+
+Shared by the source use cases (``sources.Newsroom``) and their part that answers sources
+(``source_replies``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SourceIdentity:
+    source_id: int
+    filesystem_id: str
+    designation: str
+
+
+class SourceNotFound(Exception):
+    pass
+
+
+class KeyNotReady(Exception):
+    """The source's key pair does not exist yet and cannot be made without its codename."""
