@@ -297,6 +297,62 @@ class CertificateFactsTests(unittest.TestCase):
         self.assertEqual(readers, {"certificates.py"})
 
 
+def _sources_under(package: str) -> dict[str, str]:
+    """Path (relative to the checkout) -> text of every module under ``deaddrop/<package>``."""
+    found = {}
+    for folder, _dirs, files in os.walk(os.path.join(_ROOT, package)):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                with open(path, encoding="utf-8") as f:
+                    found[os.path.relpath(path, os.path.dirname(_ROOT))] = f.read()
+    return found
+
+
+def _defines_routes(text: str) -> bool:
+    """A function decorated with ``app.route(...)``, ``routes.route(...)`` or ``token_route(...)``."""
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for d in node.decorator_list:
+                f = d.func if isinstance(d, ast.Call) else None
+                if (getattr(f, "attr", None) or getattr(f, "id", None) or "").endswith("route"):
+                    return True
+    return False
+
+
+def _long_route_files(sources: dict[str, str], most: int) -> set[str]:
+    return {path for path, text in sources.items() if _defines_routes(text) and text.count("\n") > most}
+
+
+def _long_classes(sources: dict[str, str], most: int) -> set[str]:
+    return {f"{path}:{node.name}" for path, text in sources.items() for node in ast.walk(ast.parse(text))
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > most}
+
+
+class RoomSizeTests(unittest.TestCase):
+    """Each feature in a room small enough to read in one sitting: no file of routes over 300
+    lines, no class over 400.
+
+    The one class allowed to be longer is the Tor supervisor, ``TorOnionService``: it is one state
+    machine over Tor's life (launch, bootstrap, publish, supervise, relaunch), whose states and
+    timers read each other; cut in parts, each part would reach into the others' state.
+    """
+
+    def test_no_route_file_over_300_lines(self):
+        web = _sources_under("web")
+        self.assertIn("deaddrop/web/journalist/api/replies.py", {p for p, t in web.items() if _defines_routes(t)})
+        self.assertEqual(_long_route_files(web, 300), set())
+        self.assertEqual(_long_route_files({"a.py": "@app.route('/')\ndef f(self, request): pass\n" + "\n" * 300,
+                                            "b.py": "@token_route(routes, '/', 'GET')\ndef f(self): pass\n",
+                                            "c.py": "def f(): pass\n" + "\n" * 300}, 300), {"a.py"})
+
+    def test_no_class_over_400_lines_but_the_tor_supervisor(self):
+        long = _long_classes(_sources_under(""), 400)
+        self.assertEqual(long, {"deaddrop/tor/_service.py:TorOnionService"})
+        self.assertEqual(_long_classes({"m.py": "class A:\n" + "    x = 1\n" * 400 + "class B:\n    y = 2\n"}, 400),
+                         {"m.py:A"})
+
+
 class ServiceTreeTests(unittest.TestCase):
     def test_the_service_parts_are_typed_attributes_not_looked_up(self):
         from deaddrop.service.tree import DeadDropService
