@@ -21,7 +21,7 @@ import zipfile
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable
 
-from twisted.internet.defer import inlineCallbacks
+from twisted.internet.defer import Deferred, inlineCallbacks
 
 from deaddrop.crypto import armor
 from deaddrop.crypto.pool import forbid_reactor_thread
@@ -227,12 +227,9 @@ class Desk:
         rows = yield self.db.run(jq.all_visible_submissions)
         return [_submission(r, r["source_uuid"]) for r in rows if self.newsroom.is_placed(r["filename"])]
 
-    @inlineCallbacks
-    def submission(self, source: SourceView, uuid: str):
-        for item in (yield self.submissions(source)):
-            if item.uuid == uuid:
-                return item
-        return None
+    def submission(self, source: SourceView, uuid: str) -> Deferred:
+        """The source's submission ``uuid``, or None."""
+        return self.submissions(source).addCallback(_with_uuid, uuid)
 
     @inlineCallbacks
     def replies(self, source: SourceView):
@@ -246,12 +243,9 @@ class Desk:
         names = yield self.db.run(jq.usernames_by_id)
         return [_reply(r, r["source_uuid"], names) for r in rows if self.newsroom.is_placed(r["filename"])]
 
-    @inlineCallbacks
-    def reply(self, source: SourceView, uuid: str):
-        for item in (yield self.replies(source)):
-            if item.uuid == uuid:
-                return item
-        return None
+    def reply(self, source: SourceView, uuid: str) -> Deferred:
+        """The source's reply ``uuid``, or None."""
+        return self.replies(source).addCallback(_with_uuid, uuid)
 
     # -- downloads -------------------------------------------------------------------------
 
@@ -475,6 +469,10 @@ def _build_zip(temp_path: str, open_stored: Callable[[str, str], BinaryIO],
         except FileNotFoundError:
             pass
     return f, os.fstat(f.fileno()).st_size
+
+
+def _with_uuid(items: list[Any], uuid: str) -> Any:
+    return next((item for item in items if item.uuid == uuid), None)
 
 
 def _submission(row: Any, source_uuid: str) -> SubmissionView:

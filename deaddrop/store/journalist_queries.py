@@ -241,34 +241,39 @@ def _seen_by(conn: sqlite3.Connection, table: str, column: str, ids: list[int]) 
     return found
 
 
-def submissions_of(conn: sqlite3.Connection, source_id: int) -> list[dict[str, Any]]:
-    rows = conn.execute("SELECT * FROM submissions WHERE source_id = ? ORDER BY n", (source_id,)).fetchall()
-    seen = _seen_by(conn, "submission_seen", "submission_id", [r["id"] for r in rows])
+# Who has seen a submission or a reply: the table of marks and its column naming the item.
+_SEEN = {"submissions": ("submission_seen", "submission_id"), "replies": ("reply_seen", "reply_id")}
+
+
+def _items(conn: sqlite3.Connection, table: str, source_id: int | None) -> list[dict[str, Any]]:
+    """The rows of ``table`` (submissions or replies), each with ``seen_by``: one source's in order
+    (``source_id``), or, with None, every source's but a pending one's, each with ``source_uuid``."""
+    seen_table, column = _SEEN[table]  # (a fixed name: nothing else is put into the SQL)
+    if source_id is not None:
+        rows = conn.execute(f"SELECT * FROM {table} WHERE source_id = ? ORDER BY n", (source_id,)).fetchall()
+    else:
+        rows = conn.execute(
+            f"SELECT x.*, s.uuid AS source_uuid FROM {table} x JOIN sources s ON s.id = x.source_id"
+            " WHERE s.pending = 0 ORDER BY x.source_id, x.n"
+        ).fetchall()
+    seen = _seen_by(conn, seen_table, column, [r["id"] for r in rows])
     return [dict(r, seen_by=seen[r["id"]]) for r in rows]
+
+
+def submissions_of(conn: sqlite3.Connection, source_id: int) -> list[dict[str, Any]]:
+    return _items(conn, "submissions", source_id)
 
 
 def all_visible_submissions(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-    rows = conn.execute(
-        "SELECT x.*, s.uuid AS source_uuid FROM submissions x JOIN sources s ON s.id = x.source_id"
-        " WHERE s.pending = 0 ORDER BY x.source_id, x.n"
-    ).fetchall()
-    seen = _seen_by(conn, "submission_seen", "submission_id", [r["id"] for r in rows])
-    return [dict(r, seen_by=seen[r["id"]]) for r in rows]
+    return _items(conn, "submissions", None)
 
 
 def replies_of(conn: sqlite3.Connection, source_id: int) -> list[dict[str, Any]]:
-    rows = conn.execute("SELECT * FROM replies WHERE source_id = ? ORDER BY n", (source_id,)).fetchall()
-    seen = _seen_by(conn, "reply_seen", "reply_id", [r["id"] for r in rows])
-    return [dict(r, seen_by=seen[r["id"]]) for r in rows]
+    return _items(conn, "replies", source_id)
 
 
 def all_visible_replies(conn: sqlite3.Connection) -> list[dict[str, Any]]:
-    rows = conn.execute(
-        "SELECT r.*, s.uuid AS source_uuid FROM replies r JOIN sources s ON s.id = r.source_id"
-        " WHERE s.pending = 0 ORDER BY r.source_id, r.n"
-    ).fetchall()
-    seen = _seen_by(conn, "reply_seen", "reply_id", [r["id"] for r in rows])
-    return [dict(r, seen_by=seen[r["id"]]) for r in rows]
+    return _items(conn, "replies", None)
 
 
 def set_submission_sha256(conn: sqlite3.Connection, submission_id: int, digest: str) -> None:

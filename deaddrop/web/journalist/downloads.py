@@ -11,7 +11,7 @@ from typing import Any
 from twisted.internet.defer import inlineCallbacks
 
 from deaddrop.journalist_desk import NotFound, SourceView
-from deaddrop.web._common.guards import login_required
+from deaddrop.web._common.guards import Refused, login_required
 from deaddrop.web._common.routes import Routes
 from deaddrop.web.journalist._files import FileResponse
 from deaddrop.web.journalist._login import JournalistLogin
@@ -22,16 +22,26 @@ MAX_ZIP_TICKETS = 8  # zip downloads a session remembers (see zip_then_page)
 routes = Routes()
 
 
+NO_SUCH_SUBMISSION = "There is no such submission (it may have been deleted)."
+
+
+@inlineCallbacks
+def _submission(self: Any, request: Any, uuid: str, item: str):
+    """The source ``uuid`` and its submission ``item``; else the page saying there is none."""
+    source = yield self._source(request, uuid)
+    submission = yield self.desk.submission(source, item)
+    if submission is None:
+        raise Refused(self._error(request, 404, "Not found", NO_SUCH_SUBMISSION))
+    return source, submission
+
+
 @routes.route("/sources/<uuid>/submissions/<item>/fetch", methods=["GET"])
 @login_required
 @inlineCallbacks
 def fetch_submission(self: Any, request: Any, login: JournalistLogin, uuid: str, item: str):
     """A file link on the source page: mark it read, then show the page again (with the new
     counts), which sends the browser on to the download itself."""
-    source = yield self._source(request, uuid)
-    submission = yield self.desk.submission(source, item)
-    if submission is None:
-        return self._error(request, 404, "Not found", "There is no such submission (it may have been deleted).")
+    source, submission = yield _submission(self, request, uuid, item)
     yield self.desk.mark_submissions(source, [submission.uuid], login.journalist.id, read=True)
     return self._redirect(request, f"/sources/{uuid}?fetch={submission.uuid}")
 
@@ -40,14 +50,11 @@ def fetch_submission(self: Any, request: Any, login: JournalistLogin, uuid: str,
 @login_required
 @inlineCallbacks
 def download_submission(self: Any, request: Any, login: JournalistLogin, uuid: str, item: str):
-    source = yield self._source(request, uuid)
-    submission = yield self.desk.submission(source, item)
-    if submission is None:
-        return self._error(request, 404, "Not found", "There is no such submission (it may have been deleted).")
+    source, submission = yield _submission(self, request, uuid, item)
     try:
         download = yield self.desk.open_submission(source, submission, login.journalist.id)
     except NotFound:  # its file is gone, or is not a regular file inside the store
-        return self._error(request, 404, "Not found", "There is no such submission (it may have been deleted).")
+        return self._error(request, 404, "Not found", NO_SUCH_SUBMISSION)
     return FileResponse(download, etag=True)
 
 
