@@ -13,10 +13,10 @@ replies), ``downloads``, ``account`` (one's own), ``users`` and ``settings`` (ad
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from klein import Klein
-from twisted.internet.defer import inlineCallbacks
+from twisted.internet.defer import Deferred, inlineCallbacks
 
 from deaddrop.events import SecurityEvents
 from deaddrop.journalist_desk import Desk
@@ -33,6 +33,7 @@ from deaddrop.web._common.site import BodyPolicy, DeadDropSite, log_failure_safe
 from deaddrop.web._common.static import serve_static
 from deaddrop.web.journalist import account, auth, downloads, settings, source_texts, sources, users
 from deaddrop.web.journalist._login import JournalistLogin
+from deaddrop.web.journalist.api import JournalistAPI
 from deaddrop.web.journalist.cert_binding import issued_for
 
 COOKIE = "dd_journalist"
@@ -46,12 +47,12 @@ class JournalistInterface(HtmlResponses):
     sessions: SessionStore
     settings: InstanceSettings
     events: SecurityEvents
-    api: Any = None  # JournalistAPI, mounted at /api/v1
+    api: JournalistAPI | None = None  # mounted at /api/v1
     source_texts: SourceTexts = field(default_factory=SourceTexts)  # admin pages: source_texts.py
     # The exact `deaddrop-admin cert issue` line for a new user, with {name} (see service.journalist_side).
     cert_issue_command: str = "deaddrop-admin cert issue {name} --out {name}.p12"
     # -> Deferred[username -> CertificateStatus], for the users page (see service.journalist_side); None: unknown.
-    certificate_status: Any = None
+    certificate_status: Callable[[], Deferred] | None = None
 
     cookie: SessionCookie = field(init=False)
 
