@@ -16,6 +16,15 @@ from deaddrop.admin._output import AdminError, Output
 from deaddrop.events import SecurityEvents
 
 
+def _record(data_dir: str, event: str, report: Any) -> None:
+    """Write ``event`` with the report's file count and bytes to the data dir's security log."""
+    events = SecurityEvents(os.path.join(data_dir, "logs", "security.jsonl"))
+    try:
+        events.emit(event, count=report.files, bytes=report.bytes)
+    finally:
+        events.close()
+
+
 def register(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser(
         "backup", parents=[common_parent],
@@ -63,11 +72,7 @@ def _backup(args: argparse.Namespace, out: Output) -> int:
     except BackupError as e:
         raise AdminError(str(e)) from None
     seconds = time.monotonic() - started
-    events = SecurityEvents(os.path.join(data_dir, "logs", "security.jsonl"))
-    try:
-        events.emit("admin.backup", count=report.files, bytes=report.bytes)
-    finally:
-        events.close()
+    _record(data_dir, "admin.backup", report)
     out.result(
         {"out": report.path, "files": report.files, "bytes": report.bytes, "recipient": report.recipient,
          "signer": report.signer, "schema_version": report.schema_version, "seconds": round(seconds, 3),
@@ -103,11 +108,7 @@ def _restore(args: argparse.Namespace, out: Output) -> int:
         raise AdminError(str(e)) from None
     seconds = time.monotonic() - started
     command = start_command(report.data_dir, report.start_options)
-    events = SecurityEvents(os.path.join(report.data_dir, "logs", "security.jsonl"))
-    try:
-        events.emit("admin.restore", count=report.files, bytes=report.bytes)
-    finally:
-        events.close()
+    _record(report.data_dir, "admin.restore", report)
     out.result(
         {"data_dir": report.data_dir, "files": report.files, "bytes": report.bytes, "signer": report.signer,
          "schema_version": report.schema_version, "created": report.created, "seconds": round(seconds, 3),

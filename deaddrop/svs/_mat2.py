@@ -117,7 +117,23 @@ def ram_folder_candidates() -> list[str]:
     return candidates
 
 
-class RamScratch:
+class _PrivateFolder:
+    """A folder only this user can read (``folder``), removed with all it holds on ``close`` or
+    on leaving a ``with`` block."""
+
+    folder: str
+
+    def close(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RamScratch(_PrivateFolder):
     """A private folder on a RAM-backed filesystem for one run; one sub-folder per file."""
 
     def __init__(self, candidates: list[str] | None = None) -> None:
@@ -125,34 +141,25 @@ class RamScratch:
             if not os.path.isdir(base) or filesystem_type(base) not in RAM_FILESYSTEMS:
                 continue
             try:
-                self.root = tempfile.mkdtemp(prefix="deaddrop-svs-", dir=base)
+                self.folder = tempfile.mkdtemp(prefix="deaddrop-svs-", dir=base)
             except OSError:
                 continue
-            os.chmod(self.root, 0o700)
+            os.chmod(self.folder, 0o700)
             return
         raise SvsError(
             "no RAM-backed folder (tmpfs) for mat2's working copy: plaintext must not be written to a "
             "disk for it. Mount one (e.g. /dev/shm) or set XDG_RUNTIME_DIR to one"
         )
 
-    def close(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> "RamScratch":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def room(self) -> int:
-        st = os.statvfs(self.root)
+        st = os.statvfs(self.folder)
         return st.f_bavail * st.f_frsize
 
     def item(self) -> "ScratchItem":
-        return ScratchItem(tempfile.mkdtemp(prefix="f-", dir=self.root))
+        return ScratchItem(tempfile.mkdtemp(prefix="f-", dir=self.folder))
 
 
-class ScratchItem:
+class ScratchItem(_PrivateFolder):
     """One file's private folder: the copy to clean, mat2's output and temp files. Removed on exit."""
 
     def __init__(self, folder: str) -> None:
@@ -176,14 +183,6 @@ class ScratchItem:
                 out.write(chunk)
         return path
 
-    def close(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-    def __enter__(self) -> "ScratchItem":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 # -- running mat2 -------------------------------------------------------------------------------------
