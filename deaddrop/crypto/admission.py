@@ -46,8 +46,9 @@ from __future__ import annotations
 
 import collections
 import itertools
+import random
 import time
-from typing import Any, Callable, Hashable, Optional, TypeVar
+from typing import Any, Callable, Hashable, Optional, Sequence, TypeVar
 
 from twisted.internet.defer import CancelledError, Deferred, fail, maybeDeferred, succeed
 from twisted.python.failure import Failure
@@ -118,10 +119,21 @@ class Pace:
     leaving out those more than ``PACE_WINDOW`` seconds older than the latest. Several queues
     doing the same work (Argon2id for logins and for creations) may share one."""
 
-    def __init__(self, guess: float | None = None) -> None:
+    def __init__(self, guess: float | None = None,
+                 choose: Callable[[Sequence[float]], float] = random.SystemRandom().choice) -> None:
         self.mean = guess  # the guess stands until the first run is timed
         self.timed_at: float | None = None  # when the latest run ended (None: none yet)
         self._runs: collections.deque[tuple[float, float]] = collections.deque(maxlen=PACE_RUNS)
+        self._choose = choose
+
+    def sample(self) -> float:
+        """How long a run took, drawn from the recent runs: what a decoy waits. Run times are
+        skewed (a few slow runs pull the mean up), so a decoy waiting the mean never came back
+        as fast as a quick real check, and the fastest of a few tries told a tag hit from a
+        miss (security review: 0.331 s against 0.433 s)."""
+        if not self._runs:
+            return self.mean or 0.0
+        return self._choose([held for _, held in self._runs])
 
     def record(self, held_for: float, at: float = 0.0) -> None:
         self._runs.append((at, held_for))
@@ -273,7 +285,7 @@ class AdmissionQueue:
             if self._calibrating is not None:
                 self._calibrating.addBoth(lambda result: (answer(), None)[1])
             else:
-                state["call"] = self.admission.timer.callLater(self.pace.mean or 0.0, answer)
+                state["call"] = self.admission.timer.callLater(self.pace.sample(), answer)
 
         def cancel(_: Deferred) -> None:
             state["done"] = True
