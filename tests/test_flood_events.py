@@ -10,7 +10,7 @@ from twisted.internet.task import Clock
 from twisted.trial import unittest
 
 from deaddrop.daily_report import DailyReport, SourceActivity
-from deaddrop.events import EventGate, FloodGate, SecurityEvents
+from deaddrop.events import FloodGate, SecurityEvents
 from deaddrop.throttle import FailureThrottle
 from deaddrop.transport.circuits import Circuit, NoCloser
 from deaddrop.web.source.defence import FLOOD_THRESHOLD, FLOOD_WINDOW, FloodDefence
@@ -68,8 +68,9 @@ class FloodDefenceTests(unittest.TestCase):
         self.throttle = FailureThrottle(10, 60.0, clock=self.clock.seconds)
         self.defence = FloodDefence(self.events, self.throttle,
                                     NoCloser(), activity=self.activity,
-                                    _flood_events=EventGate(10.0, clock=self.clock.seconds),
-                                    _single_visitor_events=FloodGate(FLOOD_THRESHOLD, FLOOD_WINDOW, every=10.0,
+                                    _throttled_events=FloodGate(FLOOD_THRESHOLD, FLOOD_WINDOW, every=10.0,
+                                                                clock=self.clock.seconds),
+                                    _flood_events=FloodGate(FLOOD_THRESHOLD, FLOOD_WINDOW, every=10.0,
                                                                      clock=self.clock.seconds))
 
     def written(self) -> list[dict]:
@@ -127,9 +128,30 @@ class FloodDefenceTests(unittest.TestCase):
             self.clock.advance(0.1)
         self.assertEqual([e.get("reason") for e in self.written()], ["circuit_closed"])
 
-    def test_a_closed_circuit_is_a_flood_already_and_is_written_at_once(self):
-        # Ten refusals in a minute on one circuit: no source does that.
+    def test_one_circuit_throttled_over_its_rate_and_closed_writes_nothing(self):
+        """Second security review: a source holding F5 down goes over its request rate and,
+        ten refusals on, has its circuit closed; ten mistyped codenames a minute get it
+        throttled. Each wrote a line at once, dating that source."""
         circuit = Circuit(0x4321)
         for _ in range(10):
-            self.defence.refused(circuit, event=False)
-        self.assertEqual([e.get("reason") for e in self.written()], ["circuit_closed"])
+            self.defence.refused(circuit)  # throttled: its first refusal of the minute counts
+            self.clock.advance(0.1)
+        other = Circuit(0x4322)
+        for _ in range(30):
+            self.defence.rate_limited(other)
+            self.clock.advance(0.1)
+        self.assertEqual(self.written(), [])
+        self.assertEqual((self.activity.today.defences["circuit_closed"], self.activity.today.defences["requests"]),
+                         (4, 30))  # one close of the first, three of the other (it came back twice)
+
+    def test_ten_circuits_refused_or_closed_within_ten_seconds_are_a_flood_and_written_once(self):
+        for n in range(FLOOD_THRESHOLD):
+            circuit = Circuit(0x7000 + n)
+            for _ in range(10):
+                self.defence.rate_limited(circuit)  # closed at the tenth
+            for _ in range(10):
+                self.defence.refused(circuit)  # and throttled, and closed again
+            self.clock.advance(0.5)
+        written = [(e["event"], e.get("reason")) for e in self.written()]
+        self.assertEqual(sorted(written), [("source.flood", "circuit_closed"), ("source.flood", "requests"),
+                                           ("source.login.throttled", None)])

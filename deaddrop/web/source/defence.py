@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deaddrop.daily_report import SourceActivity
-from deaddrop.events import EventGate, FloodGate, SecurityEvents
+from deaddrop.events import FloodGate, SecurityEvents
 from deaddrop.transport.circuits import CircuitCloser
 from deaddrop.transport.connections import ConnectionLimits
 from deaddrop.throttle import FailureThrottle
@@ -19,17 +19,17 @@ REFUSALS_BEFORE_CLOSING = 10
 # A circuit whose connections were cut this often in 10 minutes for holding a slot without
 # sending is closed: its owner must solve Tor's proof of work again for a new one.
 CUTS_BEFORE_CLOSING = 3
-# Defences one visitor can set off by itself, once (``busy``: the queue was full; ``abandoned``:
-# it pressed Reload or left while its codename was checked; ``upload_ended``: its upload was
-# the slowest when the pumps were all taken). A line the moment it happens would date that
-# visitor, so ``source.flood`` is written for them only when at least FLOOD_THRESHOLD come
-# within FLOOD_WINDOW seconds: one a second, sustained for ten seconds, which no person does
-# (a source reloading a slow page does it a few times a minute, and its circuit is throttled
-# after --source-login-failures-per-minute, 10 by default, wrong codenames a minute: abandoned
-# checks count as those). Below it they are only counted, in the day's report (daily_report).
+# Every defence here can be set off by one visitor: a busy page, a login abandoned mid-check
+# (Reload), an upload ended to make room, a circuit throttled after ten mistyped codenames,
+# over its request rate (F5 held down) or closed for either or for slow connections. A line
+# the moment it happens would date that visitor, so a line (``source.flood``,
+# ``source.login.throttled``) is written only when at least FLOOD_THRESHOLD come within
+# FLOOD_WINDOW seconds: for busy, abandoned and upload_ended one a second for ten seconds,
+# which no person does; for the throttled, ``requests`` and ``circuit_closed`` reasons each
+# circuit counts once a minute, so ten circuits must be at it. Below that they are only
+# counted, in the day's report (daily_report).
 FLOOD_THRESHOLD = 10
 FLOOD_WINDOW = 10.0
-SINGLE_VISITOR_REASONS = frozenset({"busy", "abandoned", "upload_ended"})
 
 
 @dataclass
@@ -44,19 +44,16 @@ class FloodDefence:
     activity: SourceActivity | None = None
     _refusals: FailureThrottle = field(default_factory=lambda: FailureThrottle(REFUSALS_BEFORE_CLOSING, 60.0))
     _cuts: FailureThrottle = field(default_factory=lambda: FailureThrottle(CUTS_BEFORE_CLOSING, 600.0))
-    # At most one "throttled" event every 10 s, instance-wide (it carries nothing about who):
-    # a flood of refused logins costs no log line each.
-    _throttled_events: EventGate = field(default_factory=lambda: EventGate(10.0))
-    # "source.flood", per reason, at most once every 10 s (see flood): ``requests`` and
-    # ``circuit_closed`` (each already a circuit's sustained flood) as they come, the single
-    # visitor's reasons only in a flood of them.
-    _flood_events: EventGate = field(default_factory=lambda: EventGate(10.0))
-    _single_visitor_events: FloodGate = field(
+    # "source.login.throttled" and "source.flood" (per reason): written only in a flood (see
+    # FLOOD_THRESHOLD), then at most once every 10 s, carrying nothing about who.
+    _throttled_events: FloodGate = field(
+        default_factory=lambda: FloodGate(FLOOD_THRESHOLD, FLOOD_WINDOW, every=10.0))
+    _flood_events: FloodGate = field(
         default_factory=lambda: FloodGate(FLOOD_THRESHOLD, FLOOD_WINDOW, every=10.0))
 
     def refused(self, circuit: Any, event: bool = True) -> None:
         """``circuit`` was refused (throttled, or the queue was full while it kept asking)."""
-        if event:
+        if event and self._refusals.recent_failures(circuit) == 0:  # a circuit counts once a minute
             folded = self._throttled_events.admit()
             if folded is not None:
                 self.events.emit("source.login.throttled", repeated=folded or None)
@@ -80,7 +77,7 @@ class FloodDefence:
         # on a poor circuit may be cut three times, and a line then would date its visit.
         if self._cuts.blocked(circuit):
             self._cuts.reset(circuit)
-            self._close(circuit, one_visitor_may=True)
+            self._close(circuit)
 
     def abandoned(self, reservation: Any) -> None:
         """The visitor hung up while its codename was being checked (or waited to be): it
@@ -91,27 +88,26 @@ class FloodDefence:
 
     def rate_limited(self, circuit: Any) -> None:
         """``circuit`` asked faster than its request rate: closed like one that keeps being throttled."""
-        self.flood("requests")
+        self.flood("requests", counts=self._refusals.recent_failures(circuit) == 0)
         self.refused(circuit, event=False)
 
-    def flood(self, reason: str, one_visitor_may: bool = False) -> None:
+    def flood(self, reason: str, counts: bool = True) -> None:
         """Tell the IDS the source side is being flooded: a queue full (``busy``), a circuit over
         its request rate (``requests``), a circuit closed (``circuit_closed``), an upload ended
         to make room (``upload_ended``), a login or creation abandoned mid-check
-        (``abandoned``). Folded: one line per reason every 10 s, never who; the reasons one
-        visitor can cause (and, with ``one_visitor_may``, any other reason in a case one visitor
-        can cause) are written only in a flood of them (``FLOOD_THRESHOLD``). Every one is
-        counted for the day's report."""
+        (``abandoned``). Written only in a flood of them (``FLOOD_THRESHOLD``; ``counts``
+        False: this one is not counted towards it, its circuit already was), then folded: one
+        line per reason every 10 s, never who. Every one is counted for the day's report."""
         if self.activity is not None:
             self.activity.defended(reason)
-        one_visitor = one_visitor_may or reason in SINGLE_VISITOR_REASONS
-        gate = self._single_visitor_events if one_visitor else self._flood_events
-        folded = gate.admit(reason)
+        if not counts:
+            return
+        folded = self._flood_events.admit(reason)
         if folded is not None:
             self.events.emit("source.flood", reason=reason, repeated=folded or None)
 
-    def _close(self, circuit: Any, one_visitor_may: bool = False) -> None:
-        self.flood("circuit_closed", one_visitor_may)
+    def _close(self, circuit: Any) -> None:
+        self.flood("circuit_closed")
         self.circuit_closer.close(circuit).addErrback(lambda f: None)
         if self.connections is not None:
             self.connections.drop_circuit(circuit)
