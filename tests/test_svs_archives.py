@@ -140,6 +140,30 @@ class CraftedArchiveTests(_VictimCase):
         line = self.scrub_refused("outer.zip", outer, self.climbing(self.victim))
         self.assertIn(f"'{self.climbing(self.victim)}' inside 'inner.zip'", line)
 
+    def test_a_nested_zip_named_like_a_text_file(self) -> None:
+        # Checked for its content whatever its name: mat2 may yet see it as the archive it is.
+        inner = make_zip([plain(self.climbing(self.victim))])
+        outer = make_zip([plain("a.txt", b"harmless"), ("notes.txt", inner, stat.S_IFREG | 0o644)])
+        line = self.scrub_refused("outer.zip", outer, self.climbing(self.victim))
+        self.assertIn(f"'{self.climbing(self.victim)}' inside 'notes.txt'", line)
+
+    def test_export_takes_a_zip_as_the_servers_only_if_every_entry_is_a_server_file(self) -> None:
+        # A decrypted document may be a zip holding a server file's name among others: it is a
+        # plain zip, checked and cleaned as a whole, not read entry by entry (its msg entry
+        # re-encrypted without a look, its other entries dropped).
+        msg = self.server_file("1-brave_otter-msg.gpg", b"meet at noon")
+        with open(msg, "rb") as f:
+            encrypted = f.read()
+        mixed = self.put("mixed.zip", make_zip([plain("1-brave_otter-msg.gpg", encrypted),
+                                                plain(self.climbing(self.victim))]))
+        code, out, err = self.export(mixed)
+        self.assertEqual(code, 1, out + err)
+        self.assertNotIn("unexpected zip entry", err)
+        self.assertIn(f"FAILED {mixed}: archive member '{self.climbing(self.victim)}' has '..' in its path", err)
+        self.assertFalse(os.path.exists(self.exp) and os.listdir(self.exp))
+        self.assertVictimsUntouched()
+        self.assertNoPlaintextOnDisk(mixed)
+
     def test_a_docx_with_a_traversal_member(self) -> None:
         self.scrub_refused("report.docx", docx([plain(self.climbing(self.victim))]), self.climbing(self.victim))
 
@@ -260,6 +284,21 @@ class SandboxTests(_VictimCase):
         self.assertEqual(sorted(tree(self.publish)), ["photo.jpg"])
         self.assertVictimsUntouched()
 
+    def test_a_nested_archive_named_like_a_data_url_is_checked(self) -> None:
+        # On its own "data:,evil.zip" reads as a data: URL (text/plain); mat2 guesses the type
+        # of the path it unpacked it to, sees a zip and recurses. Without bubblewrap the member
+        # check is the only wall.
+        self.patch(_mat2, "bwrap_binary", lambda: None)
+        inner = make_zip([plain(self.climbing(self.victim))])
+        evil = self.put("outer.zip", make_zip([("data:,evil.zip", inner, stat.S_IFREG | 0o644)]))
+        code, out, err = run_cli("scrub", evil, "--out", self.publish)
+        self.assertEqual(code, 1, out + err)
+        self.assertIn(f"FAILED {evil}: archive member '{self.climbing(self.victim)}' inside 'data:,evil.zip' "
+                      "has '..' in its path", err)
+        self.assertEqual(tree(self.publish), set())
+        self.assertVictimsUntouched()
+        self.assertNoPlaintextOnDisk(evil)
+
 
 class MemberCheckTests(unittest.SynchronousTestCase):
     """check_archive on its own: names, kinds and depths that are refused, and what passes."""
@@ -307,3 +346,15 @@ class MemberCheckTests(unittest.SynchronousTestCase):
         # Decided by name as mat2 decides, and by content whatever the name.
         self.assertFalse(check_archive(self.put("notes.txt", b"plain words")))
         self.assertIn("'..' in its path", self.refused("photo.bin", make_zip([plain("../x")])))
+        # ... at any depth: a tar.gz named as a picture, inside a zip named as nothing mat2 unpacks.
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as t:
+            info = tarfile.TarInfo("link")
+            info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+            t.addfile(info)
+        self.assertIn("'link' inside 'p.png'",
+                      self.refused("a.bin", make_zip([("p.png", buf.getvalue(), stat.S_IFREG | 0o644)])))
+        data = make_zip([plain("x.txt", b"x")])  # the depth bound holds for them too
+        for level in range(_archives.MAX_DEPTH + 1):
+            data = make_zip([(f"l{level}.txt", data, stat.S_IFREG | 0o644)])
+        self.assertIn("nested more than", self.refused("deep.bin", data))

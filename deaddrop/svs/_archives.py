@@ -5,14 +5,16 @@ folder and works on each member by joining its *raw* name onto that folder. mat2
 (Debian bookworm) does so without checking the name, and chmods the result before it notices
 anything: a member named ``../../../home/amnesia/.gnupg`` changed the mode of a file outside
 the folder, even for ``mat2 --show`` (fixed upstream in 0.13.4). So every file that mat2
-would unpack as an archive is read here first, member list only (nothing is extracted but
-archives nested inside, which mat2 recurses into and which are checked the same way), and
-refused if any member has an absolute name, a ``..`` component (``/`` or ``\\`` separated),
-or is a link, a device or another special file.
+would unpack as an archive is read here first (nothing is extracted to a disk: each regular
+member is copied into the item's RAM folder, one at a time, to see whether it is itself an
+archive, which mat2 recurses into and which is checked the same way), and refused if any
+member has an absolute name, a ``..`` component (``/`` or ``\\`` separated), or is a link,
+a device or another special file.
 
 mat2 chooses its parser by the name's extension, through Python's ``mimetypes`` (so does
 this), so an archive is whatever that says is one; a file whose content is a zip or a tar is
-checked too, whatever its name.
+checked too, whatever its name, at the top and at any depth (every member is copied out, one
+at a time, to be looked at).
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ import stat
 import tarfile
 import tempfile
 import zipfile
-from typing import BinaryIO, Iterator
+from functools import partial
+from typing import BinaryIO, Callable, Iterator
 
 from deaddrop.svs._errors import ItemError
 from deaddrop.svs._inputs import display
@@ -62,8 +65,12 @@ def _mime_types() -> mimetypes.MimeTypes:
 
 
 def kind_by_name(name: str) -> str | None:
-    """``"zip"`` or ``"tar"`` if mat2 would unpack a file so named as an archive."""
-    mtype, _ = _mime_types().guess_type(name)
+    """``"zip"`` or ``"tar"`` if mat2 would unpack a file so named as an archive.
+
+    mat2 guesses the type of the whole path it unpacked a member to (``/tmp/tmpXYZ/<name>``):
+    so is the name here, as a file in a folder. Guessed on its own, ``data:,evil.zip`` would
+    read as a data: URL (text/plain) while mat2 sees a zip and unpacks it."""
+    mtype, _ = _mime_types().guess_type("/scratch/" + name)
     if mtype in ZIP_TYPES:
         return "zip"
     if mtype == TAR_TYPE:
@@ -108,7 +115,7 @@ def _spool(folder: str, source: BinaryIO, budget: _Budget) -> tuple[str, int]:
             for chunk in iter(lambda: source.read(_CHUNK), b""):
                 written += len(chunk)
                 if written > budget.left:
-                    raise ItemError("an archive inside it is too large for the RAM folder mat2 works in")
+                    raise ItemError("a file inside it is too large for the RAM folder mat2 works in")
                 out.write(chunk)
     except BaseException:
         os.unlink(path)
@@ -135,10 +142,7 @@ def _check_zip(path: str, chain: tuple[str, ...], folder: str, budget: _Budget) 
     with zipfile.ZipFile(path) as zf:
         for info, name in _zip_members(zf, chain):
             if not info.is_dir():
-                nested = kind_by_name(name)
-                if nested:
-                    with zf.open(info) as member:
-                        _check_nested(member, nested, chain + (name,), folder, budget)
+                _check_member(partial(zf.open, info), chain + (name,), folder, budget)
 
 
 def _check_tar(path: str, chain: tuple[str, ...], folder: str, budget: _Budget) -> None:
@@ -152,23 +156,42 @@ def _check_tar(path: str, chain: tuple[str, ...], folder: str, budget: _Budget) 
                 raise _refuse(chain + (name,), "is a link")
             if not (member.isreg() or member.isdir()):
                 raise _refuse(chain + (name,), "is a device or other special file")
-            nested = kind_by_name(name) if member.isreg() else None
-            if nested:
-                source = tf.extractfile(member)
-                assert source is not None
-                with source:
-                    _check_nested(source, nested, chain + (name,), folder, budget)
+            if member.isreg():
+                _check_member(partial(tf.extractfile, member), chain + (name,), folder, budget)
 
 
-def _check_nested(source: BinaryIO, kind: str, chain: tuple[str, ...], folder: str, budget: _Budget) -> None:
-    if len(chain) > MAX_DEPTH:
-        raise _refuse(chain, f"is an archive nested more than {MAX_DEPTH} deep")
-    path, size = _spool(folder, source, budget)
+def _check_member(open_member: Callable[[], BinaryIO | None], chain: tuple[str, ...], folder: str,
+                  budget: _Budget) -> None:
+    """One regular member, copied out: checked as an archive if mat2 would take it for one by
+    its name (``chain[-1]``), or if its content is one whatever its name."""
+    named = kind_by_name(chain[-1])
     try:
-        _check(path, kind, chain, folder, budget, named=True)
+        source = open_member()
+        assert source is not None
+        with source:
+            path, size = _spool(folder, source, budget)
+    except ItemError:
+        raise
+    except Exception as e:  # an encrypted member, a bad CRC, a truncated stream...
+        if named:
+            raise _unreadable(chain, named, e) from None
+        return  # unreadable to mat2 too (the same zipfile/tarfile): it cannot unpack it either
+    try:
+        kind = named or _kind_by_content(path)
+        if kind is None:
+            return
+        if len(chain) > MAX_DEPTH:
+            raise _refuse(chain, f"is an archive nested more than {MAX_DEPTH} deep")
+        _check(path, kind, chain, folder, budget, named=named is not None)
     finally:
         os.unlink(path)
         budget.left += size
+
+
+def _unreadable(chain: tuple[str, ...], kind: str, e: Exception) -> ItemError:
+    where = f"'{display(chain[-1])}' inside it" if chain else "it"
+    return ItemError(f"{where} is named as a {kind} archive but cannot be read as one "
+                     f"({type(e).__name__}): refused before mat2 unpacked anything")
 
 
 def _check(path: str, kind: str, chain: tuple[str, ...], folder: str, budget: _Budget, named: bool) -> None:
@@ -179,9 +202,7 @@ def _check(path: str, kind: str, chain: tuple[str, ...], folder: str, budget: _B
     except Exception as e:  # BadZipFile, TarError, zlib/lzma/bz2 errors, an encrypted member...
         if not named:
             return  # only its content looked like one: mat2 will not unpack it as an archive
-        where = f"'{display(chain[-1])}' inside it" if chain else "it"
-        raise ItemError(f"{where} is named as a {kind} archive but cannot be read as one "
-                        f"({type(e).__name__}): refused before mat2 unpacked anything") from None
+        raise _unreadable(chain, kind, e) from None
 
 
 def check_archive(path: str) -> bool:
@@ -190,21 +211,19 @@ def check_archive(path: str) -> bool:
     folder, named as mat2 will see it; nested archives are copied out beside it while checked.
     -> whether it was an archive at all."""
     folder = os.path.dirname(path)
-    kind = kind_by_name(os.path.basename(path))
-    named = kind is not None
+    named = kind_by_name(os.path.basename(path))
+    kind = named or _kind_by_content(path)
     if kind is None:
-        if zipfile.is_zipfile(path):
-            kind = "zip"
-        elif _is_tar(path):
-            kind = "tar"
-        else:
-            return False
-    _check(path, kind, (), folder, _Budget(folder), named)
+        return False
+    _check(path, kind, (), folder, _Budget(folder), named is not None)
     return True
 
 
-def _is_tar(path: str) -> bool:
+def _kind_by_content(path: str) -> str | None:
+    """``"zip"`` or ``"tar"`` (plain or compressed) if the file's bytes are one, whatever its name."""
+    if zipfile.is_zipfile(path):
+        return "zip"
     try:
-        return tarfile.is_tarfile(path)
+        return "tar" if tarfile.is_tarfile(path) else None
     except Exception:
-        return False
+        return None

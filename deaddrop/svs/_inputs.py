@@ -80,15 +80,17 @@ def _is_zip(guard: InputGuard, path: str, st: os.stat_result) -> bool:
 def _is_server_zip(guard: InputGuard, path: str, st: os.stat_result) -> bool:
     """A zip holding server files (the journalist interface's download): export takes its
     entries as decrypt does; cleaned as-is, mat2 would only fail on the encrypted entries.
-    Any other zip (a decrypted document may be one) is not."""
+    Only a zip whose every entry is a server file is one: any other zip (a decrypted document
+    may be one, holding a server file's name among others) is a plain file, checked and
+    cleaned as a whole."""
     try:
         with guard.open(path, st) as f:
             if not zipfile.is_zipfile(f):
                 return False
             f.seek(0)
             with zipfile.ZipFile(f) as zf:
-                return any(parse_submission_name(info.filename) is not None
-                           for info in zf.infolist() if not info.is_dir())
+                names = [info.filename for info in zf.infolist() if not info.is_dir()]
+                return bool(names) and all(parse_submission_name(n) is not None for n in names)
     except (ItemError, OSError, zipfile.BadZipFile, ValueError):
         return False
 
@@ -129,7 +131,7 @@ def iter_inputs(
 
     ``submissions_only`` (decrypt): every file must be a server file (or a zip of them);
     files in a folder that don't end in ``.gpg`` are skipped silently (a browser's download
-    folder has other things in it). Export passes ``False``: a zip of server files (the
+    folder has other things in it). Export passes ``False``: a zip of nothing but server files (the
     journalist interface's download) is read entry by entry as decrypt reads it; other files,
     other zips included (a decrypted document may well be a zip), are encrypted as-is, and our own leftover temp
     files are skipped. ``exclude`` (OUTDIR) is not walked into: with ``decrypt . --out out``
