@@ -6,6 +6,11 @@ A guarded route receives the login as its second argument::
     @login_required
     def sources(self, request, login): ...
 
+or, for a generator run by ``inlineCallbacks`` (what most routes are), in one line::
+
+    @login_route(routes, "/sources", "GET")
+    def sources(self, request, login): ...
+
 The interface class says what a login is and how to refuse (see ``Guarded``); the guard does
 the checks in one place, in one order: login, then CSRF (POST only), then admin. Helpers a
 guarded route calls may raise ``Refused(response)`` to answer at once (a 404 page, say)
@@ -84,3 +89,19 @@ def token_required(route: Callable[..., Any]) -> Callable[..., Any]:
     """For APIs authenticated by a header, not a cookie: no CSRF check (a browser cannot
     be made to send the header cross-site)."""
     return _guard(route, admin=False, csrf=False)
+
+
+def _guarded_route(guard: Callable[..., Any]) -> Callable[..., Any]:
+    def route(routes: Any, url: str, method: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def add(f: Callable[..., Any]) -> Callable[..., Any]:
+            return routes.route(url, methods=[method])(guard(inlineCallbacks(f)))
+        return add
+    route.__doc__ = (f"``routes.route(url, methods=[method])`` for a generator run by ``inlineCallbacks``, "
+                     f"behind ``{guard.__name__}``.")
+    return route
+
+
+# ``@login_route(routes, url, method)``: what nearly every page route and API endpoint wears.
+login_route = _guarded_route(login_required)
+admin_route = _guarded_route(admin_required)
+token_route = _guarded_route(token_required)

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from twisted.internet.defer import inlineCallbacks
-
 from deaddrop.journalists import LoginFailed
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg
-from deaddrop.web._common.guards import login_required
+from deaddrop.web._common.guards import login_required, login_route
 from deaddrop.web._common.routes import Routes
 from deaddrop.web.journalist import pages
 from deaddrop.web.journalist._login import JournalistLogin
@@ -26,9 +24,7 @@ def account(self: Any, request: Any, login: JournalistLogin):
     return self._html(request, pages.account(self._name, login.session, login.journalist))
 
 
-@routes.route("/account/new-passphrase", methods=["POST"])
-@login_required
-@inlineCallbacks
+@login_route(routes, "/account/new-passphrase", "POST")
 def new_passphrase(self: Any, request: Any, login: JournalistLogin):
     session, journalist = login.session, login.journalist
     try:

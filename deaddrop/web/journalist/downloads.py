@@ -11,7 +11,7 @@ from typing import Any
 from twisted.internet.defer import inlineCallbacks
 
 from deaddrop.journalist_desk import NotFound, SourceView
-from deaddrop.web._common.guards import Refused, login_required
+from deaddrop.web._common.guards import Refused, login_route
 from deaddrop.web._common.routes import Routes
 from deaddrop.web.journalist._files import FileResponse
 from deaddrop.web.journalist._login import JournalistLogin
@@ -35,9 +35,7 @@ def _submission(self: Any, request: Any, uuid: str, item: str):
     return source, submission
 
 
-@routes.route("/sources/<uuid>/submissions/<item>/fetch", methods=["GET"])
-@login_required
-@inlineCallbacks
+@login_route(routes, "/sources/<uuid>/submissions/<item>/fetch", "GET")
 def fetch_submission(self: Any, request: Any, login: JournalistLogin, uuid: str, item: str):
     """A file link on the source page: mark it read, then show the page again (with the new
     counts), which sends the browser on to the download itself."""
@@ -46,9 +44,7 @@ def fetch_submission(self: Any, request: Any, login: JournalistLogin, uuid: str,
     return self._redirect(request, f"/sources/{uuid}?fetch={submission.uuid}")
 
 
-@routes.route("/sources/<uuid>/submissions/<item>/download", methods=["GET"])
-@login_required
-@inlineCallbacks
+@login_route(routes, "/sources/<uuid>/submissions/<item>/download", "GET")
 def download_submission(self: Any, request: Any, login: JournalistLogin, uuid: str, item: str):
     source, submission = yield _submission(self, request, uuid, item)
     try:
@@ -58,9 +54,7 @@ def download_submission(self: Any, request: Any, login: JournalistLogin, uuid: s
     return FileResponse(download, etag=True)
 
 
-@routes.route("/sources/<uuid>/replies/<item>/download", methods=["GET"])
-@login_required
-@inlineCallbacks
+@login_route(routes, "/sources/<uuid>/replies/<item>/download", "GET")
 def download_reply(self: Any, request: Any, login: JournalistLogin, uuid: str, item: str):
     source = yield self._source(request, uuid)
     reply = yield self.desk.reply(source, item)
@@ -73,9 +67,7 @@ def download_reply(self: Any, request: Any, login: JournalistLogin, uuid: str, i
     return FileResponse(download, etag=True)
 
 
-@routes.route("/sources/<uuid>/download-unread", methods=["POST"])
-@login_required
-@inlineCallbacks
+@login_route(routes, "/sources/<uuid>/download-unread", "POST")
 def download_unread(self: Any, request: Any, login: JournalistLogin, uuid: str):
     source = yield self._source(request, uuid)
     unread = [i.uuid for i in (yield self.desk.submissions(source)) if not i.is_read]
@@ -101,9 +93,7 @@ def zip_then_page(self: Any, request: Any, login: JournalistLogin, source: Sourc
     return self._redirect(request, f"/sources/{source.uuid}?zip={ticket}")
 
 
-@routes.route("/sources/<uuid>/zip/<ticket>", methods=["GET"])
-@login_required
-@inlineCallbacks
+@login_route(routes, "/sources/<uuid>/zip/<ticket>", "GET")
 def download_zip(self: Any, request: Any, login: JournalistLogin, uuid: str, ticket: str):
     """The zip a download button asked for (its ticket lives in this session only)."""
     source = yield self._source(request, uuid)

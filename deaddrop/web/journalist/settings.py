@@ -7,13 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from twisted.internet.defer import inlineCallbacks
-
 from deaddrop.retention import MAX_DAYS as MAX_RETENTION_DAYS
 from deaddrop.settings import InstanceSettings
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg
-from deaddrop.web._common.guards import admin_required
+from deaddrop.web._common.guards import admin_required, admin_route
 from deaddrop.web._common.routes import Routes
 from deaddrop.web.journalist import pages
 from deaddrop.web.journalist._login import JournalistLogin
@@ -32,9 +30,7 @@ def settings_form(self: Any, request: Any, login: JournalistLogin):
     return self._html(request, pages.settings_page(self._name, login.session, login.journalist, self.settings))
 
 
-@routes.route("/admin/settings", methods=["POST"])
-@admin_required
-@inlineCallbacks
+@admin_route(routes, "/admin/settings", "POST")
 def save_settings(self: Any, request: Any, login: JournalistLogin):
     """Only what the admin changed is changed: each field is compared with the value its
     form showed (``shown_*``), so an untouched field keeps the setting as it is now, even if

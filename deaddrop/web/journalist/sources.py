@@ -12,7 +12,7 @@ from twisted.internet.defer import inlineCallbacks
 from deaddrop.journalist_desk import KeyNotReady, MAX_REPLY_CHARS, SourceFilter, SourceView, valid_uuid
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg, form_args
-from deaddrop.web._common.guards import login_required
+from deaddrop.web._common.guards import login_route
 from deaddrop.web._common.routes import Routes
 from deaddrop.web.journalist import pages
 from deaddrop.web.journalist._login import JournalistLogin
@@ -22,9 +22,7 @@ from deaddrop.web.journalist.downloads import count_text, zip_then_page
 routes = Routes()
 
 
-@routes.route("/sources", methods=["GET"])
-@login_required
-@inlineCallbacks
+@login_route(routes, "/sources", "GET")
 def sources(self: Any, request: Any, login: JournalistLogin):
     only, page = _list_state(request)
     sources, total = yield self.desk.sources(page, pages.SOURCES_PER_PAGE, only)
@@ -37,9 +35,7 @@ def sources(self: Any, request: Any, login: JournalistLogin):
                                                         paging, only, form_arg(request, "select") == "all")))
 
 
-@routes.route("/sources/selected", methods=["POST"])
-@login_required
-@inlineCallbacks
+@login_route(routes, "/sources/selected", "POST")
 def sources_selected(self: Any, request: Any, login: JournalistLogin):
     """The source list's actions on the ticked sources; back to the same filtered page."""
     only, page = _list_state(request)
@@ -72,9 +68,7 @@ def sources_selected(self: Any, request: Any, login: JournalistLogin):
     return self._redirect(request, back)
 
 
-@routes.route("/sources/<uuid>", methods=["GET"])
-@login_required
-@inlineCallbacks
+@login_route(routes, "/sources/<uuid>", "GET")
 def source(self: Any, request: Any, login: JournalistLogin, uuid: str):
     source = yield self._source(request, uuid)
     downloading = None
@@ -101,9 +95,7 @@ def _source_page(self: Any, request: Any, login: JournalistLogin, source: Source
     return (yield self._html(request, page, status))
 
 
-@routes.route("/sources/<uuid>/selected", methods=["POST"])
-@login_required
-@inlineCallbacks
+@login_route(routes, "/sources/<uuid>/selected", "POST")
 def selected(self: Any, request: Any, login: JournalistLogin, uuid: str):
     action = form_arg(request, "action")
     chosen = [u for u in form_args(request, "submission") if valid_uuid(u)]
@@ -130,9 +122,7 @@ def selected(self: Any, request: Any, login: JournalistLogin, uuid: str):
     return self._redirect(request, f"/sources/{uuid}")
 
 
-@routes.route("/sources/<uuid>/unread", methods=["POST"])
-@login_required
-@inlineCallbacks
+@login_route(routes, "/sources/<uuid>/unread", "POST")
 def mark_source_unread(self: Any, request: Any, login: JournalistLogin, uuid: str):
     source = yield self._source(request, uuid)
     count = yield self.desk.mark_sources([source], login.journalist.id, read=False)
@@ -140,18 +130,14 @@ def mark_source_unread(self: Any, request: Any, login: JournalistLogin, uuid: st
     return self._redirect(request, f"/sources/{uuid}")
 
 
-@routes.route("/sources/<uuid>/star", methods=["POST"])
-@login_required
-@inlineCallbacks
+@login_route(routes, "/sources/<uuid>/star", "POST")
 def star(self: Any, request: Any, login: JournalistLogin, uuid: str):
     source = yield self._source(request, uuid)
     yield self.desk.set_starred(source, form_arg(request, "starred") == "1")
     return self._redirect(request, f"/sources/{uuid}")
 
 
-@routes.route("/sources/<uuid>/reply", methods=["POST"])
-@login_required
-@inlineCallbacks
+@login_route(routes, "/sources/<uuid>/reply", "POST")
 def reply(self: Any, request: Any, login: JournalistLogin, uuid: str):
     source = yield self._source(request, uuid)
     text = form_arg(request, "reply", 1 << 20) or ""
@@ -171,17 +157,13 @@ def reply(self: Any, request: Any, login: JournalistLogin, uuid: str):
     return self._redirect(request, f"/sources/{uuid}")
 
 
-@routes.route("/sources/<uuid>/delete", methods=["GET"])
-@login_required
-@inlineCallbacks
+@login_route(routes, "/sources/<uuid>/delete", "GET")
 def delete_source_confirm(self: Any, request: Any, login: JournalistLogin, uuid: str):
     source = yield self._source(request, uuid)
     return (yield self._html(request, pages.confirm_delete_source(self._name, login.session, login.journalist, source)))
 
 
-@routes.route("/sources/<uuid>/delete", methods=["POST"])
-@login_required
-@inlineCallbacks
+@login_route(routes, "/sources/<uuid>/delete", "POST")
 def delete_source(self: Any, request: Any, login: JournalistLogin, uuid: str):
     source = yield self._source(request, uuid)
     yield shield(self.desk.delete_source(source))

@@ -13,7 +13,7 @@ from deaddrop.journalist_desk import valid_uuid
 from deaddrop.journalists import AccountError, Journalist
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg
-from deaddrop.web._common.guards import Refused, admin_required
+from deaddrop.web._common.guards import Refused, admin_required, admin_route
 from deaddrop.web._common.routes import Routes
 from deaddrop.web.journalist import pages
 from deaddrop.web.journalist._login import JournalistLogin
@@ -36,9 +36,7 @@ def _users_page(self: Any, request: Any, login: JournalistLogin, status: int = 2
     return (yield self._html(request, page, status))
 
 
-@routes.route("/admin/users/<uuid>/<any(delete, 'reset-password', 'reset-2fa'):action>", methods=["GET"])
-@admin_required
-@inlineCallbacks
+@admin_route(routes, "/admin/users/<uuid>/<any(delete, 'reset-password', 'reset-2fa'):action>", "GET")
 def confirm_account_action(self: Any, request: Any, login: JournalistLogin, uuid: str, action: str):
     """What the users page's buttons lead to: the action explained, and one button to do it."""
     target = yield _target(self, request, uuid)
@@ -56,9 +54,7 @@ def _confirmed(self: Any, request: Any, login: JournalistLogin, target: Journali
                                                             target, action))
 
 
-@routes.route("/admin/users", methods=["POST"])
-@admin_required
-@inlineCallbacks
+@admin_route(routes, "/admin/users", "POST")
 def add_user(self: Any, request: Any, login: JournalistLogin):
     username = (form_arg(request, "username", 64) or "").strip()
     try:
@@ -81,9 +77,7 @@ def _target(self: Any, request: Any, uuid: str):
     return target
 
 
-@routes.route("/admin/users/<uuid>/<any('reset-password', 'reset-2fa'):action>", methods=["POST"])
-@admin_required
-@inlineCallbacks
+@admin_route(routes, "/admin/users/<uuid>/<any('reset-password', 'reset-2fa'):action>", "POST")
 def reset_credentials(self: Any, request: Any, login: JournalistLogin, uuid: str, action: str):
     """A new passphrase (reset-password) or a new two-factor secret (reset-2fa) for a user: its
     other sessions end, and the page shows the new credential once."""
@@ -106,9 +100,7 @@ def reset_credentials(self: Any, request: Any, login: JournalistLogin, uuid: str
     return (yield self._html(request, page))
 
 
-@routes.route("/admin/users/<uuid>/delete", methods=["POST"])
-@admin_required
-@inlineCallbacks
+@admin_route(routes, "/admin/users/<uuid>/delete", "POST")
 def delete_user(self: Any, request: Any, login: JournalistLogin, uuid: str):
     session, admin = login.session, login.journalist
     target = yield _target(self, request, uuid)

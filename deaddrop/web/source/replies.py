@@ -10,7 +10,7 @@ from typing import Any
 from twisted.internet.defer import Deferred, inlineCallbacks
 
 from deaddrop.web._common.deferreds import shield
-from deaddrop.web._common.guards import login_required
+from deaddrop.web._common.guards import login_required, login_route
 from deaddrop.web._common.routes import Routes
 from deaddrop.web.sessions import SessionStore
 from deaddrop.web.source import i18n, messages as msgs, pages
@@ -44,9 +44,7 @@ def lookup(self: Any, request: Any, login: SourceLogin) -> Any:
     return _lookup_page(self, request, login, status=status, message=message, error=error, form=form)
 
 
-@routes.route("/delete", methods=["POST"])
-@login_required
-@inlineCallbacks
+@login_route(routes, "/delete", "POST")
 def delete(self: Any, request: Any, login: SourceLogin):
     number = self._arg(request, "reply") or ""
     deleted = False
@@ -61,9 +59,7 @@ def delete(self: Any, request: Any, login: SourceLogin):
     return page
 
 
-@routes.route("/delete-all", methods=["POST"])
-@login_required
-@inlineCallbacks
+@login_route(routes, "/delete-all", "POST")
 def delete_all(self: Any, request: Any, login: SourceLogin):
     count = yield shield(self.newsroom.delete_all_replies(login.identity))
     ctx = self._ctx(request, None)
