@@ -411,7 +411,9 @@ class Newsroom(SourceReplies):
         room = None
         if self.disk is not None and not room_held:
             try:
-                room = self.disk.admit(len(data))  # held while it is written; then its bytes are off the free space
+                # Held while it is written; then its bytes are off the free space. Text may use
+                # the TEXT_ROOM that file uploads must leave.
+                room = self.disk.admit(len(data), text=True)
             except NoRoom:
                 self.activity.not_stored("no_room")  # for the day's report (disk_watch tells the admin)
                 raise

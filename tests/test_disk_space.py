@@ -11,7 +11,7 @@ from twisted.python import usage
 from twisted.trial import unittest
 
 from deaddrop.config import Config, ConfigError
-from deaddrop.store.disk_space import DiskReserve, DiskSpace, NoRoom
+from deaddrop.store.disk_space import TEXT_ROOM, DiskReserve, DiskSpace, NoRoom
 from deaddrop.tap import Options
 from tests._support import test_svs
 
@@ -78,7 +78,7 @@ class AdmissionTests(unittest.TestCase):
             space.admit(4 * GB)
         largest = caught.exception.largest
         self.assertLess(largest, 4 * GB)
-        self.assertGreater(largest, 4 * GB - 3 * MB)  # overhead: ~1/4096 and 1 MiB
+        self.assertGreater(largest, 4 * GB - TEXT_ROOM - 3 * MB)  # overhead: ~1/4096 and 1 MiB
         space.admit(largest).release()  # the size it names is admitted
         with self.assertRaises(NoRoom):
             space.admit(largest + 4096)
@@ -105,3 +105,24 @@ class AdmissionTests(unittest.TestCase):
         with self.assertRaises(NoRoom) as caught:
             space.admit(1)
         self.assertEqual(caught.exception.largest, 0)
+
+    def test_files_leave_the_text_room_which_text_messages_may_take_down_to_the_reserve(self):
+        space, fs = self.space(free=1 * GB + 200 * MB)
+        written = Written()
+        # An upload holding all the room files may take (a trickle announcing a huge body).
+        held = space.admit(space.largest_upload(), written)
+        self.assertEqual(space.largest_upload(), 0)
+        with self.assertRaises(NoRoom) as caught:
+            space.admit(1, Written())  # a file would eat into the text room
+        self.assertEqual(caught.exception.largest, 0)
+        # A text-only message still fits, and so do many more while each is written.
+        messages = [space.admit(400_000, text=True) for _ in range(40)]
+        for message in messages:
+            message.release()
+            fs.free -= 400_000  # its ciphertext is now on disk
+        space.admit(400_000, text=True).release()
+        # Text stops at the reserve itself.
+        fs.free = 1 * GB + (1 << 20) + 8192 + held.remaining()  # room for a short message, no more
+        with self.assertRaises(NoRoom):
+            space.admit(100_000, text=True)
+        space.admit(10, text=True).release()

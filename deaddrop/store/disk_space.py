@@ -10,8 +10,10 @@ that fits now.
 
 Every stored part goes through this check: a file body at its first file byte, a text-only
 message before it is encrypted (its largest ciphertext). When a file would be refused, slow
-uploads holding space may be ended to make room (``Newsroom.hold_room``, with the pump slots'
-fairness rule of ``upload_slots``).
+uploads holding space may be ended to make room (``UploadHold``, with the pump slots'
+fairness rule of ``upload_slots``). File bodies must also leave ``TEXT_ROOM`` free above the
+reserve, which only text-only messages may take: uploads holding all the room they can never
+turn a short message away.
 
 The free space is read per admission (one ``statvfs``, no I/O); bytes an upload has already
 written show up in it, so an upload in flight counts only what it has yet to write.
@@ -33,6 +35,15 @@ _FIXED_OVERHEAD = 1 << 20
 # Body bytes fed to the encryptor but perhaps not yet on disk: its buffer (1 MiB), the pipe to
 # gpg (1 MiB) and gpg's own buffers. Until written they are still counted as needed.
 _NOT_YET_WRITTEN = 4 << 20
+
+# Room above the reserve that file uploads can never take: a file body is admitted only if it
+# leaves this much free, a text-only message down to the reserve itself. So trickling uploads
+# that announce huge bodies (and are not ended, see upload_slots) cannot make every message get
+# "no room". A stored message is at most ~400 KB (100,000 characters, <= 4 UTF-8 bytes each,
+# compressed before encryption; an ordinary one is a few KB) and one being encrypted holds
+# ~1.4 MiB (its length plus the fixed allowance): 64 MiB holds thousands of ordinary messages
+# (over 150 at the maximum size) while disk_watch tells the admin the disk is short.
+TEXT_ROOM = 64 << 20
 
 DEFAULT_RESERVE = "2GB,5%"
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(|b|k|kb|kib|m|mb|mib|g|gb|gib|t|tb|tib)\s*$", re.IGNORECASE)
@@ -119,23 +130,26 @@ class DiskSpace:
         """Disk space a body of ``body_bytes`` can take once encrypted, at most."""
         return body_bytes + body_bytes // _OVERHEAD_DIVISOR + _FIXED_OVERHEAD
 
-    def room(self) -> int:
-        """Bytes that uploads may still take: free space less the reserve and less what uploads
-        in flight have yet to write (may be negative)."""
+    def room(self, text: bool = False) -> int:
+        """Bytes that file uploads (``text``: a text-only message) may still take: free space
+        less the reserve, less what uploads in flight have yet to write and, for files, less
+        ``TEXT_ROOM`` (may be negative)."""
         st = self._statvfs(self.path)
         free, total = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
-        return free - self.reserve.bytes_for(total) - sum(r.remaining() for r in self._held)
+        keep = self.reserve.bytes_for(total) + (0 if text else TEXT_ROOM)
+        return free - keep - sum(r.remaining() for r in self._held)
 
     def largest_upload(self) -> int:
-        """The largest body that would be admitted now (0: none)."""
+        """The largest file body that would be admitted now (0: none)."""
         room = self.room() - _FIXED_OVERHEAD
         return max(0, room * _OVERHEAD_DIVISOR // (_OVERHEAD_DIVISOR + 1))
 
-    def admit(self, body_bytes: int, written: Written | None = None) -> Reservation:
+    def admit(self, body_bytes: int, written: Written | None = None, text: bool = False) -> Reservation:
         """Hold the space a body of ``body_bytes`` needs, or raise ``NoRoom``. ``written``
-        tells how much of it has been fed to encryption (what is written frees the hold)."""
+        tells how much of it has been fed to encryption (what is written frees the hold);
+        ``text``: a text-only message, which may take ``TEXT_ROOM`` too."""
         need = self.needed_for(body_bytes)
-        if need > self.room():
+        if need > self.room(text):
             raise NoRoom(self.largest_upload())
         reservation = Reservation(self, need, written)
         self._held[reservation] = None
@@ -154,4 +168,4 @@ class DiskSpace:
         return len(self._held)
 
 
-__all__ = ["DiskReserve", "DiskSpace", "NoRoom", "Reservation", "DEFAULT_RESERVE"]
+__all__ = ["DiskReserve", "DiskSpace", "NoRoom", "Reservation", "DEFAULT_RESERVE", "TEXT_ROOM"]

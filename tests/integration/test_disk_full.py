@@ -210,7 +210,7 @@ class DiskFullTests(unittest.TestCase):
         self.addCleanup(shutil.rmtree, work, True)
         small, big = os.path.join(work, "small"), os.path.join(work, "big")
         mount_tmpfs(self, small, "8m")
-        mount_tmpfs(self, big, "64m")
+        mount_tmpfs(self, big, "128m")  # more than the TEXT_ROOM file uploads must leave
         data = os.path.join(small, "data")
         # The store, its temp directory (one file system, as rename needs) and the keyring on
         # another file system; the database and the logs on the small one.

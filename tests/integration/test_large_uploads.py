@@ -23,6 +23,7 @@ from twisted.internet.protocol import ClientFactory, Protocol
 from twisted.internet.task import deferLater
 from twisted.trial import unittest
 
+from deaddrop.store.disk_space import TEXT_ROOM
 from tests._support import Browser, multipart_body, security_events, short_tempdir, start_server, test_svs, wait_until
 from tests.integration.test_disk_full import fill, free_bytes, mount_tmpfs
 from tests.integration.test_source_flow import gunzip_with_name, stored_files
@@ -208,7 +209,8 @@ class SessionDuringUploadTests(unittest.TestCase):
 
 
 class DiskAdmissionTests(unittest.TestCase):
-    """A small tmpfs holds the data dir; ``--disk-reserve 8MB`` is kept free."""
+    """A small tmpfs holds the data dir; ``--disk-reserve 8MB`` is kept free, and TEXT_ROOM
+    above it is kept for text-only messages."""
 
     timeout = 120
     RESERVE = 8 * MB
@@ -218,15 +220,15 @@ class DiskAdmissionTests(unittest.TestCase):
         work = short_tempdir("dd-room-")
         self.addCleanup(shutil.rmtree, work, True)
         self.mnt = os.path.join(work, "mnt")
-        mount_tmpfs(self, self.mnt, "64m")
+        mount_tmpfs(self, self.mnt, "128m")
         self.server = yield start_server(self, data_dir=os.path.join(self.mnt, "data"), disk_reserve="8MB")
         self.browser = Browser(self.server.source_url)
         self.addCleanup(self.browser.close)
         yield self.browser.create_source()
         self.sent: list[tuple[str, bytes]] = []
         yield self.submit_ok("first", [("first.bin", os.urandom(200_000))])
-        # Leave about 14 MB above the reserve.
-        fill(os.path.join(self.mnt, "filler"), leave=self.RESERVE + 14 * MB)
+        # Leave about 14 MB for files above the reserve and the room kept for text.
+        fill(os.path.join(self.mnt, "filler"), leave=self.RESERVE + TEXT_ROOM + 14 * MB)
 
     @inlineCallbacks
     def submit_ok(self, message: str, files: list[tuple[str, bytes]]):
@@ -239,6 +241,34 @@ class DiskAdmissionTests(unittest.TestCase):
         match = re.search(r"it can take at most ([\d.,]+) MB at the moment", html)
         self.assertIsNotNone(match, html[:1500])
         return float(match.group(1).replace(",", ""))
+
+    @inlineCallbacks
+    def new_sources(self, count: int):
+        """-> ``count`` new sources, each as (its browser, its /lookup page)."""
+        sources = []
+        for _ in range(count):
+            browser = Browser(self.server.source_url)
+            self.addCleanup(browser.close)
+            yield browser.create_source()
+            response, html = yield browser.get("/lookup")
+            sources.append((browser, html))
+        return sources
+
+    def trickles(self, sources: list) -> tuple[list["_Upload"], list[Deferred]]:
+        """An upload from each source announcing 5.5 MB (6.5 MB held) and sending 2.6 KB/s."""
+        protocols: list[_Upload] = []
+        trickles = [throttled_upload(browser, html, "", [("trickle.bin", os.urandom(100_000))], rate=2600,
+                                     every=0.5, announce=int(5.5 * MB), protocols=protocols)
+                    for browser, html in sources]
+        return protocols, trickles
+
+    @inlineCallbacks
+    def end_trickles(self, protocols: list["_Upload"], trickles: list[Deferred]):
+        for protocol in protocols:
+            protocol.transport.abortConnection()
+        for d in trickles:
+            yield d
+        yield wait_until(lambda: not os.listdir(os.path.join(self.server.data_dir, "tmp")))
 
     @inlineCallbacks
     def test_an_upload_that_would_eat_into_the_reserve_is_refused_at_once(self):
@@ -313,6 +343,23 @@ class DiskAdmissionTests(unittest.TestCase):
         self.assertEqual(len([p for p in stored_files(self.server.data_dir) if p.endswith("-msg.gpg")]), 2)
 
     @inlineCallbacks
+    def test_uploads_holding_all_the_room_they_can_leave_room_for_a_text_message(self):
+        # Found in review: trickles announcing huge bodies held the room down to the reserve,
+        # and a text-only message (which ends no upload to make room) got 507 every time.
+        sources = yield self.new_sources(2)
+        protocols, trickles = self.trickles(sources)
+        tmp = os.path.join(self.server.data_dir, "tmp")
+        yield wait_until(lambda: len(os.listdir(tmp)) == 2)  # both admitted: ~13 of the ~14 MB for files held
+        disk = self.server.service.newsroom.disk
+        self.assertLess(disk.room(), 1 * MB)  # a message's own allowance (1 MiB) would not fit there
+        typed = "words " * 16_666  # ~100,000 characters, the most a message may have
+        yield self.submit_ok(typed, [])
+        self.assertEqual(len([p for p in stored_files(self.server.data_dir) if p.endswith("-msg.gpg")]), 2)
+        self.assertEqual([p for p in protocols if p.answer], [])  # no upload was ended for it
+        yield self.end_trickles(protocols, trickles)
+        self.assertGreaterEqual(free_bytes(self.mnt), self.RESERVE)
+
+    @inlineCallbacks
     def test_a_message_sent_with_files_is_counted_with_them(self):
         # The body's Content-Length counted the message: a file of the size the page names,
         # sent with a message, is not refused at the end for the message's own allowance.
@@ -327,17 +374,8 @@ class DiskAdmissionTests(unittest.TestCase):
         # Found in review: two sources announcing huge bodies and sending them at 2.6 KB/s (above
         # the connection floor) held their whole Content-Length for hours, and a third source's
         # upload was refused for room. Scaled to this disk: ~14 MB above the reserve.
-        sources = []
-        for _ in range(3):
-            browser = Browser(self.server.source_url)
-            self.addCleanup(browser.close)
-            yield browser.create_source()
-            response, html = yield browser.get("/lookup")
-            sources.append((browser, html))
-        protocols: list[_Upload] = []
-        trickles = [throttled_upload(browser, html, "", [("trickle.bin", os.urandom(100_000))], rate=2600,
-                                     every=0.5, announce=int(5.5 * MB), protocols=protocols)
-                    for browser, html in sources[:2]]
+        sources = yield self.new_sources(3)
+        protocols, trickles = self.trickles(sources[:2])
         tmp = os.path.join(self.server.data_dir, "tmp")
         yield wait_until(lambda: len(os.listdir(tmp)) == 2)  # both admitted, both holding 6.5 MB
         yield deferLater(reactor, 4.0, lambda: None)  # long enough to be judged (upload_slots.EARLY)
@@ -353,11 +391,7 @@ class DiskAdmissionTests(unittest.TestCase):
         status, page = status_and_html(ended[0].answer)
         self.assertEqual(status, 503, page[:600])
         self.assertIn("The drop box is busy", page)
-        for protocol in protocols:
-            protocol.transport.abortConnection()
-        for d in trickles:
-            yield d
-        yield wait_until(lambda: not os.listdir(tmp))
+        yield self.end_trickles(protocols, trickles)
         self.assertGreaterEqual(free_bytes(self.mnt), self.RESERVE)
         self.assertEqual(sorted(decrypt_documents(self.server.data_dir)), sorted(self.sent))
 
