@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from twisted.internet.defer import inlineCallbacks
+
 from deaddrop.journalist_desk import SourceView
 from deaddrop.journalists import Journalist
 from deaddrop.web._common.deferreds import shield
@@ -84,19 +86,24 @@ def source(self: Any, request: Any, journalist: Journalist, uuid: str):
 
 @token_route(routes, "/sources/<uuid>", "DELETE")
 def delete_source(self: Any, request: Any, journalist: Journalist, uuid: str):
-    source = yield self._source(uuid)
-    yield shield(self.desk.delete_source(source))
-    self.events.emit("journalist.source.deleted", username=journalist.username)
-    return self._json(request, {"message": "Source and submissions deleted"})
+    return (yield _delete(self, request, journalist, uuid, self.desk.delete_source, "journalist.source.deleted",
+                          "Source and submissions deleted"))
 
 
 @token_route(routes, "/sources/<uuid>/conversation", "DELETE")
 def delete_conversation(self: Any, request: Any, journalist: Journalist, uuid: str):
     """Every submission and reply of the source goes; the source, its key and designation stay."""
+    return (yield _delete(self, request, journalist, uuid, self.desk.delete_conversation,
+                          "journalist.conversation.deleted", "Source data deleted"))
+
+
+@inlineCallbacks
+def _delete(self: Any, request: Any, journalist: Journalist, uuid: str, delete: Any, event: str, message: str):
+    """The source ``uuid`` found, ``delete(source)`` done even if the client goes, ``event`` recorded."""
     source = yield self._source(uuid)
-    yield shield(self.desk.delete_conversation(source))
-    self.events.emit("journalist.conversation.deleted", username=journalist.username)
-    return self._json(request, {"message": "Source data deleted"})
+    yield shield(delete(source))
+    self.events.emit(event, username=journalist.username)
+    return self._json(request, {"message": message})
 
 
 @token_route(routes, "/sources/<uuid>/flag", "POST")
