@@ -12,41 +12,18 @@ from deaddrop.journalist_desk import DuplicateReply, KeyNotReady, NotEncryptedTo
 from deaddrop.journalists import Journalist
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.routes import Routes
-from deaddrop.web.journalist.api._shared import PREFIX, ApiError, token_route
+from deaddrop.web.journalist.api._items import Items, add_item_routes, item_json
+from deaddrop.web.journalist.api._shared import ApiError, token_route
 
 routes = Routes()
 
 
 def reply_json(r: ReplyView) -> dict[str, Any]:
-    url = f"{PREFIX}/sources/{r.source_uuid}/replies/{r.uuid}"
-    return {
-        "uuid": r.uuid,
-        "filename": r.filename,
-        "size": r.size,
-        "journalist_uuid": r.journalist_uuid or "deleted",
-        "journalist_username": r.journalist_username or "deleted",
-        "journalist_first_name": "",
-        "journalist_last_name": "",
-        "is_deleted_by_source": r.deleted_by_source,
-        "seen_by": list(r.seen_by),
-        "source_uuid": r.source_uuid,
-        "source_url": f"{PREFIX}/sources/{r.source_uuid}",
-        "reply_url": url,
-        "download_url": None if r.deleted_by_source else f"{url}/download",
-    }
-
-
-@token_route(routes, "/replies", "GET")
-def all_replies(self: Any, request: Any, journalist: Journalist):
-    items = yield self.desk.all_replies()
-    return self._json(request, {"replies": [reply_json(r) for r in items]})
-
-
-@token_route(routes, "/sources/<uuid>/replies", "GET")
-def replies(self: Any, request: Any, journalist: Journalist, uuid: str):
-    source = yield self._source(uuid)
-    items = yield self.desk.replies(source)
-    return self._json(request, {"replies": [reply_json(r) for r in items]})
+    fields = item_json(r, "replies", "reply")
+    return {**fields, "journalist_uuid": r.journalist_uuid or "deleted",
+            "journalist_username": r.journalist_username or "deleted", "journalist_first_name": "",
+            "journalist_last_name": "", "is_deleted_by_source": r.deleted_by_source,
+            "download_url": None if r.deleted_by_source else fields["download_url"]}
 
 
 @token_route(routes, "/sources/<uuid>/replies", "POST")
@@ -73,28 +50,13 @@ def post_reply(self: Any, request: Any, journalist: Journalist, uuid: str):
                                 "filename": row["filename"]}, 201)
 
 
-def _reply(self: Any, uuid: str, item: str):
-    return self._source_item(uuid, item, self.desk.reply, "No such reply.")
-
-
-@token_route(routes, "/sources/<uuid>/replies/<item>", "GET")
-def reply(self: Any, request: Any, journalist: Journalist, uuid: str, item: str):
-    _, reply = yield _reply(self, uuid, item)
-    return self._json(request, reply_json(reply))
-
-
-@token_route(routes, "/sources/<uuid>/replies/<item>", "DELETE")
-def delete_reply(self: Any, request: Any, journalist: Journalist, uuid: str, item: str):
-    source, reply = yield _reply(self, uuid, item)
-    yield shield(self.desk.delete_reply(source, reply.uuid))
-    return self._json(request, {"message": "Reply deleted"})
-
-
-@token_route(routes, "/sources/<uuid>/replies/<item>/download", "GET")
-def download_reply(self: Any, request: Any, journalist: Journalist, uuid: str, item: str):
-    source, reply = yield _reply(self, uuid, item)
-    return (yield self._download(request, self.desk.open_reply(source, reply, journalist.id),
-                                 "This reply was deleted by the source."))
+add_item_routes(routes, Items(
+    "replies", "reply", reply_json,
+    every=lambda desk: desk.all_replies(), of_source=lambda desk, source: desk.replies(source),
+    find=lambda desk, source, uuid: desk.reply(source, uuid),
+    delete=lambda desk, source, item: desk.delete_reply(source, item.uuid),
+    open=lambda desk, source, item, journalist_id: desk.open_reply(source, item, journalist_id),
+    missing="No such reply.", gone="This reply was deleted by the source.", deleted="Reply deleted"))
 
 
 def register(cls: Any) -> None:

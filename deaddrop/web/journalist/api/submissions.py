@@ -9,65 +9,25 @@ from typing import Any
 
 from deaddrop.journalist_desk import NotFound, SubmissionView
 from deaddrop.journalists import Journalist
-from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.routes import Routes
-from deaddrop.web.journalist.api._shared import PREFIX, ApiError, token_route
+from deaddrop.web.journalist.api._items import Items, add_item_routes, item_json
+from deaddrop.web.journalist.api._shared import ApiError, token_route
 
 routes = Routes()
 
 
 def submission_json(x: SubmissionView) -> dict[str, Any]:
-    url = f"{PREFIX}/sources/{x.source_uuid}/submissions/{x.uuid}"
-    return {
-        "uuid": x.uuid,
-        "filename": x.filename,
-        "size": x.size,
-        "is_file": not x.is_message,
-        "is_message": x.is_message,
-        "is_read": x.is_read,
-        "seen_by": list(x.seen_by),
-        "source_uuid": x.source_uuid,
-        "source_url": f"{PREFIX}/sources/{x.source_uuid}",
-        "submission_url": url,
-        "download_url": f"{url}/download",
-    }
+    return {**item_json(x, "submissions", "submission"),
+            "is_file": not x.is_message, "is_message": x.is_message, "is_read": x.is_read}
 
 
-@token_route(routes, "/submissions", "GET")
-def all_submissions(self: Any, request: Any, journalist: Journalist):
-    items = yield self.desk.all_submissions()
-    return self._json(request, {"submissions": [submission_json(x) for x in items]})
-
-
-@token_route(routes, "/sources/<uuid>/submissions", "GET")
-def submissions(self: Any, request: Any, journalist: Journalist, uuid: str):
-    source = yield self._source(uuid)
-    items = yield self.desk.submissions(source)
-    return self._json(request, {"submissions": [submission_json(x) for x in items]})
-
-
-def _submission(self: Any, uuid: str, item: str):
-    return self._source_item(uuid, item, self.desk.submission, "No such submission.")
-
-
-@token_route(routes, "/sources/<uuid>/submissions/<item>", "GET")
-def submission(self: Any, request: Any, journalist: Journalist, uuid: str, item: str):
-    _, submission = yield _submission(self, uuid, item)
-    return self._json(request, submission_json(submission))
-
-
-@token_route(routes, "/sources/<uuid>/submissions/<item>", "DELETE")
-def delete_submission(self: Any, request: Any, journalist: Journalist, uuid: str, item: str):
-    source, submission = yield _submission(self, uuid, item)
-    yield shield(self.desk.delete_submissions(source, [submission.uuid]))
-    return self._json(request, {"message": "Submission deleted"})
-
-
-@token_route(routes, "/sources/<uuid>/submissions/<item>/download", "GET")
-def download_submission(self: Any, request: Any, journalist: Journalist, uuid: str, item: str):
-    source, submission = yield _submission(self, uuid, item)
-    return (yield self._download(request, self.desk.open_submission(source, submission, journalist.id),
-                                 "The file is gone."))
+add_item_routes(routes, Items(
+    "submissions", "submission", submission_json,
+    every=lambda desk: desk.all_submissions(), of_source=lambda desk, source: desk.submissions(source),
+    find=lambda desk, source, uuid: desk.submission(source, uuid),
+    delete=lambda desk, source, item: desk.delete_submissions(source, [item.uuid]),
+    open=lambda desk, source, item, journalist_id: desk.open_submission(source, item, journalist_id),
+    missing="No such submission.", gone="The file is gone.", deleted="Submission deleted"))
 
 
 @token_route(routes, "/seen", "POST")
