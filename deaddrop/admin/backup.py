@@ -27,6 +27,7 @@ folders their original modes, and removes everything it wrote if any check fails
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import json
@@ -34,6 +35,7 @@ import os
 import re
 import shutil
 import sqlite3
+import stat
 import subprocess
 import tarfile
 import tempfile
@@ -362,16 +364,42 @@ def _prepare_target(data_dir: str) -> _Target:
             if os.path.islink(tls) or not os.path.isdir(tls):
                 raise BackupError(f"{tls} is not a folder: restore only into a new or empty directory, or one "
                                   f"holding nothing but the server certificate folder {TLS_DIR}/")
+            owner = os.stat(data_dir).st_uid
             for name in sorted(os.listdir(tls)):
-                path = os.path.join(tls, name)
-                if os.path.islink(path) or not os.path.isfile(path):
-                    raise BackupError(f"{path} is not a plain file: the folder {TLS_DIR}/ may hold only the "
-                                      "server's certificate and key before a restore")
+                _check_kept(os.path.join(tls, name), owner)
                 kept.append(f"{TLS_DIR}/{name}")
         os.chmod(data_dir, 0o700)
         return _Target(False, tuple(kept), bool(entries))
     os.makedirs(data_dir, mode=0o700)
     return _Target(True, (), False)
+
+
+def _check_kept(path: str, owner: int) -> None:
+    """A file of tls/ kept by a restore must be a plain file of the data dir's owner with no other
+    name (a hard link would let whoever placed it reach the file from elsewhere); ``server.key``
+    is made private (0600) whatever mode it was given."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as e:
+        if e.errno != errno.ELOOP:  # ELOOP: a symbolic link
+            raise BackupError(f"{path} cannot be read before a restore: {e.strerror}") from e
+        fd = -1
+    try:
+        st = os.fstat(fd) if fd >= 0 else None
+        if st is None or not stat.S_ISREG(st.st_mode):
+            raise BackupError(f"{path} is not a plain file: the folder {TLS_DIR}/ may hold only the "
+                              "server's certificate and key before a restore")
+        if st.st_nlink > 1:
+            raise BackupError(f"{path} has {st.st_nlink} names (hard links): copy it into {TLS_DIR}/ "
+                              "as a file of its own before a restore")
+        if st.st_uid != owner:
+            raise BackupError(f"{path} belongs to uid {st.st_uid}, not to the data dir's owner (uid {owner}): "
+                              f"the folder {TLS_DIR}/ may hold only the server's own certificate and key")
+        if os.path.basename(path) == "server.key":
+            os.fchmod(fd, 0o600)
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 def _clear(data_dir: str, target: _Target) -> None:
