@@ -33,6 +33,7 @@ from typing import Any, Callable
 from twisted.application.service import Service
 from twisted.logger import Logger
 
+from deaddrop.delayed_calls import cancel
 from deaddrop.store import queries
 
 DAY = 86400
@@ -198,9 +199,7 @@ class DailyReport(Service):
 
     def stopService(self) -> Any:
         super().stopService()
-        if self._call is not None and self._call.active():
-            self._call.cancel()
-        self._call = None
+        self._call = cancel(self._call)
         ended = self.activity.take_ended()
         if ended:  # the midnight report was still to run: report it next time
             self.activity.restore(ended[0])

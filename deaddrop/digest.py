@@ -24,6 +24,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from deaddrop import _digest_mail, _smtp
+from deaddrop.delayed_calls import cancel
 from deaddrop.store import digest_queries as dq
 
 FIRST_RETRY = 60.0
@@ -69,9 +70,7 @@ class DigestService(Service):
 
     def stopService(self) -> Any:
         super().stopService()
-        if self._next_call is not None and self._next_call.active():
-            self._next_call.cancel()
-        self._next_call = None
+        self._next_call = cancel(self._next_call)
         for job in list(self._jobs.values()):
             job.stop()
         return None
@@ -138,8 +137,7 @@ class _Job:
 
     def stop(self) -> None:
         self._stopped = True
-        if self._retry is not None and self._retry.active():
-            self._retry.cancel()
+        self._retry = cancel(self._retry)
         self._finish()
 
     def _finish(self) -> None:

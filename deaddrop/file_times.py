@@ -26,6 +26,7 @@ from twisted.internet.defer import Deferred, DeferredLock
 from twisted.logger import Logger
 
 from deaddrop.crypto.pool import forbid_reactor_thread
+from deaddrop.delayed_calls import cancel
 
 DAY_NS = 86400 * 10**9
 DAY = 86400.0
@@ -166,6 +167,4 @@ class FileTimeNormaliser(service.Service):
         return self._pool.run(self._normalise, self._data_dir).addCallbacks(done, failed).addBoth(schedule)
 
     def _cancel_call(self) -> None:
-        if self._call is not None and self._call.active():
-            self._call.cancel()
-        self._call = None
+        self._call = cancel(self._call)
