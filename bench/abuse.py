@@ -40,11 +40,16 @@ Targets (issue 9): 100% legitimate success, login p99 < 5 s, submit p99 < 10 s, 
 p99 < 500 ms, RSS < 512 MB, no pending-source leak after purge.
 
 ``onion`` (issue 20) is the real onion path: a private Tor network (tests/integration/tornet.py:
-3 authorities, 2 relays, a client Tor), the server as ``twistd deaddrop --tor launch`` in it (its
-own Tor, PoW on, its Tor-only socket, real CLOSECIRCUIT), and every source-side client through
-the client Tor's SOCKS port, one circuit per SOCKS username (bench/_onion.py). The client Tor's
-control port says which circuits were closed; the attacker then moves to a fresh one, no faster
-than the PoW queue admits introductions. Its default attacks are issue 20's rows: a 40-circuit
+3 authorities, 2 relays, client Tors), the server as ``twistd deaddrop --tor launch`` in it (its
+own Tor, PoW on, its Tor-only socket, real CLOSECIRCUIT), and every source-side client through a
+client Tor's SOCKS port, one circuit per SOCKS username (bench/_onion.py). The legitimate source
+has a client Tor of its own; the attackers use ``--attacker-tors`` others (default 2), as real
+sources and attackers do not share a Tor: an attacker's hundreds of circuits being closed and
+rebuilt do not queue the source's circuit builds in the same client. The legitimate source builds
+each fresh circuit as a step of its own ("circuit"), so the table's login times are the server's
+answers on a built circuit and the notes pair each visit's circuit build with its answer. The
+attackers' client Tors' control ports say which circuits were closed; the attacker then moves to a
+fresh one, no faster than the PoW queue admits introductions. Its default attacks are issue 20's rows: a 40-circuit
 wrong-codename flood; 20 new sources at once right after it; a /create flood from fresh circuits
 at the PoW rate; reconnecting slow bodies from 64 and from 256 circuits with the server under
 ``ulimit -n 1024``. Each row reports the Argon2id runs spent on logins (from the line the server
@@ -111,6 +116,7 @@ class Server:
         self.source_port, self.journalist_port = load.free_port(), load.free_port()
         tor_socket = os.path.join(self.data, "tor", "source.sock") if args.mode == "circuits" else None
         self.target = Target(self.source_port, tor_socket)
+        self.attacker_target = self.target  # onion mode: the attackers' own client Tors
         tor = network.server_args() if network is not None else ["--tor", "none"]
         if network is not None:
             network.net.seed_data_dir(os.path.join(self.data, "tor"))
@@ -158,16 +164,20 @@ class Server:
 
             address = wait_published(os.path.join(self.data, "logs", "security.jsonl"), self.proc, 180)
             self.target = network.target(address)
+            self.attacker_target = network.attacker_target(address)
             deadline = time.monotonic() + 120
-            while True:  # the client Tor fetches the descriptor on the first visit
-                try:
-                    if raw_request(self.target, fresh_circuit(), "GET", "/", timeout=30)[0] == 200:
-                        break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"the onion did not answer; see {self.log_path}")
-                time.sleep(1.0)
+            # Each client Tor fetches the descriptor on its first visit (not counted).
+            for target in (self.target, self.attacker_target):
+                for circuit in target.one_circuit_per_tor():
+                    while True:
+                        try:
+                            if raw_request(target, circuit, "GET", "/", timeout=30)[0] == 200:
+                                break
+                        except OSError:
+                            pass
+                        if time.monotonic() > deadline:
+                            raise SystemExit(f"the onion did not answer; see {self.log_path}")
+                        time.sleep(1.0)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -286,6 +296,7 @@ class Legit:
         self.attempts = 0
         self.failures: list[str] = []
         self.failed_after: list[float] = []  # how long each failed step took
+        self.visits: list[tuple[str, float, float]] = []  # onion mode: (step, circuit build s, answer s)
         self.j_times: list[float] = []
         self.j_failures: list[str] = []
         self.reply_for: dict[str, str] = {}  # source uuid -> reply text posted
@@ -322,17 +333,41 @@ class TimedBrowser(SourceBrowser):
             TimedBrowser.circuits.add(circuit)
         self._first = True
 
+    def build(self) -> float:
+        """Open the circuit (a first stream, closed at once: over the onion, the introduction and
+        rendezvous through the onion's PoW queue). -> seconds it took."""
+        self._first = False
+        started = time.perf_counter()
+        try:
+            self.target.connect(self.circuit, SOURCE_TIMEOUT).close()
+        except OSError as e:
+            raise StepError(f"{type(e).__name__}: {e}") from None
+        took = time.perf_counter() - started
+        if self.built is not None:
+            self.built.append(took)
+        return took
+
     def connection(self) -> CircuitHTTPConnection:
         if self._first and self.built is not None:
-            self._first = False
-            started = time.perf_counter()
             try:
-                self.target.connect(self.circuit, SOURCE_TIMEOUT).close()
-            except OSError:
+                self.build()
+            except StepError:
                 pass
-            else:
-                self.built.append(time.perf_counter() - started)
         return CircuitHTTPConnection(self.target, self.circuit, SOURCE_TIMEOUT)
+
+
+def on_fresh_circuit(legit: Legit, browser: TimedBrowser, name: str, fn: Any, *a: Any) -> Any:
+    """Step ``name`` as the first thing done on ``browser``'s fresh circuit. Over the onion the
+    circuit is built first, as a step of its own ("circuit"), so ``name`` times the server's
+    answers on a built circuit; the pair (build, answer) is kept in ``legit.visits``."""
+    if TimedBrowser.built is None:
+        return legit.step(name, fn, *a)
+    build = legit.step("circuit", browser.build)
+    started = time.perf_counter()
+    result = legit.step(name, fn, *a)
+    with legit.lock:
+        legit.visits.append((name, build, time.perf_counter() - started))
+    return result
 
 
 def source_loop(target: Target, legit: Legit, window_end: float, journalist_done: threading.Event) -> None:
@@ -344,7 +379,7 @@ def source_loop(target: Target, legit: Legit, window_end: float, journalist_done
             legit.current_reply = f"abuse-bench reply {nonce}"
             reply = legit.current_reply
         try:
-            codename = legit.step("create", browser.create)
+            codename = on_fresh_circuit(legit, browser, "create", browser.create)
             legit.step("login", lambda: (browser.log_out(), browser.log_in(codename)))
             legit.step("submit", browser.submit, f"abuse-bench message {nonce}", "legit.bin", data)
         except StepError:
@@ -503,7 +538,8 @@ class Attack:
 class Context:
     def __init__(self, server: Server, args: argparse.Namespace, template: "Template", network: Any = None) -> None:
         self.server, self.args, self.template, self.network = server, args, template, network
-        self.target = server.target
+        self.target = server.attacker_target  # onion mode: never the legitimate source's client Tor
+        self.undo: list[Any] = []
 
     def circuits(self, streams: int, per_circuit: int = MAX_STREAMS, count: int | None = None) -> CircuitSet:
         """An attacker's circuits: ``count``, else ``--attack-circuits``, or more if ``streams``
@@ -512,7 +548,7 @@ class Context:
             return CircuitSet(1, max_streams=1 << 30, introductions=None)  # shared mode: no circuits, one budget
         circuits = CircuitSet(count or max(self.args.attack_circuits, math.ceil(streams / per_circuit)), per_circuit)
         if self.network is not None:
-            self.network.watcher.listeners.append(circuits.closed_circuit)
+            self.undo.append(self.network.watch_attackers(circuits.closed_circuit))
         return circuits
 
 
@@ -1049,7 +1085,8 @@ class OnionNewSources(OnionWrongCodenames):
 
         def one() -> None:
             try:
-                legit.step("create", TimedBrowser(target, fresh_circuit()).create)
+                browser = TimedBrowser(target, fresh_circuit())
+                on_fresh_circuit(legit, browser, "create", browser.create)
             except StepError:
                 pass
 
@@ -1060,7 +1097,8 @@ class OnionNewSources(OnionWrongCodenames):
             t.join(timeout=SOURCE_TIMEOUT + 10)
         times = legit.times.get("create", [])
         if times:
-            self.notes.append(f"the {self.burst} new sources: create p50/p99 {fmt_pair(times)} s")
+            self.notes.append(f"the {self.burst} new sources: create p50/p99 {fmt_pair(times)} s "
+                              f"(the server's answer, once the circuit was built; in onion mode see the visits)")
 
 
 class OnionCreateFlood(Attack):
@@ -1074,7 +1112,7 @@ class OnionCreateFlood(Attack):
         """The returning sources, made at leisure before the flood (one submission each)."""
         self.codenames = []
         for i in range(self.returning):
-            browser = TimedBrowser(self.ctx.target, fresh_circuit())
+            browser = TimedBrowser(self.ctx.server.target, fresh_circuit())  # the source's own client Tor
             codename = browser.create()
             browser.submit(f"abuse-bench returning source {i}", "first.bin", b"x" * 1000)
             self.codenames.append(codename)
@@ -1090,7 +1128,7 @@ class OnionCreateFlood(Attack):
             codename = self.codenames[i % len(self.codenames)]
             i += 1
             try:
-                legit.step("login", browser.log_in, codename)
+                on_fresh_circuit(legit, browser, "login", browser.log_in, codename)
                 legit.step("submit", browser.submit, f"abuse-bench returning {uuid.uuid4().hex}", "legit.bin", data)
             except StepError:
                 time.sleep(1.0)
@@ -1237,6 +1275,7 @@ class Row:
     def __init__(self, attack: Attack, legit: Legit, sampler: Sampler, seconds: float, load_avg: float) -> None:
         self.attack, self.legit, self.sampler, self.seconds = attack, legit, sampler, seconds
         self.load_avg = load_avg
+        self.load_end = load_avg  # the 1-minute load average when the row ended
 
 
 def run_one(cls: type[Attack], template: Template, args: argparse.Namespace, workdir: str,
@@ -1246,7 +1285,9 @@ def run_one(cls: type[Attack], template: Template, args: argparse.Namespace, wor
     if cls is GenerateCreate:
         extra += template.purge_args
     server = Server(run_dir, template.dir, args, extra, cls.nofile, network=network)
-    closed_before = network.watcher.closed if network is not None else 0
+    closed_before = network.attacker_closed if network is not None else 0
+    rendezvous_before = network.attacker_rendezvous if network is not None else 0
+    attack_started = time.monotonic()
     sampler = Sampler(server.proc.pid)
     sampler.start()
     attack = None
@@ -1260,6 +1301,8 @@ def run_one(cls: type[Attack], template: Template, args: argparse.Namespace, wor
         ctx = Context(server, args, template, network)
         attack = cls(ctx)
         attack.prepare()
+        if TimedBrowser.built is not None:
+            TimedBrowser.built = []  # circuits of the row's legitimate visits only
         prepared_requests, prepared_bytes = attack.requests, attack.bytes_sent
         attack.requests = attack.bytes_sent = 0
         legit = Legit()
@@ -1267,6 +1310,8 @@ def run_one(cls: type[Attack], template: Template, args: argparse.Namespace, wor
         os.mkdir(home, 0o700)
         jloop = JournalistLoop(server.journalist_port, context, token, legit, home, template.svs_key)
         load_avg = os.getloadavg()[0]
+        rendezvous_before = network.attacker_rendezvous if network is not None else 0
+        attack_started = time.monotonic()
         attack.start()
         time.sleep(min(5.0, args.seconds / 6))  # the attack ramps up before the legitimate users arrive
         began = time.monotonic()
@@ -1285,12 +1330,17 @@ def run_one(cls: type[Attack], template: Template, args: argparse.Namespace, wor
         jloop.join(timeout=SOURCE_TIMEOUT)
         attack.finish()
         seconds = time.monotonic() - began + min(5.0, args.seconds / 6)
+        load_end = os.getloadavg()[0]
         if prepared_requests:
             attack.notes.append(f"prepared with {prepared_requests} requests")
     finally:
+        if attack is not None:
+            for undo in attack.ctx.undo:
+                undo()
         sampler.stop.set()
         sampler.join()
         server.stop()
+        attack_seconds = time.monotonic() - attack_started
         subprocess.run(["gpgconf", "--homedir", os.path.join(run_dir, "jg"), "--kill", "gpg-agent"],
                        capture_output=True)
     if network is not None:
@@ -1298,14 +1348,23 @@ def run_one(cls: type[Attack], template: Template, args: argparse.Namespace, wor
             attack.notes.append(f"legitimate circuits: {len(TimedBrowser.built)}, built (introduction and rendezvous "
                                 f"through the onion's PoW queue) in p50/p99 {fmt_pair(TimedBrowser.built)} s")
         TimedBrowser.built = []
-        closed = {c: r for c, r in network.watcher.reasons.items() if c in TimedBrowser.circuits}
+        for note in visit_notes(legit):
+            attack.notes.append(note)
+        closed = {c: r for c, r in network.source_watcher.reasons.items() if c in TimedBrowser.circuits}
         if closed:
             why = ", ".join(f"{r}: {n}" for r, n in sorted(collections.Counter(closed.values()).items()))
-            attack.notes.append(f"legitimate circuits closed while in use or after (client Tor's reasons): {why}")
+            attack.notes.append(f"legitimate circuits closed while in use or after (the source's client Tor's "
+                                f"reasons): {why}")
         TimedBrowser.circuits = set()
         moved = f"; the attacker built {attack.circuits.replaced} fresh ones" if attack.circuit_count else ""
-        attack.notes.append(f"circuits closed, as the client Tor saw them: {network.watcher.closed - closed_before}"
-                            f"{moved}")
+        attack.notes.append(f"attacker circuits closed, as the attackers' client Tors saw them: "
+                            f"{network.attacker_closed - closed_before}{moved}")
+        if attack.circuit_count or isinstance(attack, OnionCreateFlood):
+            sent = network.attacker_rendezvous - rendezvous_before
+            attack.notes.append(f"introductions the attackers' Tors sent (rendezvous circuits) from the attack's start "
+                                f"until the server stopped: {sent}, {sent / attack_seconds:.1f}/s over "
+                                f"{attack_seconds:.0f} s (the PoW queue admits {INTRODUCTIONS.rate:g}/s, burst "
+                                f"{INTRODUCTIONS.burst})")
     elif server.target.per_circuit:
         closed = server.circuits_closed()
         moved = f"; the attacker built {attack.circuits.replaced} fresh ones" if attack.circuit_count else ""
@@ -1319,7 +1378,29 @@ def run_one(cls: type[Attack], template: Template, args: argparse.Namespace, wor
     attack.after(server)
     if not args.keep:
         shutil.rmtree(run_dir, ignore_errors=True)
-    return Row(attack, legit, sampler, seconds, load_avg)
+    row = Row(attack, legit, sampler, seconds, load_avg)
+    row.load_end = load_end
+    return row
+
+
+def visit_notes(legit: Legit) -> list[str]:
+    """Onion mode: each legitimate visit's circuit build and the server's answer, paired."""
+    notes = []
+    by_step: dict[str, list[tuple[float, float]]] = {}
+    for name, build, answer in legit.visits:
+        by_step.setdefault(name, []).append((build, answer))
+    for name, pairs in sorted(by_step.items()):
+        builds, answers = [b for b, _ in pairs], [a for _, a in pairs]
+        totals = [b + a for b, a in pairs]
+        slowest = sorted(pairs, key=sum, reverse=True)[:3]
+        notes.append(f"legitimate {name} visits on fresh circuits: {len(pairs)}; circuit build p50/p99 "
+                     f"{fmt_pair(builds)} s, then the server's answer p50/p99 {fmt_pair(answers)} s (build + answer "
+                     f"{fmt_pair(totals)} s; slowest: {', '.join(f'{b:.2f} + {a:.2f}' for b, a in slowest)})")
+    return notes
+
+
+def fmt_p99(values: list[float]) -> str:
+    return f"{percentile(values, 99):.2f}" if values else "-"
 
 
 def fmt_pair(values: list[float]) -> str:
@@ -1337,11 +1418,12 @@ def print_row(row: Row, out: Any) -> None:
     print(f"{a.name:<18} {circuits:>4} {a.requests / row.seconds:>8.1f} {a.bytes_sent / 1e6:>8.2f}  "
           f"{ok:>3}/{legit.attempts:<3} {fmt_pair(legit.times.get('login', [])):>11} "
           f"{fmt_pair(legit.times.get('submit', [])):>11} {j_p99:>7.0f} {len(legit.j_failures):>3}/{j_total:<4} "
-          f"{row.sampler.rss_kb / 1024:>6.0f} {row.sampler.fds:>5} {row.load_avg:>5.1f}", file=out, flush=True)
+          f"{row.sampler.rss_kb / 1024:>6.0f} {row.sampler.fds:>5} {row.load_avg:>5.1f} "
+          f"{fmt_p99(legit.times.get('circuit', [])):>9}", file=out, flush=True)
 
 
 HEADER = (f"{'attack':<18} {'circ':>4} {'att req/s':>8} {'att MB':>8}  {'src ok':>7} {'login p50/99':>11} "
-          f"{'submit p50/99':>11} {'j p99ms':>7} {'j err':>8} {'RSS MB':>6} {'fds':>5} {'load':>5}")
+          f"{'submit p50/99':>11} {'j p99ms':>7} {'j err':>8} {'RSS MB':>6} {'fds':>5} {'load':>5} {'circ p99':>9}")
 
 
 def verdict(row: Row) -> list[str]:
@@ -1410,6 +1492,9 @@ def main() -> int:
     parser.add_argument("--attack-circuits", type=int, default=8,
                         help="circuits each attacker spreads over, at least (more where its concurrency needs them "
                              "at 16 streams a circuit; default 8)")
+    parser.add_argument("--attacker-tors", type=int, default=2,
+                        help="onion mode: client Tors the attackers' circuits are spread over, none of them the "
+                             "legitimate source's (default 2)")
     parser.add_argument("--code", help="run the server and admin commands from this checkout instead")
     parser.add_argument("--keep", action="store_true", help="keep each run's work dir (server.log, data)")
     parser.add_argument("--repeat", type=int, default=1, help="run the chosen attacks this many times, interleaved")
@@ -1436,10 +1521,12 @@ def main() -> int:
               "_add_tor_only_listener, circuits.from_tor): running --mode shared instead")
         args.mode = "shared"
     if args.mode == "onion":
-        print(f"mode: onion, twistd deaddrop --tor launch in a private Tor network (3 authorities, 2 relays, a client "
-              f"Tor): the server's own Tor, PoW on, and its Tor-only socket; every source-side client through the "
-              f"client Tor, one circuit per SOCKS username; the legitimate source takes a fresh circuit each cycle; "
-              f"circuits the server closes (CLOSECIRCUIT) are seen on the client Tor's control port and replaced, "
+        print(f"mode: onion, twistd deaddrop --tor launch in a private Tor network (3 authorities, 2 relays, "
+              f"{1 + args.attacker_tors} client Tors): the server's own Tor, PoW on, and its Tor-only socket; the "
+              f"legitimate source through a client Tor of its own, the attackers through {args.attacker_tors} others "
+              f"(--attacker-tors), one circuit per SOCKS username; the legitimate source takes a fresh circuit each "
+              f"visit and builds it first (step \"circuit\"), so its circuit build and the server's answer are timed "
+              f"apart; circuits the server closes (CLOSECIRCUIT) are seen on the client Tors' control ports and replaced, "
               f"attackers' new circuits no faster than the onion's PoW queue admits introductions "
               f"({INTRODUCTIONS.rate:g}/s, burst {INTRODUCTIONS.burst})")
     elif args.mode == "circuits":
@@ -1461,7 +1548,7 @@ def main() -> int:
         if args.mode == "onion":
             from _onion import OnionNetwork
 
-            network = OnionNetwork()
+            network = OnionNetwork(attacker_tors=args.attacker_tors)
             TimedBrowser.built = []
         print(HEADER, flush=True)
         for _ in range(args.repeat):
@@ -1478,9 +1565,12 @@ def main() -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     print()
     print("columns: circuits the attacker spreads over (circuits mode; - where none); attacker requests/s over the window (connections opened, for idle-connections) and MB sent; "
-          "legitimate source steps ok/attempted (create, login, submit, read reply); login and submit p50/p99 in s; "
-          "journalist p99 over all its API requests, and its errors; server peak RSS and open fds; the machine's "
-          "1-minute load average when the attack started (other work shares these CPUs)")
+          "legitimate source steps ok/attempted (create, login, submit, read reply; onion mode: building each "
+          "fresh circuit is a step of its own, \"circuit\"); login and submit p50/p99 in s (the server's answers "
+          "on a built circuit); journalist p99 over all its API requests, and its errors; server peak RSS and open "
+          "fds; the machine's 1-minute load average when the attack started (other work shares these CPUs); "
+          "onion mode: p99 of the legitimate source's circuit builds, in s (its own client Tor; introduction and "
+          "rendezvous through the onion's PoW queue)")
     print("targets: 100% legit success, login p99 < 5 s, submit p99 < 10 s, journalist p99 < 500 ms, RSS < 512 MB, "
           "no pending sources left after purge")
     all_ok = True
@@ -1489,6 +1579,8 @@ def main() -> int:
         all_ok &= not misses
         statuses = ", ".join(f"{k}: {v}" for k, v in sorted(row.attack.statuses.items()))
         print(f"- {row.attack.name}: {row.attack.what}. {'MET' if not misses else 'MISSED: ' + '; '.join(misses)}.")
+        busy = " (ABOVE 4 when the row started: the machine was busy)" if row.load_avg > 4 else ""
+        print(f"    1-minute load average: {row.load_avg:.1f} when the row started{busy}, {row.load_end:.1f} when it ended")
         if statuses:
             print(f"    attacker answers: {statuses}")
         for note in row.attack.notes:

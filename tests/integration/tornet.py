@@ -14,6 +14,7 @@ Use::
     net.seed_data_dir(path)              # pre-seed a tor DataDirectory with the authority certs
     net.wrapper                          # a tor_binary that sets the low-memory environment
     net.client_socks_port, net.client_control_port
+    net.add_client("other")              # another client tor, its own circuits: .socks_port, .control_port
     net.stop()
 
 or ``shared_network()`` for one network per test process (stopped at exit), or run
@@ -193,6 +194,7 @@ class TorNetwork:
         self.authorities: list[_Node] = []
         self.relays: list[_Node] = []
         self.client: _Node | None = None
+        self.extra_clients: list[_Node] = []  # add_client()
         self.dir_authority_lines: list[str] = []
         self.tor_options: list[tuple[str, str]] = []
         self.client_socks_port = 0
@@ -281,19 +283,36 @@ class TorNetwork:
         self._wait(self._relays_have_microdescs, deadline, "relays holding the microdescriptors")
         self._mark(t0, "relays ready")
 
-        self.client = _Node(self, "client")
-        self.client_cookie = os.path.join(self.client.dir, "control_auth_cookie")
-        self.client.options = network + [
-            # ExtendedErrors: onion failures get their own SOCKS codes (0xF0-0xF7), so a test can
-            # tell "client authorisation missing" (0xF4) from "descriptor not found yet" (0xF0).
-            ("SocksPort", f"127.0.0.1:{self.client_socks_port} ExtendedErrors"),
-            ("ControlPort", f"127.0.0.1:{self.client_control_port}"),
-            ("CookieAuthentication", "1"),
-        ]
-        self.seed_data_dir(self.client.dir)
+        self.client = self._client_node("client", self.client_socks_port, self.client_control_port)
+        self.client_cookie = self.client.cookie
         self.client.start()
         self._wait(lambda: "Bootstrapped 100%" in self.client.output(), deadline, "the client bootstrapped")
         self._mark(t0, "client")
+
+    def _client_node(self, name: str, socks_port: int, control_port: int) -> _Node:
+        node = _Node(self, name)
+        node.socks_port, node.control_port = socks_port, control_port
+        node.cookie = os.path.join(node.dir, "control_auth_cookie")
+        node.options = self.tor_options + [
+            # ExtendedErrors: onion failures get their own SOCKS codes (0xF0-0xF7), so a test can
+            # tell "client authorisation missing" (0xF4) from "descriptor not found yet" (0xF0).
+            ("SocksPort", f"127.0.0.1:{socks_port} ExtendedErrors"),
+            ("ControlPort", f"127.0.0.1:{control_port}"),
+            ("CookieAuthentication", "1"),
+        ]
+        self.seed_data_dir(node.dir)
+        return node
+
+    def add_client(self, name: str, timeout: float = BRING_UP_SECONDS) -> _Node:
+        """One more client tor of its own (its own guards, circuits and SOCKS port), once the
+        network is up: ``.socks_port``, ``.control_port``, ``.cookie``. Stopped with the network."""
+        socks_port, control_port = _free_ports(2)
+        node = self._client_node(name, socks_port, control_port)
+        self.extra_clients.append(node)
+        node.start()
+        self._wait(lambda: "Bootstrapped 100%" in node.output(), time.monotonic() + timeout,
+                   f"client {name} bootstrapped")
+        return node
 
     def _make_authority_keys(self, deadline: float) -> None:
         procs: list[subprocess.Popen] = []
@@ -362,7 +381,7 @@ class TorNetwork:
             time.sleep(0.1)
 
     def nodes(self) -> list[_Node]:
-        return self.authorities + self.relays + ([self.client] if self.client else [])
+        return self.authorities + self.relays + ([self.client] if self.client else []) + self.extra_clients
 
     def _consensus_names(self) -> set[str]:
         url = f"http://127.0.0.1:{self.authorities[0].dir_port}/tor/status-vote/current/consensus-microdesc"
