@@ -10,7 +10,7 @@ from twisted.web.resource import Resource
 from deaddrop.transport.circuits import Circuit, from_tor
 from deaddrop.transport.connections import ConnectionBudget, ConnectionLimits, budget_for, raise_fd_limit
 from deaddrop.web._common.request_rate import CircuitRequestRate
-from deaddrop.web._common.site import BodyPolicy, DeadDropSite
+from deaddrop.web._common.site import EVICTED_FLUSH_SECONDS, BodyPolicy, DeadDropSite
 
 _LOCAL_PEER = IPv4Address("TCP", "127.0.0.1", 40000)
 
@@ -31,9 +31,25 @@ class _Transport(StringTransport):
         super().__init__(peerAddress=peer)
         self.aborted = False
         self.connected = True
+        self.hold = False  # True: writes wait in ``unsent`` until send(), as a reactor's do until its next turn
+        self.unsent = b""
+
+    def write(self, data):
+        if self.hold:
+            self.unsent += data
+        else:
+            super().write(data)
+
+    def writeSequence(self, data):
+        self.write(b"".join(data))
+
+    def send(self):
+        data, self.unsent, self.hold = self.unsent, b"", False
+        super().write(data)
 
     def abortConnection(self):
         self.aborted = True
+        self.unsent = b""  # what was not sent yet is lost
         super().abortConnection()
 
 
@@ -477,6 +493,36 @@ class FairShareTests(unittest.TestCase):
         self.assertFalse(other[0][1].aborted)
         h.drop_aborted()
         self.assertEqual((limits.open, limits.held_by(Circuit(0x60))), (1, 0))
+
+    def test_an_answer_written_but_not_sent_yet_is_sent_before_its_connection_makes_room(self):
+        """Seen over the real onion (bench/abuse.py --mode onion, reconnecting slow bodies from
+        256 circuits): a source's page was answered, then its connection, between requests with
+        the page still to be sent on the reactor's next turn, was aborted to make room for the
+        flood's next connection: the page was lost ("closed without response")."""
+        for request in (_GET, _GET.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n")):
+            limits = ConnectionLimits(ConnectionBudget(100), max_connections=3)
+            h = _Harness(self, limits)
+            flood = self.hold_slow_bodies(h, 0x100, 2)
+            source, transport = h.connect(_tor_peer(0x300))
+            transport.hold = True  # what is written waits for the reactor's next turn
+            source.dataReceived(request)
+            self.assertIn(b"200 OK", transport.unsent)
+            self.hold_slow_bodies(h, 0x100, 1)  # the flood reconnects: the source's connection makes room
+            self.assertEqual(limits.open, 3)
+            self.assertFalse(transport.aborted)
+            self.assertTrue(transport.disconnecting)  # closed once its answer is sent
+            transport.send()
+            self.assertIn(b"200 OK", transport.value())
+            self.assertFalse(any(t.aborted for _, t in flood))
+            # A peer that does not take its answer is cut off soon (its slot was already given).
+            source, transport = h.connect(_tor_peer(0x301))
+            transport.hold = True
+            source.dataReceived(request)
+            self.hold_slow_bodies(h, 0x100, 1)
+            self.assertFalse(transport.aborted)
+            h.clock.advance(EVICTED_FLUSH_SECONDS)
+            self.assertTrue(transport.aborted)
+            h.close_all()
 
     def test_a_source_connection_on_its_way_to_its_first_request_is_not_the_first_to_go(self):
         """Seen over the real onion: attackers reconnecting at once evicted a source's new

@@ -52,6 +52,10 @@ class BodyPolicy:
     first_request_grace: float = 2.0
 
 
+# An evicted connection between requests may still be sending its last answer (see
+# DeadDropChannel.evict): it is cut off if that takes longer than this (a peer not reading).
+EVICTED_FLUSH_SECONDS = 5.0
+
 StartUpload = Callable[["DeadDropRequest", bytes, "int | None"], MultipartUpload]
 
 
@@ -281,6 +285,7 @@ class DeadDropChannel(http.HTTPChannel):
     circuit: Circuit | None = None
     _header_deadline: Any = None
     _body_deadline: Any = None
+    _flush_deadline: Any = None  # an evicted connection's last answer is being sent (see evict)
     _watchdog: Any = None
     _pipelined: Any = None
     _replaying = False
@@ -349,9 +354,21 @@ class DeadDropChannel(http.HTTPChannel):
 
     def evict(self) -> None:
         """Make room for a newer connection (called by ConnectionLimits): an idle one, or a
-        busy one of the circuit holding the most. Counted as a cut if it was slow."""
+        busy one of the circuit holding the most. Counted as a cut if it was slow.
+
+        One between requests may still hold its last answer, written but not yet sent (the
+        reactor sends on its next turn; a ``Connection: close`` answer waits there to be sent
+        before the close): it is closed once that is sent, not over it, or the visitor whose
+        answer it is gets none (seen over the real onion under reconnecting slow bodies: pages
+        lost to the newcomer that took their place). A peer that does not take it is cut off
+        after ``EVICTED_FLUSH_SECONDS``."""
         if self.is_slow():
             self._cut()
+        elif self._request_began is None and self._served:
+            for name in ("_watchdog", "_header_deadline", "_body_deadline"):
+                self._cancel(name)
+            self._flush_deadline = self.callLater(EVICTED_FLUSH_SECONDS, self.transport.abortConnection)
+            self.transport.loseConnection()
         else:
             self._abort()
 
@@ -488,7 +505,7 @@ class DeadDropChannel(http.HTTPChannel):
         self._watchdog = self.callLater(policy.window_seconds, self._check_progress)
 
     def connectionLost(self, reason: Any) -> None:
-        for name in ("_watchdog", "_header_deadline", "_body_deadline", "_pipelined"):
+        for name in ("_watchdog", "_header_deadline", "_body_deadline", "_pipelined", "_flush_deadline"):
             self._cancel(name)
         if self._counted:
             self._counted = False
