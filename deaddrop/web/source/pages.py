@@ -256,54 +256,68 @@ def index(ctx: PageContext) -> Tag:
     ])
 
 
+# The safety page after its opening paragraph: each section a heading and what follows it, a
+# paragraph (a message) or a bulleted list (a tuple of them). _READERS is said with the site's
+# name; _KEPT stands for the sentence on how long submissions are kept.
+_READERS = N_("Only journalists of {name} can read what you send. We do not record your IP address, "
+              "your browser or your device.")
+_KEPT: Any = object()
+_SAFETY_SECTIONS: tuple[tuple[Any, ...], ...] = (
+    (N_("Use Tor Browser, set to Safest"),
+     N_("Open this site only in Tor Browser. It hides where you are and which device you use. "
+        "In Tor Browser, open the shield menu, choose Settings, and set the security level to Safest. "
+        "This site works fully at that level."),
+     N_("You can get Tor Browser from torproject.org. If that site is blocked where you are, "
+        "send an email to gettor@torproject.org to get a copy.")),
+    (N_("Do not use a work device or network"),
+     N_("Employers can often see what is done on their computers, phones and networks. Use your own "
+        "device, on a network that has nothing to do with your work. Do not use a device that someone "
+        "else controls or watches.")),
+    (N_("Remove hidden information from documents"),
+     N_("Files often carry hidden information, called metadata: the author's name, dates, the name of "
+        "the computer, sometimes the place where a photo was taken. Before you send a file:"),
+     (N_("Photos: take a screenshot of the photo and send the screenshot."),
+      N_("Documents: copy the text into a new plain text file, or print the document and scan "
+         "or photograph the paper, or use your software's tool for removing personal information."),
+      N_("Think about what the content reveals: if only a few people saw a document, sending it "
+         "may point to you.")),
+     N_("If you are not sure, say so in your message: our journalists can help.")),
+    (N_("What happens to what you send"),
+     N_("Your message and files are encrypted as soon as they reach our server, before anything is "
+        "saved. The server cannot read them. Our journalists copy them to a computer that is never "
+        "connected to the internet, and only there are they decrypted and read.")),
+    (N_("Who reads it and how long it is kept"), _READERS, _KEPT, N_("A reply you delete is removed at once.")),
+    (N_("Why a codename"),
+     N_("We never ask for your name or email address. Instead you get a codename: a few random "
+        "words. It is the only way to come back, read our replies and send more. We do not store it, "
+        "so we cannot give it back if you lose it. Write it on paper and keep it in a safe place, "
+        "or learn it by heart, and never share it."),
+     CODENAME_WORDS_HINT),
+    (N_("When you are done"), N_("Log out, then close Tor Browser, or choose New Identity in its menu.")),
+)
+
+
 def safety(ctx: PageContext, retention_days: int | None = None) -> Tag:
     _ = ctx._
     if retention_days:
         kept = _(_RETENTION, days=retention_days)
     else:
         kept = _("Submissions are kept only as long as our journalists need them, then deleted.")
+
+    def part(said: Any) -> Tag:
+        if isinstance(said, tuple):
+            return tags.ul(*(tags.li(_(item)) for item in said))
+        if said is _KEPT:
+            return tags.p(kept)
+        return tags.p(_(said, name=ctx.site_name) if said is _READERS else _(said))
+
+    sections = [element for heading, *parts in _SAFETY_SECTIONS
+                for element in (tags.h2(_(heading)), *(part(said) for said in parts))]
     return _frame(ctx, _("How to stay safe"), [
         tags.h1(_("How to stay safe")),
         tags.p(_("No tool can make you completely safe, but these steps lower the risk a lot. "
                  "Please read them before you send anything.")),
-        tags.h2(_("Use Tor Browser, set to Safest")),
-        tags.p(_("Open this site only in Tor Browser. It hides where you are and which device you use. "
-                 "In Tor Browser, open the shield menu, choose Settings, and set the security level to Safest. "
-                 "This site works fully at that level.")),
-        tags.p(_("You can get Tor Browser from torproject.org. If that site is blocked where you are, "
-                 "send an email to gettor@torproject.org to get a copy.")),
-        tags.h2(_("Do not use a work device or network")),
-        tags.p(_("Employers can often see what is done on their computers, phones and networks. Use your own "
-                 "device, on a network that has nothing to do with your work. Do not use a device that someone "
-                 "else controls or watches.")),
-        tags.h2(_("Remove hidden information from documents")),
-        tags.p(_("Files often carry hidden information, called metadata: the author's name, dates, the name of "
-                 "the computer, sometimes the place where a photo was taken. Before you send a file:")),
-        tags.ul(
-            tags.li(_("Photos: take a screenshot of the photo and send the screenshot.")),
-            tags.li(_("Documents: copy the text into a new plain text file, or print the document and scan "
-                      "or photograph the paper, or use your software's tool for removing personal information.")),
-            tags.li(_("Think about what the content reveals: if only a few people saw a document, sending it "
-                      "may point to you.")),
-        ),
-        tags.p(_("If you are not sure, say so in your message: our journalists can help.")),
-        tags.h2(_("What happens to what you send")),
-        tags.p(_("Your message and files are encrypted as soon as they reach our server, before anything is "
-                 "saved. The server cannot read them. Our journalists copy them to a computer that is never "
-                 "connected to the internet, and only there are they decrypted and read.")),
-        tags.h2(_("Who reads it and how long it is kept")),
-        tags.p(_("Only journalists of {name} can read what you send. We do not record your IP address, "
-                 "your browser or your device.", name=ctx.site_name)),
-        tags.p(kept),
-        tags.p(_("A reply you delete is removed at once.")),
-        tags.h2(_("Why a codename")),
-        tags.p(_("We never ask for your name or email address. Instead you get a codename: a few random "
-                 "words. It is the only way to come back, read our replies and send more. We do not store it, "
-                 "so we cannot give it back if you lose it. Write it on paper and keep it in a safe place, "
-                 "or learn it by heart, and never share it.")),
-        tags.p(_(CODENAME_WORDS_HINT)),
-        tags.h2(_("When you are done")),
-        tags.p(_("Log out, then close Tor Browser, or choose New Identity in its menu.")),
+        *sections,
         tags.p(tags.a(_("Back to the start"), href="/")),
     ])
 
