@@ -17,8 +17,9 @@ from deaddrop.languages import LANGUAGES
 from deaddrop.source_texts import KINDS, MAX_TEXT_CHARS, text_problem
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg
-from deaddrop.web._common.guards import admin_required
+from deaddrop.web._common.guards import admin_required, admin_route
 from deaddrop.web._common.pages import csrf_field, render_sync
+from deaddrop.web._common.routes import Routes
 from deaddrop.web._common.upload import REASON_FILES_TOO_LARGE, MultipartUpload, UploadError, UploadLimits
 from deaddrop.web.journalist.pages import _error, _page
 
@@ -89,112 +90,116 @@ def page(site_name: str, session: Any, journalist: Any, texts: Any, error: str |
     ], session, journalist)
 
 
+routes = Routes()
+
+
+@routes.route("/admin/source-texts", methods=["GET"])
+@admin_required
+def source_texts_form(self: Any, request: Any, login: Any):
+    return self._html(request, page(self._name, login.session, login.journalist, self.source_texts))
+
+
+@admin_route(routes, "/admin/source-texts", "POST")
+def save_source_texts(self: Any, request: Any, login: Any):
+    code = form_arg(request, "language", 8)
+    values = {kind: (form_arg(request, kind, MAX_TEXT_CHARS + 1) or "").strip() for kind in KINDS}
+    problem = "Unknown language." if code not in LANGUAGES else next(
+        (p for p in map(text_problem, values.values()) if p), None)
+    if problem:
+        html = page(self._name, login.session, login.journalist, self.source_texts, problem)
+        return (yield self._html(request, html, 400))
+
+    def save(conn: Any) -> None:
+        for kind, text in values.items():
+            self.source_texts.save_text(conn, kind, code, text)
+
+    yield shield(self.accounts.db.run(save))
+    for kind, text in values.items():
+        self.source_texts.apply_text(kind, code, text)
+    self.events.emit("admin.source_texts.changed", username=login.journalist.username)
+    login.session.flash(f"Texts for {LANGUAGES[code][0]} saved.", "ok")
+    return self._redirect(request, "/admin/source-texts")
+
+
+@routes.route(LOGO_PATH.decode(), methods=["POST"])
+@inlineCallbacks
+def save_source_logo(self: Any, request: Any):
+    # Not @admin_required: its CSRF check reads urlencoded fields; this body is multipart and
+    # the upload itself checked the token before any file byte.
+    upload: MultipartUpload | None = getattr(request, "upload", None)
+    if upload is None:
+        return self._error(request, 400, "Nothing received", "Send the logo with the form.")
+    try:
+        result = yield upload.result
+    except UploadError as e:
+        login = yield self._current_login(request)
+        if e.reason == REASON_FILES_TOO_LARGE and login is not None and login.journalist.is_admin:
+            # The size that is accepted, and the forms to try again: not a dead end.
+            return (yield self._html(request, page(self._name, login.session, login.journalist,
+                                                   self.source_texts, LOGO_TOO_LARGE), 413))
+        return self._error(request, e.status, "Logo not saved", f"{e.message} Nothing was changed.")
+    login = yield self._current_login(request)
+    if login is None or not login.journalist.is_admin:
+        return self._refuse_non_admin(request)
+    code = result.fields.get("language")
+    if code not in LANGUAGES:
+        return self._error(request, 400, "Logo not saved", "Unknown language. Nothing was changed.")
+    logo = None
+    if result.fields.get("remove") != "1":
+        sink = getattr(request, "logo_sink", None)
+        try:
+            logo = png.clean_png(bytes(sink.data) if sink else b"")
+        except png.NotAPng as e:
+            html = page(self._name, login.session, login.journalist, self.source_texts,
+                        f"The logo was not saved: {e}.")
+            return (yield self._html(request, html, 400))
+    yield shield(self.accounts.db.run(self.source_texts.save_logo, code, logo))
+    self.source_texts.apply_logo(code, logo)
+    self.events.emit("admin.source_logo.changed", username=login.journalist.username)
+    login.session.flash(f"Logo for {LANGUAGES[code][0]} {'saved' if logo else 'removed'}.", "ok")
+    return self._redirect(request, "/admin/source-texts")
+
+
+def start_logo_upload(self: Any, request: Any, boundary: bytes, length: int | None) -> MultipartUpload:
+    session = self.cookie.lookup(request)
+    refused = files_refused = None
+    if session is None or "journalist_id" not in session.data:
+        refused = UploadError(403, "Your session ended.")
+    elif length is not None and length > LOGO_BODY_LIMIT:
+        # Said at the first file byte, with the page to try again (see answer_now).
+        files_refused = UploadError(413, LOGO_TOO_LARGE, REASON_FILES_TOO_LARGE)
+    limits = UploadLimits(max_file_bytes=png.MAX_BYTES, file_fields=frozenset({"logo"}),
+                          text_fields={"csrf_token": 256, "language": 8, "remove": 1})
+    # Looked up now: the page that answers a file too large needs it (see answer_now).
+    login = self._current_login(request) if refused is None else None
+
+    def open_sink(filename: str, pause: Callable[[], None], resume: Callable[[], None]) -> _MemorySink:
+        request.logo_sink = _MemorySink()
+        return request.logo_sink
+
+    def answer_now(error: UploadError) -> None:
+        # A file too large: the settings page says what is accepted, at once, and no more of
+        # the body is read. Other failures are answered by the route.
+        if error.reason != REASON_FILES_TOO_LARGE or login is None:
+            return
+        request.pause_body()  # not a byte more while the login is looked up
+
+        def answer(found: Any) -> Any:
+            if found is not None and found.journalist.is_admin:
+                request.answer_early(413, render_sync(page(self._name, found.session, found.journalist,
+                                                           self.source_texts, LOGO_TOO_LARGE)))
+            # Else the route refuses it, as any upload of a non-admin. Reading goes on either
+            # way: what arrives after an answer is dropped unread, and TLS can close.
+            request.resume_body()
+            return found
+        login.addCallback(answer)
+
+    return MultipartUpload(boundary, limits, open_sink, request.pause_body, request.resume_body,
+                           refused=refused, csrf_token=session.csrf_token if session else None,
+                           files_refused=files_refused, on_fail=answer_now)
+
+
 def register(cls: Any) -> None:
     """Add the routes and the logo upload to the journalist interface class ``cls``."""
-    app = cls.app
-
-    @app.route("/admin/source-texts", methods=["GET"])
-    @admin_required
-    def source_texts_form(self: Any, request: Any, login: Any):
-        return self._html(request, page(self._name, login.session, login.journalist, self.source_texts))
-
-    @app.route("/admin/source-texts", methods=["POST"])
-    @admin_required
-    @inlineCallbacks
-    def save_source_texts(self: Any, request: Any, login: Any):
-        code = form_arg(request, "language", 8)
-        values = {kind: (form_arg(request, kind, MAX_TEXT_CHARS + 1) or "").strip() for kind in KINDS}
-        problem = "Unknown language." if code not in LANGUAGES else next(
-            (p for p in map(text_problem, values.values()) if p), None)
-        if problem:
-            html = page(self._name, login.session, login.journalist, self.source_texts, problem)
-            return (yield self._html(request, html, 400))
-
-        def save(conn: Any) -> None:
-            for kind, text in values.items():
-                self.source_texts.save_text(conn, kind, code, text)
-
-        yield shield(self.accounts.db.run(save))
-        for kind, text in values.items():
-            self.source_texts.apply_text(kind, code, text)
-        self.events.emit("admin.source_texts.changed", username=login.journalist.username)
-        login.session.flash(f"Texts for {LANGUAGES[code][0]} saved.", "ok")
-        return self._redirect(request, "/admin/source-texts")
-
-    @app.route(LOGO_PATH.decode(), methods=["POST"])
-    @inlineCallbacks
-    def save_source_logo(self: Any, request: Any):
-        # Not @admin_required: its CSRF check reads urlencoded fields; this body is multipart and
-        # the upload itself checked the token before any file byte.
-        upload: MultipartUpload | None = getattr(request, "upload", None)
-        if upload is None:
-            return self._error(request, 400, "Nothing received", "Send the logo with the form.")
-        try:
-            result = yield upload.result
-        except UploadError as e:
-            login = yield self._current_login(request)
-            if e.reason == REASON_FILES_TOO_LARGE and login is not None and login.journalist.is_admin:
-                # The size that is accepted, and the forms to try again: not a dead end.
-                return (yield self._html(request, page(self._name, login.session, login.journalist,
-                                                       self.source_texts, LOGO_TOO_LARGE), 413))
-            return self._error(request, e.status, "Logo not saved", f"{e.message} Nothing was changed.")
-        login = yield self._current_login(request)
-        if login is None or not login.journalist.is_admin:
-            return self._refuse_non_admin(request)
-        code = result.fields.get("language")
-        if code not in LANGUAGES:
-            return self._error(request, 400, "Logo not saved", "Unknown language. Nothing was changed.")
-        logo = None
-        if result.fields.get("remove") != "1":
-            sink = getattr(request, "logo_sink", None)
-            try:
-                logo = png.clean_png(bytes(sink.data) if sink else b"")
-            except png.NotAPng as e:
-                html = page(self._name, login.session, login.journalist, self.source_texts,
-                            f"The logo was not saved: {e}.")
-                return (yield self._html(request, html, 400))
-        yield shield(self.accounts.db.run(self.source_texts.save_logo, code, logo))
-        self.source_texts.apply_logo(code, logo)
-        self.events.emit("admin.source_logo.changed", username=login.journalist.username)
-        login.session.flash(f"Logo for {LANGUAGES[code][0]} {'saved' if logo else 'removed'}.", "ok")
-        return self._redirect(request, "/admin/source-texts")
-
-    def start_logo_upload(self: Any, request: Any, boundary: bytes, length: int | None) -> MultipartUpload:
-        session = self.cookie.lookup(request)
-        refused = files_refused = None
-        if session is None or "journalist_id" not in session.data:
-            refused = UploadError(403, "Your session ended.")
-        elif length is not None and length > LOGO_BODY_LIMIT:
-            # Said at the first file byte, with the page to try again (see answer_now).
-            files_refused = UploadError(413, LOGO_TOO_LARGE, REASON_FILES_TOO_LARGE)
-        limits = UploadLimits(max_file_bytes=png.MAX_BYTES, file_fields=frozenset({"logo"}),
-                              text_fields={"csrf_token": 256, "language": 8, "remove": 1})
-        # Looked up now: the page that answers a file too large needs it (see answer_now).
-        login = self._current_login(request) if refused is None else None
-
-        def open_sink(filename: str, pause: Callable[[], None], resume: Callable[[], None]) -> _MemorySink:
-            request.logo_sink = _MemorySink()
-            return request.logo_sink
-
-        def answer_now(error: UploadError) -> None:
-            # A file too large: the settings page says what is accepted, at once, and no more of
-            # the body is read. Other failures are answered by the route.
-            if error.reason != REASON_FILES_TOO_LARGE or login is None:
-                return
-            request.pause_body()  # not a byte more while the login is looked up
-
-            def answer(found: Any) -> Any:
-                if found is not None and found.journalist.is_admin:
-                    request.answer_early(413, render_sync(page(self._name, found.session, found.journalist,
-                                                               self.source_texts, LOGO_TOO_LARGE)))
-                # Else the route refuses it, as any upload of a non-admin. Reading goes on either
-                # way: what arrives after an answer is dropped unread, and TLS can close.
-                request.resume_body()
-                return found
-            login.addCallback(answer)
-
-        return MultipartUpload(boundary, limits, open_sink, request.pause_body, request.resume_body,
-                               refused=refused, csrf_token=session.csrf_token if session else None,
-                               files_refused=files_refused, on_fail=answer_now)
-
+    routes.register(cls)
     cls.start_logo_upload = start_logo_upload
