@@ -2,9 +2,11 @@
 
 An upload body is admitted before its first file byte is read: room on the disk for the whole
 body (its Content-Length, or the largest body accepted if it has none, less what it writes as
-it goes) and a pump slot for each file (``UploadSlots``: per source identity, not per session,
-since logging in again gives a codename no more; per Tor circuit; and in total, where the
-slowest upload may be ended to make room, for a slot or for disk space). Text-only messages
+it goes) and one pump slot, however many files it carries (``UploadSlots``: per source identity,
+not per session, since logging in again gives a codename no more; per Tor circuit; and in total,
+where the slowest upload may be ended to make room, for a slot or for disk space). A body's files
+arrive one after another, so one slot pumps them in turn: a slot per file made the third file of
+one submission look like a third submission in flight (issue 27). Text-only messages
 take no slot: they are encrypted on a pool of their own, after their own disk admission
 (``Newsroom.encrypt_message``). ``Newsroom.admit_upload`` hands one ``UploadHold`` per body;
 ``release`` gives everything back once the body was received or refused.
@@ -37,13 +39,17 @@ class UploadHold:
         self._evict = evict
         self.progress = slots.progress()  # the body's bytes, as they are fed to encryption
         self._tickets: list[Any] = []
+        self._admitted = False
 
-    def admit_file(self, body_bytes: int) -> None:
-        """Before a file's first byte: the body's disk space (at its first file only) and a pump
-        slot. Raises ``NoRoom`` (counted for the day's report: the admin hears of a full disk
-        from a timer, never at the moment a source was refused), ``KeyBusy`` (this identity's
-        uploads are all in flight) or ``Busy``."""
-        if self._disk is not None and not self._tickets:
+    def admit(self, body_bytes: int) -> None:
+        """Before the body's first file byte: its disk space and its pump slot. Its later files
+        take nothing more (called again, this does nothing). Raises ``NoRoom`` (counted for the
+        day's report: the admin hears of a full disk from a timer, never at the moment a source
+        was refused), ``KeyBusy`` (this identity's other submissions are all still arriving) or
+        ``Busy``."""
+        if self._admitted:
+            return
+        if self._disk is not None:
             try:
                 self._tickets.append(self._hold_room(body_bytes))
             except NoRoom:
@@ -51,6 +57,7 @@ class UploadHold:
                 raise
         self._tickets.append(self._slots.try_acquire(self._source_id, self._circuit, self.progress,
                                                      evict=self._evict))
+        self._admitted = True
 
     def _hold_room(self, body_bytes: int) -> Reservation:
         """The body's disk space. When the disk is short, uploads below the fair rate whose
@@ -63,7 +70,7 @@ class UploadHold:
         except NoRoom:
             short = self._disk.needed_for(body_bytes) - self._disk.room()
             holds = self._disk.holds()
-            if not self._slots.make_room(short, lambda p: holds.get(p, 0), sparing=self.progress):
+            if not self._slots.make_room(short, lambda p: holds.get(p, 0)):
                 raise
         return self._disk.admit(body_bytes, self.progress)
 

@@ -2,7 +2,7 @@
 from twisted.internet.defer import succeed
 from twisted.trial import unittest
 
-from deaddrop.web._common.upload import MultipartUpload, UploadError, UploadLimits
+from deaddrop.web._common.upload import REASON_TOO_MANY_FILES, MultipartUpload, UploadError, UploadLimits
 
 BOUNDARY = b"----xyzBOUNDARY"
 
@@ -96,6 +96,16 @@ class UploadTests(unittest.TestCase):
         self.assertRefused(b"garbage without any boundary", 400)
         self.assertRefused(body([file(b"fh", b"a", b"x")] * 10), 413)
         self.assertRefused(body([(b"X-Junk: " + b"a" * 10000, b"x")]), 413)
+
+    def test_one_file_over_the_count_is_refused_for_that_reason_before_its_first_byte(self):
+        limits = UploadLimits(max_file_bytes=10_000, text_fields={"msg": 1000}, file_fields=frozenset({"fh"}),
+                              max_files=3, max_parts=8)
+        result, sinks = self.run_upload(body([file(b"fh", b"%d" % i, b"x") for i in range(3)]), limits=limits)
+        self.assertEqual(len(result.files), 3)
+        error = self.assertRefused(body([file(b"fh", b"%d" % i, b"x") for i in range(4)]), 413, limits)
+        self.assertEqual(error.reason, REASON_TOO_MANY_FILES)
+        result, sinks = self.run_upload(body([file(b"fh", b"%d" % i, b"x") for i in range(4)]), limits=limits)
+        self.assertEqual(len(sinks), 3)  # the fourth was never opened
 
     def test_refused_upload_drops_the_body_without_opening_sinks(self):
         sinks = []

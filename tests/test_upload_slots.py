@@ -9,7 +9,7 @@ KIB = 1024
 
 
 class Upload:
-    """One request's body: its progress, its tickets, and whether it was ended to make room."""
+    """One request's body: its progress, its ticket, and whether it was ended to make room."""
 
     def __init__(self, slots: UploadSlots, key, circuit=None):
         self.slots = slots
@@ -40,10 +40,9 @@ class UploadSlotTests(unittest.TestCase):
         self.slots = UploadSlots(self.admission, per_key=2, per_circuit=3, fair_rate=16 * KIB, grace=30.0,
                                  window=60.0, penalty=600.0)
 
-    def upload(self, key, circuit=None, files=1):
+    def upload(self, key, circuit=None):
         u = Upload(self.slots, key, circuit)
-        for _ in range(files):
-            u.file()
+        u.file()
         return u
 
     def run_for(self, seconds, uploads, rate):
@@ -120,15 +119,9 @@ class UploadSlotTests(unittest.TestCase):
         self.assertRaises(Busy, self.upload, "newcomer")
         self.assertEqual(self.admission.running, 4)
 
-    def test_a_request_never_ends_itself_for_its_own_second_file(self):
-        two_files = self.upload("a")
-        others = [self.upload(f"s{i}") for i in range(3)]
-        self.run_for(60, others, 20 * KIB)
-        self.assertRaises(Busy, two_files.file)
-        self.assertEqual(two_files.evicted, 0)
-
     def test_one_tor_circuit_holds_a_small_share_at_most(self):
-        self.upload("a", circuit="circuit 1", files=2)
+        self.upload("a", circuit="circuit 1")
+        self.upload("a", circuit="circuit 1")
         self.upload("b", circuit="circuit 1")
         self.assertRaises(Busy, self.upload, "c", "circuit 1")
         self.upload("c", circuit="circuit 2")
@@ -136,8 +129,8 @@ class UploadSlotTests(unittest.TestCase):
 
     def test_connections_without_a_circuit_are_not_capped_together(self):
         # --tor none: every source shares the local bucket; only the identity cap applies.
-        for key in ("a", "b"):
-            self.upload(key, circuit=None, files=2)
+        for key in ("a", "a", "b", "b"):
+            self.upload(key, circuit=None)
         self.assertEqual(self.admission.running, 4)
         self.assertRaises(KeyBusy, self.upload, "a", None)
 
@@ -201,8 +194,8 @@ class UploadSlotTests(unittest.TestCase):
         self.assertLessEqual(len(self.slots._penalised), 8 * self.admission.slots)
 
     def test_released_slots_are_counted_back(self):
-        u = self.upload("a", circuit="c", files=2)
-        for t in u.tickets:
+        uploads = [self.upload("a", circuit="c") for _ in range(2)]
+        for t in uploads[0].tickets + uploads[1].tickets:
             t.release()
             t.release()
         self.assertEqual((self.admission.running, self.slots.holding("a")), (0, 0))
@@ -239,8 +232,3 @@ class DiskRoomTests(unittest.TestCase):
         self.assertEqual({n: u.evicted for n, (u, _) in uploads.items()},
                          {"fast": 0, "slow": 0, "slower": 1, "empty": 0})
         self.assertEqual(self.slots.holding("slower"), 0)
-        # The newcomer's own body is spared.
-        slow = uploads["slow"][0]
-        self.assertFalse(self.slots.make_room(200, holds.get, sparing=slow.progress))
-        self.assertTrue(self.slots.make_room(200, holds.get))
-        self.assertEqual(slow.evicted, 1)

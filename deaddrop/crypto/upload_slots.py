@@ -1,7 +1,9 @@
 """Upload pump slots, fairly shared: the slowest upload makes room for a newcomer.
 
-Each file being received holds a pump slot (a worker thread feeding gpg) for as long as its body
-takes to arrive, which a client can stretch to hours at the connection's 2 KiB/s floor. Identities
+Each upload body being received holds a pump slot (a worker thread feeding gpg) for as long as it
+takes to arrive, which a client can stretch to hours at the connection's 2 KiB/s floor. A body's
+files arrive one after another and are pumped in turn by its one slot (a file's gpg finishing
+while the next file starts may briefly take a second thread, which the pool queues if it has none). Identities
 are cheap (one Argon2id run each), so a cap per identity alone lets a few hundred of them hold
 every slot with a trickle each. ``UploadSlots`` shares the slots so that cannot last:
 
@@ -131,7 +133,7 @@ class UploadSlots(AdmissionQueue):
         if circuit is not None and self._per_circuit[circuit] >= self.per_circuit:
             raise Busy(self.name)
         progress = progress or self.progress()
-        if not self.admission._has_free_slot() and not self._evict_slowest(sparing=progress):
+        if not self.admission._has_free_slot() and not self._evict_slowest():
             raise Busy(self.name)
         now = self.admission.clock()
         ticket = UploadTicket(self, key, circuit, progress, evict,
@@ -146,8 +148,7 @@ class UploadSlots(AdmissionQueue):
     def acquire(self, key: Hashable) -> Any:
         raise NotImplementedError("uploads take a slot with try_acquire (they cannot wait)")
 
-    def make_room(self, needed: int, holds: Callable[[UploadProgress], int],
-                  sparing: Optional[UploadProgress] = None) -> bool:
+    def make_room(self, needed: int, holds: Callable[[UploadProgress], int]) -> bool:
         """The disk's turn of the same rule: end the slowest uploads below the fair rate until
         what they still hold (``holds``: disk space an upload may yet write) adds up to
         ``needed``, slowest first. Ends none (-> False) unless that much can be freed: an upload
@@ -157,7 +158,7 @@ class UploadSlots(AdmissionQueue):
         now = self.admission.clock()
         ranked = []
         for ticket in self._in_flight:
-            rate = self._unfair_rate(ticket, now, sparing)
+            rate = self._unfair_rate(ticket, now)
             held = holds(ticket.progress) if rate is not None else 0
             if held > 0:
                 ranked.append((rate, -held, id(ticket), ticket, held))
@@ -176,11 +177,11 @@ class UploadSlots(AdmissionQueue):
 
     # -- internals
 
-    def _evict_slowest(self, sparing: UploadProgress) -> bool:
+    def _evict_slowest(self) -> bool:
         now = self.admission.clock()
         victim, slowest = None, self.fair_rate
         for ticket in self._in_flight:
-            rate = self._unfair_rate(ticket, now, sparing)
+            rate = self._unfair_rate(ticket, now)
             if rate is not None and rate < slowest:
                 victim, slowest = ticket, rate
         if victim is None:
@@ -188,11 +189,9 @@ class UploadSlots(AdmissionQueue):
         self._end(victim, now)
         return True
 
-    def _unfair_rate(self, ticket: UploadTicket, now: float, sparing: Optional[UploadProgress]) -> Optional[float]:
+    def _unfair_rate(self, ticket: UploadTicket, now: float) -> Optional[float]:
         """The upload's rate if it may be ended to make room (below the fair rate), else None."""
         progress = ticket.progress
-        if progress is sparing:
-            return None  # the newcomer's own request (a second file): it would end itself
         if not progress.receiving:
             return None  # complete: gpg is finishing it, and its source is about to be thanked
         age = now - progress.started

@@ -26,6 +26,7 @@ from tests.browser._chromium import (
     DESKTOP, PHONE, WindowSize, horizontal_overflow, javascript_runs, overflowing_elements, quit_driver, require_chromium,
     screenshot, start_driver,
 )
+from tests.integration.test_large_uploads import decrypt_documents
 from tests.integration.test_source_flow import gunzip_with_name, stored_files, stored_messages
 
 try:
@@ -49,7 +50,9 @@ def _text(driver, selector: str = "main") -> str:
     return _css(driver, selector).text
 
 
-class SourceBrowserTests(unittest.TestCase):
+class _BrowserServerTest(unittest.TestCase):
+    """A real server, and a temporary folder for the files a browser sends."""
+
     # A flow takes ~11 s on a quiet machine and took up to 28 s on a loaded 2-core one (the
     # journalist's flow, alike, 57 s).
     timeout = 180
@@ -62,6 +65,9 @@ class SourceBrowserTests(unittest.TestCase):
         self.shots: list[str] = []
         self.tempdir = tempfile.mkdtemp(prefix="dd-browser-")
         self.addCleanup(shutil.rmtree, self.tempdir, True)
+
+
+class SourceBrowserTests(_BrowserServerTest):
 
     @inlineCallbacks
     def _start(self, size: WindowSize, **kw):
@@ -523,6 +529,57 @@ class SourceLanguagesBrowserTests(unittest.TestCase):
             return _axe_violations(driver)
         violations = yield deferToThread(run_21)
         self.assertIn("autocomplete-valid", [v["id"] for v in violations])
+
+
+class ManyFilesBrowserTests(_BrowserServerTest):
+    """Issue 27: several files chosen at once in the form's one file field (it has ``multiple``)."""
+
+    @inlineCallbacks
+    def setUp(self):
+        yield super().setUp()
+        self.driver = yield deferToThread(start_driver, DESKTOP)
+        self.addCleanup(deferToThread, quit_driver, self.driver)
+
+    def _files(self, count: int) -> list[tuple[str, bytes]]:
+        """``count`` files on disk for the file chooser (two tiny ones, as in the issue). -> (path, content)."""
+        made = []
+        for i in range(count):
+            path = os.path.join(self.tempdir, f"set{count}", f"document {i}.txt")
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            content = b"%d\n" % i if i < 2 else b"FILE-%d-of-%d " % (i, count) * 500 + os.urandom(2000)
+            with open(path, "wb") as f:
+                f.write(content)
+            made.append((path, content))
+        return made
+
+    def _send(self, message: str, files: list[tuple[str, bytes]]) -> str:
+        driver = self.driver
+        driver.get(self.url + "/lookup")
+        field = _css(driver, "#fh")
+        self.assertTrue(field.get_attribute("multiple"))
+        _css(driver, "#msg").send_keys(message)
+        # Several paths in one send_keys, a line each: chromedriver chooses them together, as a
+        # source picking several files in the one dialog.
+        field.send_keys("\n".join(path for path, _ in files))
+        self.assertEqual(driver.execute_script("return arguments[0].files.length", field), len(files))
+        follow(driver, "form[action='/submit'] button[type=submit]")
+        return _text(driver)
+
+    @inlineCallbacks
+    def test_one_three_and_ten_files_chosen_at_once_are_all_stored_and_decrypt(self):
+        driver = self.driver
+        yield deferToThread(lambda: (driver.get(self.url + "/generate"),
+                                     follow(driver, "form[action='/create'] button[type=submit]")))
+        sent = []
+        for count in (1, 3, 10):
+            files = self._files(count)
+            text = yield deferToThread(self._send, f"with {count}", files)
+            said = "1 document" if count == 1 else f"{count} documents"
+            self.assertIn(f"We received your message and {said}", text)
+            self.assertEqual(urlparse(driver.current_url).path, "/lookup", driver.current_url)
+            sent += [(os.path.basename(path), content) for path, content in files]
+        self.assertEqual(sorted(decrypt_documents(self.server.data_dir)), sorted(sent))
+        self.assertEqual(sorted(stored_messages(self.server.data_dir)), [b"with 1", b"with 10", b"with 3"])
 
 
 # -- issue 17: each submission stored once, Back never resubmits, nothing typed lost ------------

@@ -31,8 +31,11 @@ class UploadLimits:
     max_file_bytes: int  # all file parts together
     text_fields: dict[str, int]  # allowed text field -> max bytes
     file_fields: frozenset[str]
-    max_parts: int = 32
+    max_parts: int = 32  # every part, text or file (the parser's bound)
     max_header_bytes: int = 4096
+    # File parts in one body (chosen-nothing parts included); None: only ``max_parts`` bounds them.
+    # Over it, the refusal says so (REASON_TOO_MANY_FILES), not that the form could not be read.
+    max_files: int | None = None
 
 
 @dataclass
@@ -44,6 +47,7 @@ class UploadError(Exception):
 
 
 REASON_FILES_TOO_LARGE = "files-too-large"
+REASON_TOO_MANY_FILES = "too-many-files"
 REASON_TEXT_TOO_LARGE = "text-too-large"
 REASON_STALE_FORM = "stale-form"
 REASON_BAD_FORM = "bad-form"
@@ -127,6 +131,7 @@ class MultipartUpload:
         self._sinks: list[tuple[str, FileSink]] = []
         self._paused_by: set[int] = set()
         self._file_bytes = 0
+        self._file_parts = 0
         self.result: Deferred[UploadResult] = Deferred()
         self._ended = False
 
@@ -227,6 +232,9 @@ class MultipartUpload:
             # A file field sent without a filename (some clients do) is still a file.
             if name not in self._limits.file_fields:
                 raise UploadError(400, "Unexpected file field.", REASON_BAD_FORM)
+            self._file_parts += 1
+            if self._limits.max_files is not None and self._file_parts > self._limits.max_files:
+                raise UploadError(413, "Too many files in one submission.", REASON_TOO_MANY_FILES)
             if not self._csrf_seen and self._files_refused is None:
                 self._files_refused = UploadError(403, "The form was stale. Please submit again.", REASON_STALE_FORM)
             self._segment_sink = None

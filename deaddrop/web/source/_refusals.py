@@ -9,10 +9,12 @@ from deaddrop.crypto.streaming import EncryptionFailed
 from deaddrop.sources import StorageFailed
 from deaddrop.web._common.forms import same_origin
 from deaddrop.web._common.pages import render_sync, set_html
-from deaddrop.web._common.upload import REASON_FILES_TOO_LARGE, REASON_STALE_FORM, UploadError
+from deaddrop.web._common.upload import (
+    REASON_BAD_FORM, REASON_FILES_TOO_LARGE, REASON_STALE_FORM, REASON_TOO_MANY_FILES, UploadError,
+)
 from deaddrop.web.source import messages as msgs, pages
 from deaddrop.web.source._submission_forms import RECEIVED, SubmissionForms
-from deaddrop.web.source.pages import MAX_MESSAGE_CHARS, PageContext
+from deaddrop.web.source.pages import MAX_FILES, MAX_MESSAGE_CHARS, PageContext
 
 # Why an upload was refused before its files were read (UploadError.reason).
 EXPIRED = "expired"
@@ -80,6 +82,12 @@ def refused_upload_page(self: Any, request: Any, error: UploadError, fields: dic
         said = (msgs.TOO_LARGE if message.strip() else msgs.TOO_LARGE_NOTHING_TYPED) if have_message \
             else msgs.TOO_LARGE_LOST
         return form_again(self, request, 413, message, said, token=token, size=self.settings.max_upload_size)
+    if error.reason == REASON_TOO_MANY_FILES:
+        # A bound the source cannot lift: counted for the day's report (never logged now, which
+        # would date the source), so the admin learns whether sources keep meeting it.
+        self.newsroom.activity.not_stored("too_many_files")
+        return form_again(self, request, 413, message, msgs.TOO_MANY_FILES if have_message else msgs.TOO_MANY_FILES_LOST,
+                          token=token, limit=MAX_FILES)
     if error.reason == REASON_STALE_FORM:
         return form_again(self, request, 403, message, msgs.STALE_SUBMIT, token=token)
     if error.reason == IN_FLIGHT:
@@ -87,6 +95,10 @@ def refused_upload_page(self: Any, request: Any, error: UploadError, fields: dic
     if error.reason == BUSY or error.status == 503:
         request.setHeader(b"retry-after", b"60")
         return form_again(self, request, 503, message, msgs.BUSY, token=token)
+    if error.reason == REASON_BAD_FORM:
+        # What the browser sent could not be read: sending it again will not help. Counted for
+        # the day's report like any submission that could not be stored.
+        self.newsroom.activity.not_stored("bad_form")
     return form_again(self, request, error.status, message, msgs.BAD_FORM if have_message else msgs.BAD_FORM_LOST,
                       token=token)
 

@@ -59,6 +59,16 @@ TOO_LARGE_NOTHING_TYPED = N_("Your files are too large: this drop box accepts at
                              "stored. Please choose smaller files.")
 TOO_LARGE_LOST = N_("Your files are too large: this drop box accepts at most {size} in total. Nothing was "
                     "stored. To get back the message you typed, use your browser's Back button.")
+# The files' count is the most one submission takes (``uploads.MAX_FILES``), said as {n}.
+AT_MOST_FILES = Np_("This drop box takes at most {n} file in one submission.",
+                    "This drop box takes at most {n} files in one submission.")
+TOO_MANY_FILES = Counted(N_("You chose too many files."), (AT_MOST_FILES, "limit"),
+                         N_("Nothing was stored. Your message is still below: send the files in several "
+                            "submissions, or put them in one archive (a .zip file) and send that."))
+TOO_MANY_FILES_LOST = Counted(N_("You chose too many files."), (AT_MOST_FILES, "limit"),
+                              N_("Nothing was stored. Send the files in several submissions, or put them in one "
+                                 "archive (a .zip file) and send that. To get back the message you typed, use your "
+                                 "browser's Back button."))
 IN_FLIGHT = N_("Another submission from you is still being received. Nothing was stored from this one. Your "
                "message is still below: send it again once the other one has finished.")
 BAD_FORM = N_("The form could not be read. Nothing was stored. Your message is still below: please send it "

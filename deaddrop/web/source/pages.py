@@ -22,6 +22,10 @@ HONEYPOT_FIELD = "website"
 # Each submission form's own one-time token (see web/source/_submission_forms.py).
 FORM_TOKEN_FIELD = "form_token"
 MAX_MESSAGE_CHARS = 100_000
+# Files in one submission at most. Each is its own gpg run, stored file and database row, and
+# a body's files are encrypted one after another on its one pump slot: the bound keeps one
+# body's work (and the journalist's list) bounded, far above what a source picks from a folder.
+MAX_FILES = 1000
 # What login accepts (codenames.normalise_codename), said wherever a codename is shown.
 CODENAME_WORDS_HINT = N_("The codename words are English words, whatever language you use here. Capital letters "
                          "do not matter, and spaces, commas, hyphens, dots or new lines may separate the words.")

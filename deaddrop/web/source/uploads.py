@@ -16,7 +16,7 @@ from deaddrop.web._common.site import DeadDropRequest
 from deaddrop.web._common.upload import REASON_FILES_TOO_LARGE, MultipartUpload, UploadError, UploadLimits
 from deaddrop.web.source import pages
 from deaddrop.web.source._refusals import BUSY, CLOSED, EXPIRED, IN_FLIGHT, NO_ROOM, refused_upload_page
-from deaddrop.web.source.pages import MAX_MESSAGE_CHARS
+from deaddrop.web.source.pages import MAX_FILES, MAX_MESSAGE_CHARS
 
 STILL_RECEIVING = "Another submission from you is still being received. Please wait for it to finish."
 
@@ -58,11 +58,13 @@ def start_upload(self: Any, request: DeadDropRequest, boundary: bytes, length: i
     Content-Length over the limit) the text fields are still read, so the answer can give
     the message back, and the answer goes out at the first file byte: no file byte is
     read past that point."""
+    text_fields = {"csrf_token": 256, pages.FORM_TOKEN_FIELD: 64, "msg": MAX_MESSAGE_CHARS * 4,
+                   pages.HONEYPOT_FIELD: 1024}
     limits = UploadLimits(
-        max_file_bytes=self.settings.max_upload_size,
-        text_fields={"csrf_token": 256, pages.FORM_TOKEN_FIELD: 64, "msg": MAX_MESSAGE_CHARS * 4,
-                     pages.HONEYPOT_FIELD: 1024},
-        file_fields=frozenset({"fh"}),
+        max_file_bytes=self.settings.max_upload_size, text_fields=text_fields, file_fields=frozenset({"fh"}),
+        max_files=MAX_FILES,
+        # One file part more than allowed reaches the file check, which says what is wrong.
+        max_parts=len(text_fields) + MAX_FILES + 1,
     )
     files_refused = None
     # The one session check of an upload, before its first byte: whatever happens to the
@@ -80,10 +82,10 @@ def start_upload(self: Any, request: DeadDropRequest, boundary: bytes, length: i
         evict=lambda: (self.defence.flood("upload_ended"), upload.cancel(UploadError(503, BUSY_MESSAGE, BUSY))))
 
     def open_sink(filename: str, pause: Callable[[], None], resume: Callable[[], None]) -> Any:
-        # Before each file's first byte: the whole body's disk space (its Content-Length, or
-        # the limit if it has none) and a pump slot for the file (see source_uploads).
+        # Before the first file's first byte: the whole body's disk space (its Content-Length,
+        # or the limit if it has none) and its one pump slot (see source_uploads).
         try:
-            hold.admit_file(multipart_limit(self.settings) if length is None else length)
+            hold.admit(multipart_limit(self.settings) if length is None else length)
         except NoRoom:
             raise UploadError(507, "Not enough free disk space.", NO_ROOM)
         except KeyBusy:
