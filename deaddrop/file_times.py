@@ -3,10 +3,12 @@
 A file's times date what last happened to it: a source folder's mtime its creation, the
 keyring's the latest key pair (a first submission), the WAL's the latest write, and every
 inode's ctime the latest change of any kind. Stored times are kept to the day, so the files
-must be too. ``normalise_times`` sets each entry's access and modification times to the start
-(midnight UTC) of their own day; the kernel then sets its change time, which no call can set,
-to the moment of the normalisation. Run at start-up and just after every midnight UTC, this
-leaves no time of day on the disk for anything done before the last run.
+must be too. ``normalise_times`` sets each entry's modification time to the start (midnight
+UTC) of its own day and its access time to the last nanosecond of today, newer than any time
+today so that ``relatime`` records no read until the next run (see ``deaddrop.day_times``);
+the kernel then sets its change time, which no call can set, to the moment of the
+normalisation. Run at start-up and just after every midnight UTC, this leaves no time of day on
+the disk for anything done before the last run, and none for a read after it.
 
 ``utime`` changes no content, so it cannot corrupt a file being written: a write in flight
 (an upload in ``tmp/``, SQLite's WAL, gpg replacing its keybox) simply gives its file a newer
@@ -26,9 +28,9 @@ from twisted.internet.defer import Deferred, DeferredLock
 from twisted.logger import Logger
 
 from deaddrop.crypto.pool import forbid_reactor_thread
+from deaddrop.day_times import cut_times
 from deaddrop.delayed_calls import cancel
 
-DAY_NS = 86400 * 10**9
 DAY = 86400.0
 
 _log = Logger()
@@ -40,14 +42,10 @@ class NormaliseReport:
     failed: int  # entries that could not be changed (not ours, or vanished mid-way)
 
 
-def _day_ns(ns: int) -> int:
-    return ns - ns % DAY_NS
-
-
 def _cut(name: str, dir_fd: int, st: os.stat_result) -> bool:
-    """Cut one entry's times to its own day (a link's own, never its target's)."""
+    """Cut one entry's times (a link's own, never its target's)."""
     try:
-        os.utime(name, ns=(_day_ns(st.st_atime_ns), _day_ns(st.st_mtime_ns)), dir_fd=dir_fd, follow_symlinks=False)
+        cut_times(name, st.st_mtime_ns, dir_fd=dir_fd)
         return True
     except OSError:
         # Removed or renamed meanwhile (activity after this run began), or not ours to change.
@@ -55,7 +53,6 @@ def _cut(name: str, dir_fd: int, st: os.stat_result) -> bool:
 
 
 def _normalise_folder(dir_fd: int, counts: list[int]) -> None:
-    # Its times before listing it: reading a folder sets its access time.
     st = os.fstat(dir_fd)
     try:
         names = os.listdir(dir_fd)
@@ -81,7 +78,7 @@ def _normalise_folder(dir_fd: int, counts: list[int]) -> None:
         else:
             counts[0 if _cut(name, dir_fd, entry) else 1] += 1
     try:
-        os.utime(dir_fd, ns=(_day_ns(st.st_atime_ns), _day_ns(st.st_mtime_ns)))
+        cut_times(dir_fd, st.st_mtime_ns)
         counts[0] += 1
     except OSError:
         counts[1] += 1

@@ -14,6 +14,7 @@ from twisted.internet.threads import deferToThread
 from twisted.trial import unittest
 
 from deaddrop import file_times
+from deaddrop.day_times import unread_atime_ns
 from deaddrop.file_times import DAY, FileTimeNormaliser, normalise_times
 from tests._support import short_tempdir
 
@@ -56,6 +57,9 @@ class NormaliseTests(unittest.TestCase):
             os.utime(path, (EXACT, EXACT), follow_symlinks=False)
 
     def test_every_entry_gets_its_own_day_and_a_new_change_time(self):
+        """mtime: midnight UTC of its own day. atime: the last nanosecond of today, newer than the
+        mtime and than the change time the cut itself gives, so ``relatime`` (which records a read
+        only when the atime is not newer than both, or over 24 hours old) records no read today."""
         self.make_tree()
         all_entries = entries(self.root)  # listed before: reading a folder sets its access time
         contents = {p: open(p, "rb").read() for p in all_entries if os.path.isfile(p)}
@@ -66,9 +70,13 @@ class NormaliseTests(unittest.TestCase):
         report = normalise_times(self.root)
         self.assertEqual((report.entries, report.failed), (len(all_entries), 0))
         day = EXACT - EXACT % DAY
+        today_ends = unread_atime_ns()
         for path in all_entries:
             st = os.lstat(path)
-            self.assertEqual((st.st_atime, st.st_mtime), (day, day), path)
+            self.assertEqual(st.st_mtime, day, path)
+            self.assertEqual(st.st_atime_ns, today_ends, path)
+            self.assertGreater(st.st_atime_ns, st.st_ctime_ns, path)
+            self.assertLess(today_ends - st.st_ctime_ns, 86400 * 10**9, path)  # still within today
             self.assertGreaterEqual(st.st_ctime, before, path)  # the moment of the run, not the old one
         self.assertEqual({p: open(p, "rb").read() for p in contents}, contents)  # no content changed
 

@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from deaddrop.admin import _file_checks, _tor_commands
+from deaddrop.admin._atime_check import access_time_check
 from deaddrop.admin._datadir import initialised_data_dir
 from deaddrop.admin._output import Output
 from deaddrop.certificates import (
@@ -201,6 +202,9 @@ def instance_status(data_dir: str) -> dict[str, Any]:
     owner = _file_checks.expected_owner(data_dir, server["pid"])
     status = _tor_commands.tor_status(data_dir, owner)
     status["checks"][:0] = _file_checks.private_path_checks(data_dir, owner, reported.get("journalist_tls_key"))
+    atime = access_time_check(data_dir)
+    if atime is not None:
+        status["checks"].append(atime)
     if server["running"] and reported.get("source_onion"):
         status["source_onion"] = reported["source_onion"]  # as published by the running server
     status["tor_state"] = reported.get("tor_state") if server["running"] else "not running"

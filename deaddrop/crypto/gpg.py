@@ -18,6 +18,7 @@ import gnupg
 
 from deaddrop.crypto._process_exit import ProcessExit
 from deaddrop.crypto.pool import forbid_reactor_thread
+from deaddrop.day_times import cut_times
 from deaddrop.durable import fsync_directory, fsync_file
 
 # No passphrase caching: a source's passphrase must not outlive the request that used it.
@@ -278,8 +279,10 @@ class Keyring:
 
     def _coarsen_key_file_times(self) -> None:
         """Every key file gets today's midnight (UTC) as its time: a key pair is made at a
-        source's first submission, and an exact mtime would date it on a seized disk."""
-        day = float(int(time.time() // 86400) * 86400)
+        source's first submission, and an exact mtime would date it on a seized disk. The
+        access time is left ahead (``deaddrop.day_times``): gpg reads the secret key file when
+        the source opens a reply, which ``relatime`` would otherwise date to the second."""
+        now = time.time_ns()
         secrets_dir = os.path.join(self.homedir, "private-keys-v1.d")
         with self._lock.writing():
             try:
@@ -288,7 +291,7 @@ class Keyring:
                 names = []
             for path in names + [secrets_dir, os.path.join(self.homedir, "pubring.kbx")]:
                 try:
-                    os.utime(path, (day, day), follow_symlinks=False)
+                    cut_times(path, now)
                 except FileNotFoundError:
                     pass
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from deaddrop.crypto.pool import forbid_reactor_thread
+from deaddrop.day_times import cut_times
 from deaddrop.durable import fsync_directory, rename_durably
 
 _FILESYSTEM_ID = re.compile(r"^[a-z2-7]{52}$")
@@ -86,17 +87,19 @@ class Store:
         """Give every file of a source (and its folder) one mtime: today, at midnight UTC.
 
         File times would otherwise record when each submission and reply arrived, which a
-        seized disk must not reveal (SecureDrop does the same).
+        seized disk must not reveal (SecureDrop does the same). Access times are left ahead of
+        that (``deaddrop.day_times``), so that a source reading a reply later today is not
+        dated by ``relatime`` either.
         """
         forbid_reactor_thread("store")
-        day = day_of(time.time() if now is None else now)
+        day_ns = time.time_ns() if now is None else int(now * 10**9)
         directory = self.source_dir(filesystem_id)
         for name in os.listdir(directory):
             try:
-                os.utime(os.path.join(directory, name), (day, day), follow_symlinks=False)
+                cut_times(os.path.join(directory, name), day_ns)
             except FileNotFoundError:
                 pass  # deleted meanwhile
-        os.utime(directory, (day, day), follow_symlinks=False)
+        cut_times(directory, day_ns)
 
     def open_stored(self, filesystem_id: str, filename: str) -> BinaryIO:
         """Open a stored file for reading: a regular file inside the store, reached without links.

@@ -4,7 +4,8 @@ A source's whole visit (create, submit a message and a document, a reply read) l
 times all over the data directory: its store folder, the keyring and trust database gpg wrote
 when its key was made, ``tmp/``, the WAL, and every changed file's ctime. After a normalisation
 none of them falls inside the visit; between two normalisations what the README says remains
-visible does, and nothing else.
+visible does, and nothing else. On a ``relatime`` mount (Debian's default), a source reading its
+reply afterwards leaves no access time of that second, whether a cut came between or not.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from twisted.internet.defer import inlineCallbacks
 from twisted.internet.task import deferLater
 from twisted.trial import unittest
 
+from tests._mounts import mount_options, own_tmpfs
 from tests._support import Browser, initialised_data_dir, start_server
 from tests.integration.test_journalist_api import db_rows
 
@@ -38,17 +40,22 @@ def all_entries(root: str) -> list[str]:
     return found
 
 
+def entry_stats(root: str):
+    """(path relative to ``root``, its lstat) of every entry still there."""
+    for path in all_entries(root):
+        try:
+            yield os.path.relpath(path, root), os.lstat(path)
+        except FileNotFoundError:
+            continue
+
+
 def times_inside(root: str, start: float, end: float) -> list[str]:
     """Every time under ``root`` that falls inside [start, end] and is finer than the day."""
     hits = []
-    for path in all_entries(root):
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            continue
+    for name, st in entry_stats(root):
         for label, value in (("mtime", st.st_mtime), ("atime", st.st_atime), ("ctime", st.st_ctime)):
             if start <= value <= end and (label == "ctime" or value % DAY):
-                hits.append(f"{label} of {os.path.relpath(path, root)}")
+                hits.append(f"{label} of {name}")
     return hits
 
 
@@ -157,3 +164,61 @@ class FileTimesTests(unittest.TestCase):
             self.assertGreaterEqual(st.st_ctime, began - TICK, path)  # every inode was rewritten
             for value in (st.st_mtime, st.st_atime):
                 self.assertTrue(value % DAY == 0 or value >= began - TICK, (path, value))
+
+
+def atimes_within(root: str, seconds: set[int]) -> list[str]:
+    """Every entry under ``root`` whose access time falls in one of ``seconds``."""
+    return [name for name, st in entry_stats(root) if int(st.st_atime) in seconds]
+
+
+def next_second():
+    """Wait until just after the next whole second: what follows owns its seconds alone."""
+    return deferLater(reactor, 1.05 - time.time() % 1, lambda: None)
+
+
+class RelatimeReadTests(unittest.TestCase):
+    """Issue 26 item 6: under ``relatime`` the kernel records a read when the access time is not
+    newer than the modification or change time. Cut files keep an access time ahead of both,
+    so a source opening its reply dates nothing, on the day the reply was written or after a cut."""
+
+    timeout = 120
+
+    @inlineCallbacks
+    def test_a_source_reading_its_reply_leaves_no_access_time_of_that_second(self):
+        data = own_tmpfs(self, "relatime", "RELATIME TEST")
+        self.assertIn("relatime", mount_options(data))
+        server = yield start_server(self, data_dir=data, disk_reserve="0")  # a small file system
+        yield server.service.file_times.idle()
+        source = Browser(server.source_url)
+        self.addCleanup(source.close)
+        codename = yield source.create_source()
+        response, _ = yield source.submit("a message")
+        self.assertEqual(response.code, 200)
+        [(source_id,)] = db_rows(server, "SELECT id FROM sources WHERE pending = 0")
+        newsroom = server.service.newsroom
+        yield newsroom.key_ready(source_id)
+        yield newsroom.add_reply(source_id, "REPLY-READ-LATER")
+        # A file cut as before (access time = modification time = midnight): this mount dates its
+        # next read, and the search finds it.
+        control = os.path.join(data, "control")
+        with open(control, "wb") as f:
+            f.write(b"read me")
+        midnight = int(time.time() // DAY) * DAY
+
+        for when in ("the day the reply was written", "after the midnight cut"):
+            if when.startswith("after"):
+                report = yield server.service.file_times.run()
+                self.assertEqual(report.failed, 0)
+            os.utime(control, (midnight, midnight))
+            yield next_second()
+            start = time.time()
+            reader = Browser(server.source_url)
+            self.addCleanup(reader.close)
+            response, html = yield reader.login(codename)
+            self.assertIn("REPLY-READ-LATER", html)
+            with open(control, "rb") as f:
+                f.read()
+            end = time.time()
+            hits = atimes_within(data, set(range(int(start), int(end) + 1)))
+            self.assertIn("control", hits, when)
+            self.assertEqual([h for h in hits if h != "control"], [], when)

@@ -11,7 +11,9 @@ from twisted.trial import unittest
 import deaddrop
 from deaddrop import ca
 from deaddrop.runtime_status import status_path
-from tests._support import Browser, add_journalist, short_tempdir, start_journalist_server, test_svs
+from tests._mounts import own_tmpfs, remount
+from tests._support import (Browser, add_journalist, initialised_data_dir, short_tempdir, start_journalist_server,
+                            test_svs)
 from tests.integration.test_admin_cli import run_cli
 
 
@@ -133,3 +135,18 @@ class StatusTests(unittest.TestCase):
         code, data = yield self.status(server.data_dir)
         self.assertFalse(data["server"]["running"])
         self.assertIsNone(data["server"]["version"])
+
+    @inlineCallbacks
+    def test_a_data_dir_mounted_strictatime_fails_relatime_and_noatime_pass(self):
+        """Issue 26 item 6: access times kept ahead hide reads from relatime, not from strictatime."""
+        mount = own_tmpfs(self, "strictatime", "ACCESS-TIME STATUS TEST")
+        data_dir = yield initialised_data_dir(self, data_dir=mount, disk_reserve="0")
+        for option, code_expected in (("strictatime", 1), ("relatime", 0), ("noatime", 0)):
+            remount(mount, option)
+            code, data = yield self.status(data_dir)
+            [check] = [c for c in data["checks"] if c["name"] == "access_times"]
+            self.assertEqual((code, check["ok"], check["path"]), (code_expected, not code_expected, mount),
+                             data["checks"])
+            self.assertIn(option, check["detail"])
+        code, out, err = yield deferToThread(run_cli, "status", "--data-dir", data_dir)
+        self.assertIn("noatime: no read is recorded", out)
