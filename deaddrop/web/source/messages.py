@@ -6,6 +6,7 @@ numbers where there is one, that nothing was stored, and where the typed message
 """
 from __future__ import annotations
 
+from deaddrop.web.source import numerals
 from deaddrop.web.source.i18n import N_, Counted, Language, Np_
 
 # -- titles ------------------------------------------------------------------------------------
@@ -107,7 +108,7 @@ def received(lang: Language, message: bool, documents: int) -> str:
     else:
         text = lang.ngettext("Thank you. We received {n} document.", "Thank you. We received {n} documents.",
                              documents)
-    return text.format(n=documents)
+    return text.format(n=numerals.number(documents, lang.code))
 
 FILES_NOT_CARRIED = N_("Your message was kept. Files cannot be carried over to another language: please choose "
                        "them again.")

@@ -11,11 +11,10 @@ from decimal import ROUND_DOWN, Decimal
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from babel.dates import format_date
-from babel.numbers import format_decimal
 from twisted.web.template import Tag, tags
 
 from deaddrop.web._common.pages import head
+from deaddrop.web.source import numerals
 from deaddrop.web.source.i18n import LANGUAGES, N_, Counted, Language, Np_
 
 HONEYPOT_FIELD = "website"
@@ -77,18 +76,18 @@ class PageContext:
                               for k, v in values.items()})
 
     def number(self, n: float) -> str:
-        return format_decimal(n, locale=self.lang.code)
+        """``n`` in the language's digits and separators (Persian digits in Farsi: ``numerals``)."""
+        return numerals.number(n, self.lang.code)
 
     def size(self, n_bytes: int) -> str:
         """Bytes in megabytes (10^6), the unit a non-specialist knows from their files, and the
         one the admin sets. Three significant digits (whole MB from 100 MB), rounded down: a
         limit is never stated larger than it is, nor as "0 MB"."""
-        return self._("{n} MB", n=format_decimal(size_in_mb(n_bytes), locale=self.lang.code,
-                                                 decimal_quantization=False))
+        return self._("{n} MB", n=numerals.number(size_in_mb(n_bytes), self.lang.code, exact=True))
 
     def date(self, timestamp: float) -> str:
-        return format_date(datetime.datetime.fromtimestamp(timestamp, datetime.timezone.utc).date(),
-                           format="long", locale=self.lang.code)
+        """The day of ``timestamp`` written out, in the language's calendar (Solar Hijri in Farsi)."""
+        return numerals.day(datetime.datetime.fromtimestamp(timestamp, datetime.timezone.utc).date(), self.lang.code)
 
 
 def size_in_mb(n_bytes: int) -> Decimal:
