@@ -124,8 +124,9 @@ def save_source_texts(self: Any, request: Any, login: Any):
 @routes.route(LOGO_PATH.decode(), methods=["POST"])
 @inlineCallbacks
 def save_source_logo(self: Any, request: Any):
-    # Not @admin_required: its CSRF check reads urlencoded fields; this body is multipart and
-    # the upload itself checked the token before any file byte.
+    # Not @admin_required: its CSRF check reads urlencoded fields; this body is multipart. The
+    # upload refuses a file part before a right token; the token is checked here once more, as
+    # /submit does, for a body with no file (a removal) and no token at all.
     upload: MultipartUpload | None = getattr(request, "upload", None)
     if upload is None:
         return self._error(request, 400, "Nothing received", "Send the logo with the form.")
@@ -141,6 +142,8 @@ def save_source_logo(self: Any, request: Any):
     login = yield self._current_login(request)
     if login is None or not login.journalist.is_admin:
         return self._refuse_non_admin(request)
+    if not login.session.check_csrf(result.fields.get("csrf_token")):
+        return self._refuse_stale_form(request)
     code = result.fields.get("language")
     if code not in LANGUAGES:
         return self._error(request, 400, "Logo not saved", "Unknown language. Nothing was changed.")
