@@ -12,9 +12,12 @@ from twisted.internet.defer import inlineCallbacks
 from twisted.internet.task import react
 
 from deaddrop.workstation.api import ApiError, Credentials, JournalistApi  # noqa: F401 (re-exported)
-from deaddrop.workstation.reply import ReplyError, send_reply
+from deaddrop.workstation.ledger import DownloadLedger, ledger_path_beside
+from deaddrop.workstation.reply import ReplyError, require_gpg, send_reply
 from deaddrop.workstation.sync import Progress, SyncError, Syncer
-from deaddrop.workstation.tls import ClientTLSError, NewsroomTLSPolicy, load_client_certificate, load_trust_root
+from deaddrop.workstation.tls import (
+    ClientTLSError, NewsroomTLSPolicy, WrongCertificatePassword, load_client_certificate, load_trust_root,
+)
 
 DEFAULT_SESSION = os.path.join(os.path.expanduser("~"), ".cache", "deaddrop-journalist", "session.json")
 
@@ -52,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      parents=[_common_options(suppress=False)])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    p = sub.add_parser("sync", parents=[common], help="download every unread submission (encrypted) into --out")
+    p = sub.add_parser("sync", parents=[common],
+                       help="download every submission this workstation has not downloaded yet (encrypted) into --out")
     p.add_argument("--out", required=True, help="folder for DESIGNATION/N-designation-kind.gpg files")
     p.add_argument("--progress", action="store_true", help="show progress even when not on a terminal")
     p = sub.add_parser("reply", parents=[common], help="encrypt a reply here and send it")
@@ -94,12 +98,40 @@ def make_api(reactor: Any, args: Any) -> JournalistApi:
             raise UsageProblem(f"--{option} is required")
     if not args.url.startswith("https://"):
         raise UsageProblem("--url must start with https://")
-    password = None
+    policy = NewsroomTLSPolicy(load_trust_root(args.ca), client_certificate(args))
+    return JournalistApi(reactor, args.url, policy, session_file=args.session_file)
+
+
+PASSWORD_TRIES = 3
+
+
+def client_certificate(args: Any) -> Any:
+    """The client certificate, opened with ``--cert-password-file`` or else, if it needs a
+    password, with the one typed at the prompt (three tries), as the guide says it asks."""
     if args.cert_password_file:
         password = _read_first_line(args.cert_password_file, "--cert-password-file").encode("utf-8")
-    client = load_client_certificate(args.cert, args.key, password)
-    policy = NewsroomTLSPolicy(load_trust_root(args.ca), client)
-    return JournalistApi(reactor, args.url, policy, session_file=args.session_file)
+        try:
+            return load_client_certificate(args.cert, args.key, password)
+        except WrongCertificatePassword as e:
+            raise UsageProblem(f"{e} (the password in --cert-password-file {args.cert_password_file})")
+    try:
+        return load_client_certificate(args.cert, args.key, None)
+    except WrongCertificatePassword:
+        pass  # it has a password, as every one `cert issue` makes does: ask for it
+    prompt = f"Import password for {os.path.basename(args.cert)}: "
+    for attempt in range(PASSWORD_TRIES):
+        if attempt:
+            sys.stderr.write("Wrong password, try again.\n")
+        try:
+            typed = getpass.getpass(prompt)
+        except EOFError:
+            raise UsageProblem(f"{args.cert} needs its import password: type it when asked, or give "
+                               "--cert-password-file FILE")
+        try:
+            return load_client_certificate(args.cert, args.key, typed.encode("utf-8"))
+        except WrongCertificatePassword as failure:
+            last = failure
+    raise UsageProblem(f"{last} ({PASSWORD_TRIES} tries)")
 
 
 def activity(value: str | None) -> str:
@@ -118,6 +150,8 @@ def activity(value: str | None) -> str:
 
 @inlineCallbacks
 def run(reactor: Any, args: Any, out=sys.stdout):
+    if args.command == "reply":
+        require_gpg()  # before a password is asked for: without gpg nothing can be sent
     api = make_api(reactor, args)
     try:
         if args.command == "logout":
@@ -128,11 +162,15 @@ def run(reactor: Any, args: Any, out=sys.stdout):
         yield api.log_in(lambda: credentials_from(args))
         if args.command == "sync":
             progress = Progress(sys.stderr, args.progress or sys.stderr.isatty())
-            report = yield Syncer(api, args.out, progress).run()
+            ledger = DownloadLedger(ledger_path_beside(args.session_file))
+            report = yield Syncer(api, args.out, progress, ledger).run()
             out.write(
                 f"{len(report.downloaded)} downloaded, {len(report.already_present)} already present, "
                 f"{len(report.resumed)} resumed, {len(report.refetched)} re-fetched after a bad checksum, "
-                f"{report.marked_seen} marked seen\n")
+                f"{report.marked_seen} marked seen, {report.downloaded_before} downloaded here before\n")
+            if report.read_elsewhere:
+                out.write(f"{report.read_elsewhere} of the files fetched had been read already (in the browser, or "
+                          "by a colleague): sync fetches what this workstation has not downloaded, read or not\n")
         elif args.command == "reply":
             if args.message_file == "-":
                 message = sys.stdin.read()

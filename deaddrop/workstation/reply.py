@@ -17,6 +17,18 @@ class ReplyError(Exception):
     pass
 
 
+GPG_TOOLS = ("gpg", "gpgconf")  # encrypt; stop the throwaway home's agent (both in Debian's gnupg)
+
+
+def require_gpg(path: str | None = None) -> None:
+    """Before anything is asked or sent: the reply is encrypted here, by GnuPG. ``path``: the
+    folders to look in (default ``$PATH``)."""
+    missing = [tool for tool in GPG_TOOLS if shutil.which(tool, path=path) is None]
+    if missing:
+        raise ReplyError(f"{' and '.join(missing)} not found: a reply is encrypted on this workstation with "
+                         "GnuPG; install it (on Debian or Ubuntu: sudo apt install gnupg), then send it again")
+
+
 def encrypt_armored(plaintext: bytes, public_keys: list[str], gpg_binary: str = "gpg") -> str:
     """Encrypt to each armored public key with a throwaway GnuPG home (nothing imported)."""
     home = tempfile.mkdtemp(prefix="dd-reply-")

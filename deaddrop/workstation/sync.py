@@ -1,7 +1,10 @@
-"""``deaddrop-journalist sync``: fetch every unread submission, encrypted, exactly as stored.
+"""``deaddrop-journalist sync``: fetch every submission this workstation has not downloaded yet,
+encrypted, exactly as stored, whether or not it was read in the browser or by a colleague (the
+``DownloadLedger`` says what was downloaded here).
 
 Each file is verified against the server's ``sha256:`` ETag, resumed with a Range request if a
-previous run was interrupted, made durable (fsync, rename), and only then marked seen.
+previous run was interrupted, made durable (fsync, rename), and only then marked seen and
+written down as downloaded.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from twisted.internet.defer import inlineCallbacks
 
 from deaddrop.durable import replace_durably
 from deaddrop.workstation.api import ApiError, JournalistApi
+from deaddrop.workstation.ledger import DownloadLedger
 
 # Designations are "amber_quiet_lantern", or "amber_lantern" for sources made before they had
 # three words: lowercase words and underscores only, so always one safe folder name.
@@ -36,6 +40,8 @@ class SyncReport:
     refetched: list[str] = field(default_factory=list)
     marked_seen: int = 0
     partial_responses: int = 0  # 206 answers to our Range requests
+    downloaded_before: int = 0  # by an earlier sync on this workstation: not fetched again
+    read_elsewhere: int = 0  # fetched although read already (in the browser, or by a colleague)
 
 
 def sha256_of(path: str) -> str:
@@ -75,33 +81,51 @@ class Progress:
 
 
 class Syncer:
-    def __init__(self, api: JournalistApi, out_dir: str, progress: Progress | None = None) -> None:
+    def __init__(self, api: JournalistApi, out_dir: str, progress: Progress | None = None,
+                 ledger: DownloadLedger | None = None) -> None:
         self.api = api
         self.out_dir = out_dir
         self.progress = progress or Progress(sys.stderr, sys.stderr.isatty())
+        self.ledger = ledger if ledger is not None else DownloadLedger(None)
 
     @inlineCallbacks
     def run(self):
         report = SyncReport()
         os.makedirs(self.out_dir, mode=0o700, exist_ok=True)
-        sources = yield self.api.all_sources()
-        for source in sources:
-            designation = source["journalist_designation"].replace(" ", "_")
-            if not _SAFE_DIR.fullmatch(designation):
-                raise SyncError(f"refusing an unexpected designation from the server: {designation!r}")
-            subs = yield self.api.get_json(f"/sources/{source['uuid']}/submissions")
-            fetched: list[dict] = []
-            for sub in subs.get("submissions", []):
-                if sub.get("is_read"):
-                    continue
-                yield self._fetch(sub, os.path.join(self.out_dir, designation), report)
-                fetched.append(sub)
-            if fetched:
-                files = [s["uuid"] for s in fetched if not s.get("is_message")]
-                messages = [s["uuid"] for s in fetched if s.get("is_message")]
-                yield self.api.request_json("POST", "/seen", {"files": files, "messages": messages})
-                report.marked_seen += len(fetched)
+        on_server: set[str] = set()
+        try:
+            sources = yield self.api.all_sources()
+            for source in sources:
+                yield self._sync_source(source, report, on_server)
+        except BaseException:
+            self.ledger.save()  # what did arrive stays written down
+            raise
+        self.ledger.save(still_on_server=on_server)
         return report
+
+    @inlineCallbacks
+    def _sync_source(self, source: dict, report: SyncReport, on_server: set[str]):
+        designation = source["journalist_designation"].replace(" ", "_")
+        if not _SAFE_DIR.fullmatch(designation):
+            raise SyncError(f"refusing an unexpected designation from the server: {designation!r}")
+        subs = yield self.api.get_json(f"/sources/{source['uuid']}/submissions")
+        fetched: list[dict] = []
+        for sub in subs.get("submissions", []):
+            on_server.add(sub["uuid"])
+            if sub["uuid"] in self.ledger:
+                report.downloaded_before += 1
+                continue
+            yield self._fetch(sub, os.path.join(self.out_dir, designation), report)
+            fetched.append(sub)
+            report.read_elsewhere += bool(sub.get("is_read"))
+        if fetched:
+            files = [s["uuid"] for s in fetched if not s.get("is_message")]
+            messages = [s["uuid"] for s in fetched if s.get("is_message")]
+            yield self.api.request_json("POST", "/seen", {"files": files, "messages": messages})
+            report.marked_seen += len(fetched)
+            # Only once seen: a file whose marking failed is checked (and marked) next time.
+            for sub in fetched:
+                self.ledger.add(sub["uuid"])
 
     @inlineCallbacks
     def _fetch(self, sub: dict, directory: str, report: SyncReport):

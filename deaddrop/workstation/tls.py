@@ -14,6 +14,10 @@ class ClientTLSError(Exception):
     pass
 
 
+class WrongCertificatePassword(ClientTLSError):
+    """The bundle or key needs a password, and the one given (or none) does not open it."""
+
+
 def load_client_certificate(cert_path: str, key_path: str | None = None, password: bytes | None = None) -> ssl.PrivateCertificate:
     """A PKCS#12 bundle (``NAME.p12``) or a PEM certificate plus its PEM key."""
     try:
@@ -25,7 +29,7 @@ def load_client_certificate(cert_path: str, key_path: str | None = None, passwor
         try:
             key, cert, _extra = pkcs12.load_key_and_certificates(data, password)
         except ValueError:
-            raise ClientTLSError(f"cannot open {cert_path}: wrong password or not PKCS#12 (use --cert-password-file)")
+            raise WrongCertificatePassword(f"cannot open {cert_path}: wrong password or not PKCS#12")
         pem = cert.public_bytes(serialization.Encoding.PEM) + key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     else:
@@ -41,7 +45,7 @@ def load_client_certificate(cert_path: str, key_path: str | None = None, passwor
                 key_pem = serialization.load_pem_private_key(key_pem, password).private_bytes(
                     serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
             except (TypeError, ValueError):
-                raise ClientTLSError(f"cannot open {key_path}: wrong password (use --cert-password-file)")
+                raise WrongCertificatePassword(f"cannot open {key_path}: wrong password")
         pem = data + b"\n" + key_pem
     try:
         return ssl.PrivateCertificate.loadPEM(pem)

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
+import re
+import shutil
 import sqlite3
 import subprocess
+import sys
 
 from twisted.internet import reactor
 from twisted.internet.defer import inlineCallbacks
@@ -18,8 +22,11 @@ from deaddrop.workstation import cli as ws_cli
 from deaddrop.workstation.api import JournalistApi
 from deaddrop.workstation.sync import Syncer, Progress
 from deaddrop.workstation.tls import NewsroomTLSPolicy, load_client_certificate, load_trust_root
-from tests._support import (Browser, TotpDevice, add_journalist, issue_client_cert, kill_gpg_agent, short_tempdir,
-                            start_journalist_server, test_svs, wait_until)
+from tests._support import (Browser, JournalistBrowser, TotpDevice, add_journalist, issue_client_cert, kill_gpg_agent,
+                            short_tempdir, start_journalist_server, test_svs, wait_until)
+from tests._terminal import Terminal
+
+JOURNALIST_SCRIPT = os.path.join(os.path.dirname(sys.executable), "deaddrop-journalist")
 
 
 def sha256_file(path: str) -> str:
@@ -260,3 +267,89 @@ class WorkstationTests(unittest.TestCase):
         with self.assertRaises(Exception) as e:
             yield ws_cli.run(reactor, ws_cli.build_parser().parse_args(argv), out=io.StringIO())
         self.assertNotIsInstance(e.exception, ws_cli.ApiError)
+
+    # -- issue 27, item 5: the journalist's tools as a newcomer meets them --------------------
+
+    def argv(self, *command: str, cert_password: bool = True) -> list[str]:
+        """The console script's own command line (the p12 with or without its password file)."""
+        return [JOURNALIST_SCRIPT, "--url", self.server.journalist_url, "--ca", self.server.server_cert,
+                "--cert", self.p12, *(["--cert-password-file", self.p12_password_file] if cert_password else []),
+                "--username", "dana", "--password-file", self.password_file, "--totp", self.device.code(),
+                "--session-file", self.session_file, *command]
+
+    @inlineCallbacks
+    def test_the_p12_import_password_is_asked_at_the_terminal(self):
+        terminal = Terminal.run(self.argv("sources", cert_password=False))
+        yield terminal.expect("Import password for dana.p12: ")
+        terminal.type("WRONG-PASSWORD-1f")
+        yield terminal.expect("Wrong password, try again.")
+        yield terminal.expect("Import password for dana.p12: ")
+        terminal.type("test-password")
+        yield terminal.expect("SOURCE")
+        status = yield terminal.ended
+        self.assertEqual(status, 0, terminal.screen)
+        self.assertNotIn("WRONG-PASSWORD-1f", terminal.screen)  # typed with echo off
+        self.assertNotIn("test-password", terminal.screen)
+        # Without a terminal and with nothing on standard input: said what to do, no traceback.
+        proc = yield deferToThread(subprocess.run, self.argv("sources", cert_password=False),
+                                   stdin=subprocess.DEVNULL, capture_output=True, text=True, start_new_session=True)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("needs its import password: type it when asked, or give --cert-password-file FILE", proc.stderr)
+
+    @inlineCallbacks
+    def test_reply_says_to_install_gnupg_before_asking_for_anything(self):
+        bare = short_tempdir("dd-path-")  # a PATH without GnuPG
+        only_gpg = short_tempdir("dd-path-")
+        os.symlink(shutil.which("gpg"), os.path.join(only_gpg, "gpg"))
+        message = self._write("r.txt", "a reply")
+        for path, missing in ((bare, "gpg and gpgconf not found"), (only_gpg, "gpgconf not found")):
+            proc = yield deferToThread(
+                subprocess.run, self.argv("reply", "amber quiet lantern", "--message-file", message, cert_password=False),
+                env=dict(os.environ, PATH=path), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                start_new_session=True)
+            self.assertEqual(proc.returncode, 1, proc.stderr)
+            self.assertIn(f"deaddrop-journalist: error: {missing}: a reply is encrypted on this workstation with "
+                          "GnuPG; install it (on Debian or Ubuntu: sudo apt install gnupg)", proc.stderr)
+            self.assertNotIn("password", proc.stderr.lower())  # nothing was asked first
+
+    @inlineCallbacks
+    def test_sync_fetches_what_this_workstation_has_not_downloaded_even_if_read_in_the_browser(self):
+        yield self.submit("READ-IN-THE-BROWSER", [("a.txt", b"a document")])
+        browser = JournalistBrowser(self.server, (self.key_pem, self.cert_pem))
+        self.addCleanup(browser.close)
+        response, html = yield browser.log_in(self.account, self.device)
+        self.assertEqual(response.code, 200, html[:300])
+        [source_uuid] = re.findall(r'href="/sources/([0-9a-f-]{36})"', html)
+        response, html = yield browser.get(f"/sources/{source_uuid}")
+        response, html = yield browser.post(f"/sources/{source_uuid}/download-unread", data={"csrf_token": browser.csrf(html)})
+        self.assertIn("Download all unread (0)", html)  # both read now
+
+        out = os.path.join(self.work, "inbox")
+        status, text = yield self.cli("sync", "--out", out)
+        self.assertEqual(status, 0, text)
+        self.assertIn("2 downloaded, 0 already present", text)
+        self.assertIn("2 of the files fetched had been read already (in the browser, or by a colleague): sync fetches "
+                      "what this workstation has not downloaded, read or not", text)
+        self.assertEqual(len(os.listdir(self.designation_dir(out))), 2)
+        ledger = os.path.join(self.work, "downloaded.json")  # beside the session file
+        self.assertEqual(os.stat(ledger).st_mode & 0o777, 0o600)
+        # Again: nothing new, and the line says why nothing came.
+        status, text = yield self.cli("sync", "--out", out)
+        self.assertIn("0 downloaded", text)
+        self.assertIn("2 downloaded here before", text)
+        # Moved to the SVS (the inbox emptied): still not fetched again.
+        shutil.rmtree(out)
+        status, text = yield self.cli("sync", "--out", out)
+        self.assertIn("0 downloaded", text)
+        # A submission deleted on the server leaves the ledger at the next sync.
+        with open(ledger) as f:
+            self.assertEqual(len(json.load(f)["downloaded"]), 2)
+        api = self.api()
+        yield api.log_in(lambda: ws_cli.Credentials("dana", self.account.passphrase, self.device.code))
+        listing = yield api.get_json(f"/sources/{source_uuid}/submissions")
+        first = listing["submissions"][0]
+        yield api.request_json("DELETE", f"/sources/{source_uuid}/submissions/{first['uuid']}")
+        status, text = yield self.cli("sync", "--out", out)
+        self.assertIn("1 downloaded here before", text)
+        with open(ledger) as f:
+            self.assertEqual(json.load(f)["downloaded"], [listing["submissions"][1]["uuid"]])
