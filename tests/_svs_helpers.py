@@ -17,7 +17,7 @@ import zlib
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
-from deaddrop.svs import cli
+from deaddrop.svs import _sandbox, cli
 
 
 def short_tempdir(testcase, prefix: str = "ddsvs-") -> str:  # type: ignore[no-untyped-def]
@@ -117,3 +117,33 @@ def tree(root: str) -> set[str]:
         for n in dirnames + filenames:
             found.add(os.path.relpath(os.path.join(dirpath, n), root))
     return found
+
+
+def let_spy_report(testcase, fifo: str) -> None:  # type: ignore[no-untyped-def]
+    """The sandbox mat2 runs in, plus the test's ``fifo`` (writable), so that a spy standing in
+    for mat2 can report out of it; nothing else of the walls changes."""
+    testcase.patch(_sandbox, "_sandbox", None)
+    walls = _sandbox.sandbox()
+    if walls.bwrap is not None:
+        walls.bwrap = walls.bwrap + ["--bind", fifo, fifo]
+
+
+def real_mat2(testcase) -> str:  # type: ignore[no-untyped-def]
+    """The mat2 on PATH before any spy stands in front of it."""
+    found = shutil.which("mat2")
+    testcase.assertIsNotNone(found)
+    return found
+
+
+def spy_mat2(testcase, folder: str, body: str) -> None:  # type: ignore[no-untyped-def]
+    """A shell script ``body`` standing in for mat2 (first on PATH) until the test ends; it
+    lives in ``folder/bin``."""
+    spy_dir = os.path.join(folder, "bin")
+    os.makedirs(spy_dir, exist_ok=True)
+    spy = os.path.join(spy_dir, "mat2")
+    with open(spy, "w") as f:
+        f.write("#!/bin/sh\n" + body)
+    os.chmod(spy, 0o755)
+    old_path = os.environ["PATH"]
+    os.environ["PATH"] = spy_dir + os.pathsep + old_path
+    testcase.addCleanup(os.environ.__setitem__, "PATH", old_path)

@@ -589,11 +589,14 @@ class DecryptTests(_StationCase):
         os.mkdir(os.path.dirname(misnamed))
         with open(misnamed, "wb") as f:
             f.write(b"x")
-        with open(os.path.join(self.inbox, "readme.md"), "w") as f:
-            f.write("ignored: not a .gpg")
-        code, _, err = self.decrypt(self.inbox, text, os.path.join(self.base, "nope"))
+        readme = os.path.join(self.inbox, "readme.md")
+        with open(readme, "w") as f:
+            f.write("named and skipped: not a .gpg")
+        code, out, err = self.decrypt(self.inbox, text, os.path.join(self.base, "nope"))
         self.assertEqual(code, 1)
-        self.assertEqual(len(err.splitlines()), 3, err)
+        self.assertEqual(len(err.splitlines()), 4, err)
+        self.assertIn(f"skipped {readme}: not a server file", err)
+        self.assertIn("Decrypted 1 of 5 files", out)
         self.assertIn("unrecognised name", err)
         self.assertIn("no such file", err)
         self.assertEqual(self.read_out("brave_otter", "1-msg.txt"), b"fine")

@@ -19,10 +19,10 @@ import zipfile
 
 from twisted.trial import unittest
 
-from deaddrop.svs import _archives, _mat2
+from deaddrop.svs import _archives, _mat2, _sandbox
 from deaddrop.svs._archives import check_archive
 from deaddrop.svs._errors import ItemError
-from tests._svs_helpers import run_cli, short_tempdir, tree
+from tests._svs_helpers import let_spy_report, real_mat2, run_cli, short_tempdir, spy_mat2, tree
 from tests.test_svs_metadata import _MetadataCase, jpeg_with_exif, pdf_with_info
 
 PAYLOAD = b"PAYLOAD-7c1e-not-for-disk"
@@ -102,7 +102,7 @@ class _VictimCase(_MetadataCase):
 
     def scrub_refused(self, name: str, data: bytes, member: str) -> str:
         path = self.put(name, data)
-        code, out, err = run_cli("scrub", path, "--out", self.publish)
+        code, out, err = run_cli("--home", self.home, "scrub", path, "--out", self.publish)
         self.assertEqual(code, 1, out + err)
         lines = err.strip().splitlines()
         self.assertEqual(len(lines), 1, err)
@@ -179,7 +179,7 @@ class CraftedArchiveTests(_VictimCase):
 
     def test_keep_metadata_does_not_show_it_to_mat2_either(self) -> None:
         path = self.put("evil.zip", make_zip([plain(self.climbing(self.victim))]))
-        code, _, err = run_cli("scrub", path, "--out", self.publish, "--keep-metadata", path)
+        code, _, err = run_cli("--home", self.home, "scrub", path, "--out", self.publish, "--keep-metadata", path)
         self.assertEqual(code, 1)
         self.assertIn("archive member", err)
         self.assertVictimsUntouched()
@@ -201,7 +201,7 @@ class CraftedArchiveTests(_VictimCase):
     def test_ordinary_files_still_scrub(self) -> None:
         files = [self.put("report.docx", docx()), self.put("photo.jpg", jpeg_with_exif()),
                  self.put("paper.pdf", pdf_with_info())]
-        code, out, err = run_cli("scrub", *files, "--out", self.publish)
+        code, out, err = run_cli("--home", self.home, "scrub", *files, "--out", self.publish)
         self.assertEqual(code, 0, err)
         self.assertEqual(err, "")
         self.assertEqual(sorted(tree(self.publish)), ["paper.pdf", "photo.jpg", "report.docx"])
@@ -219,47 +219,39 @@ class SandboxTests(_VictimCase):
 
     def setUp(self) -> None:
         super().setUp()
-        self.patch(_mat2, "_sandbox", None)
+        self.patch(_sandbox, "_sandbox", None)
 
     def test_bubblewrap_is_used_where_it_works(self) -> None:
-        self.assertIsNotNone(_mat2.sandbox().bwrap, "bwrap is installed on this station and must be used")
+        self.assertIsNotNone(_sandbox.sandbox().bwrap, "bwrap is installed on this station and must be used")
 
     def test_without_the_member_check_mat2_still_reaches_nothing(self) -> None:
         self.patch(_mat2, "check_archive", lambda path: False)  # the first wall down, to see the second
         evil = self.put("evil.zip", make_zip([plain(self.climbing(self.victim)), plain(self.climbing(self.victim_dir)),
                                               plain(self.victim)]))
-        code, out, err = run_cli("scrub", evil, "--out", self.publish)
+        code, out, err = run_cli("--home", self.home, "scrub", evil, "--out", self.publish)
         self.assertEqual(code, 1, out + err)
         self.assertIn(f"FAILED {evil}: mat2", err)
         self.assertVictimsUntouched()
         self.assertNoPlaintextOnDisk(evil)
 
     def test_mat2_can_write_only_its_own_folder(self) -> None:
-        spy_dir = os.path.join(self.base, "bin")
-        os.mkdir(spy_dir)
-        real = _mat2.shutil.which("mat2")
-        self.assertIsNotNone(real)
+        real = real_mat2(self)
         # The RAM folder's parent is ours, to see afterwards what reached it.
         ram = tempfile.mkdtemp(prefix="ddsvs-ram-", dir="/dev/shm")
         self.addCleanup(shutil.rmtree, ram, True)
         self.patch(_mat2, "ram_folder_candidates", lambda: [ram])
         record = os.path.join(self.base, "seen")
-        os.mkfifo(record)  # a FIFO stays writable on a read-only mount: the spy can report out
+        os.mkfifo(record)  # bound into the sandbox (let_spy_report): the spy can report out
         reader = os.open(record, os.O_RDWR | os.O_NONBLOCK)
         self.addCleanup(os.close, reader)
-        spy = os.path.join(spy_dir, "mat2")
-        with open(spy, "w") as f:
-            f.write("#!/bin/sh\n"
-                    "try() { if ( : > \"$1\" ) 2>/dev/null; then echo \"wrote $2\"; else echo \"refused $2\"; fi; }\n"
-                    f"{{ try {self.victims}/new outside; try {ram}/new ram; try ./new own-folder; rm -f ./new; "
-                    f"chmod 0400 {self.victim} 2>/dev/null && echo chmod-outside; }} >> {record}\n"
-                    f"exec {real} \"$@\"\n")
-        os.chmod(spy, 0o755)
-        old_path = os.environ["PATH"]
-        os.environ["PATH"] = spy_dir + os.pathsep + old_path
-        self.addCleanup(os.environ.__setitem__, "PATH", old_path)
+        let_spy_report(self, record)
+        spy_mat2(self, self.base,
+                 "try() { if ( : > \"$1\" ) 2>/dev/null; then echo \"wrote $2\"; else echo \"refused $2\"; fi; }\n"
+                 f"{{ try {self.victims}/new outside; try {ram}/new ram; try ./new own-folder; rm -f ./new; "
+                 f"chmod 0400 {self.victim} 2>/dev/null && echo chmod-outside; }} >> {record}\n"
+                 f"exec {real} \"$@\"\n")
         photo = self.put("photo.jpg", jpeg_with_exif())
-        code, _, err = run_cli("scrub", photo, "--out", self.publish)
+        code, _, err = run_cli("--home", self.home, "scrub", photo, "--out", self.publish)
         self.assertEqual(code, 0, err)
         seen = os.read(reader, 65536).decode().splitlines()
         self.assertEqual(seen.count("refused outside"), 3, seen)  # show, clean, show
@@ -270,10 +262,10 @@ class SandboxTests(_VictimCase):
         self.assertVictimsUntouched()
 
     def test_without_bubblewrap_the_run_says_so_once_and_still_checks(self) -> None:
-        self.patch(_mat2, "bwrap_binary", lambda: None)
+        self.patch(_sandbox, "bwrap_binary", lambda: None)
         evil = self.put("evil.zip", make_zip([plain(self.climbing(self.victim))]))
         photo = self.put("photo.jpg", jpeg_with_exif())
-        code, out, err = run_cli("scrub", evil, photo, "--out", self.publish)
+        code, out, err = run_cli("--home", self.home, "scrub", evil, photo, "--out", self.publish)
         self.assertEqual(code, 1, err)
         lines = err.strip().splitlines()
         self.assertEqual(len(lines), 2, err)
@@ -288,10 +280,10 @@ class SandboxTests(_VictimCase):
         # On its own "data:,evil.zip" reads as a data: URL (text/plain); mat2 guesses the type
         # of the path it unpacked it to, sees a zip and recurses. Without bubblewrap the member
         # check is the only wall.
-        self.patch(_mat2, "bwrap_binary", lambda: None)
+        self.patch(_sandbox, "bwrap_binary", lambda: None)
         inner = make_zip([plain(self.climbing(self.victim))])
         evil = self.put("outer.zip", make_zip([("data:,evil.zip", inner, stat.S_IFREG | 0o644)]))
-        code, out, err = run_cli("scrub", evil, "--out", self.publish)
+        code, out, err = run_cli("--home", self.home, "scrub", evil, "--out", self.publish)
         self.assertEqual(code, 1, out + err)
         self.assertIn(f"FAILED {evil}: archive member '{self.climbing(self.victim)}' inside 'data:,evil.zip' "
                       "has '..' in its path", err)

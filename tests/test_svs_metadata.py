@@ -13,10 +13,11 @@ import stat
 from PIL import Image
 from twisted.trial import unittest
 
-from deaddrop.svs import _mat2
+from deaddrop.svs import _mat2, _sandbox
 from deaddrop.svs._gzip import GzipReader
-from deaddrop.svs._mat2 import RAM_FILESYSTEMS, content_mismatch, filesystem_type, parse_show
-from tests._svs_helpers import gpg_decrypt, run_cli, tree
+from deaddrop.svs._findings import parse_show
+from deaddrop.svs._mat2 import RAM_FILESYSTEMS, content_mismatch, filesystem_type
+from tests._svs_helpers import gpg_decrypt, let_spy_report, real_mat2, run_cli, spy_mat2, tree
 from tests.test_svs import _StationCase
 
 # Every value the fixtures carry: none may come out.
@@ -183,7 +184,7 @@ class ScrubTests(_MetadataCase):
         paper = self.put("paper.pdf", pdf_with_info())
         blob = self.put("data.bin", b"\x00" * 10)
         out_dir = os.path.join(self.base, "publish")
-        code, out, err = run_cli("scrub", photo, paper, blob, "--out", out_dir)
+        code, out, err = run_cli("--home", self.home, "scrub", photo, paper, blob, "--out", out_dir)
         self.assertEqual(code, 1)
         self.assertIn("FAILED", err)
         self.assertIn("data.bin", err)
@@ -210,31 +211,23 @@ class IsolationTests(_MetadataCase):
 
     def setUp(self) -> None:
         super().setUp()
-        spy_dir = os.path.join(self.base, "bin")
-        os.mkdir(spy_dir)
         self.record = os.path.join(self.base, "seen")
-        os.mkfifo(self.record)  # mat2 sees the filesystem read-only (bwrap): a FIFO still carries its notes out
+        os.mkfifo(self.record)  # mat2 sees none of our folders (bwrap): this FIFO, bound in, carries its notes out
         self.reader = os.open(self.record, os.O_RDWR | os.O_NONBLOCK)
         self.addCleanup(os.close, self.reader)
-        real = _mat2.shutil.which("mat2")
-        self.assertIsNotNone(real)
+        real = real_mat2(self)
         # Stands in front of the real mat2 on PATH: notes where and how it was run, then runs it.
-        spy = os.path.join(spy_dir, "mat2")
-        with open(spy, "w") as f:
-            f.write("#!/bin/sh\n"
-                    f"{{ echo \"netns $(readlink /proc/self/ns/net)\"; echo \"cwd $(pwd)\"; "
-                    "echo \"ifaces $(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' ' ')\"; "
-                    f"env | sed 's/^/env /'; }} >> {self.record}\n"
-                    f"exec {real} \"$@\"\n")
-        os.chmod(spy, 0o755)
-        self.patch(_mat2, "_isolation", None)
-        self.patch(_mat2, "_sandbox", None)
-        os.environ["PATH"] = spy_dir + os.pathsep + os.environ["PATH"]
+        spy_mat2(self, self.base,
+                 f"{{ echo \"netns $(readlink /proc/self/ns/net)\"; echo \"cwd $(pwd)\"; "
+                 "echo \"ifaces $(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' ' ')\"; "
+                 f"env | sed 's/^/env /'; }} >> {self.record}\n"
+                 f"exec {real} \"$@\"\n")
+        self.patch(_sandbox, "_isolation", None)
+        let_spy_report(self, self.record)
         os.environ["http_proxy"] = os.environ["HTTPS_PROXY"] = "http://127.0.0.1:9/"
-        self.addCleanup(self._restore_env, os.environ["PATH"][len(spy_dir) + 1:])
+        self.addCleanup(self._restore_env)
 
-    def _restore_env(self, path: str) -> None:
-        os.environ["PATH"] = path
+    def _restore_env(self) -> None:
         os.environ.pop("http_proxy", None)
         os.environ.pop("HTTPS_PROXY", None)
 

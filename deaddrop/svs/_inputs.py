@@ -46,6 +46,18 @@ class BadInput:
     reason: str
 
 
+@dataclass
+class Skipped:
+    """A file in a folder given to ``decrypt`` that is neither a server file nor a zip holding
+    any: named, counted and left alone (a browser's download folder has other things in it)."""
+
+    label: str
+    reason: str
+
+
+NOT_SERVER_FILE = "not a server file (N-designation-msg|doc.gz|reply.gpg) nor a zip holding any: skipped"
+
+
 def _file_opener(guard: InputGuard, path: str, st: os.stat_result) -> Callable[[], ContextManager[BinaryIO]]:
     @contextmanager
     def opener() -> Iterator[BinaryIO]:
@@ -77,22 +89,28 @@ def _is_zip(guard: InputGuard, path: str, st: os.stat_result) -> bool:
         return False
 
 
+def _server_entries(guard: InputGuard, path: str, st: os.stat_result) -> tuple[int, int] | None:
+    """(server files, all files) among a zip's entries; ``None`` if it is no readable zip."""
+    try:
+        with guard.open(path, st) as f:
+            if not zipfile.is_zipfile(f):
+                return None
+            f.seek(0)
+            with zipfile.ZipFile(f) as zf:
+                names = [info.filename for info in zf.infolist() if not info.is_dir()]
+    except (ItemError, OSError, zipfile.BadZipFile, ValueError):
+        return None
+    return sum(parse_submission_name(n) is not None for n in names), len(names)
+
+
 def _is_server_zip(guard: InputGuard, path: str, st: os.stat_result) -> bool:
     """A zip holding server files (the journalist interface's download): export takes its
     entries as decrypt does; cleaned as-is, mat2 would only fail on the encrypted entries.
     Only a zip whose every entry is a server file is one: any other zip (a decrypted document
     may be one, holding a server file's name among others) is a plain file, checked and
     cleaned as a whole."""
-    try:
-        with guard.open(path, st) as f:
-            if not zipfile.is_zipfile(f):
-                return False
-            f.seek(0)
-            with zipfile.ZipFile(f) as zf:
-                names = [info.filename for info in zf.infolist() if not info.is_dir()]
-                return bool(names) and all(parse_submission_name(n) is not None for n in names)
-    except (ItemError, OSError, zipfile.BadZipFile, ValueError):
-        return False
+    counts = _server_entries(guard, path, st)
+    return counts is not None and 0 < counts[0] == counts[1]
 
 
 def _zip_items(guard: InputGuard, path: str, st: os.stat_result) -> Iterator[Item | BadInput]:
@@ -126,12 +144,13 @@ def _zip_items(guard: InputGuard, path: str, st: os.stat_result) -> Iterator[Ite
 def iter_inputs(
     paths: Iterable[str], submissions_only: bool = True, exclude: str | None = None,
     guard: InputGuard | None = None,
-) -> Iterator[Item | BadInput]:
+) -> Iterator[Item | BadInput | Skipped]:
     """Items to process, in a stable order; :class:`BadInput` for what can't be used.
 
-    ``submissions_only`` (decrypt): every file must be a server file (or a zip of them);
-    files in a folder that don't end in ``.gpg`` are skipped silently (a browser's download
-    folder has other things in it). Export passes ``False``: a zip of nothing but server files (the
+    ``submissions_only`` (decrypt): every file must be a server file (or a zip of them); in a
+    folder, a zip holding server files (the browser's "download all") is read as one given
+    on its own, and any other file is a :class:`Skipped`, named and counted (a browser's
+    download folder has other things in it). Export passes ``False``: a zip of nothing but server files (the
     journalist interface's download) is read entry by entry as decrypt reads it; other files,
     other zips included (a decrypted document may well be a zip), are encrypted as-is, and our own leftover temp
     files are skipped. ``exclude`` (OUTDIR) is not walked into: with ``decrypt . --out out``
@@ -179,7 +198,7 @@ def iter_inputs(
 
 def _folder_items(
     guard: InputGuard, path: str, submissions_only: bool, exclude: str | None, seen: set[tuple[int, int]]
-) -> Iterator[Item | BadInput]:
+) -> Iterator[Item | BadInput | Skipped]:
     """The files below a folder INPUT; links inside it are reported, never followed."""
     top = os.path.basename(os.path.normpath(os.path.abspath(path)))
     for dirpath, dirnames, filenames in os.walk(path, followlinks=False):
@@ -198,8 +217,6 @@ def _folder_items(
         sub = () if rel == "." else tuple(rel.split(os.sep))
         for fn in sorted(filenames, key=_natural):
             full = os.path.join(dirpath, fn)
-            if submissions_only and not fn.endswith(".gpg"):
-                continue
             if fn.startswith(TEMP_PREFIX):
                 continue  # an interrupted run's temp file, never a result
             try:
@@ -210,13 +227,21 @@ def _folder_items(
             if reason is not None:
                 yield BadInput(display(full), reason)
                 continue
-            if not stat.S_ISREG(st.st_mode):
-                continue  # sockets, fifos
+            if not stat.S_ISREG(st.st_mode):  # sockets, fifos
+                if submissions_only:
+                    yield Skipped(display(full), "not a regular file: skipped")
+                continue
             if (st.st_dev, st.st_ino) in seen:
                 continue
             seen.add((st.st_dev, st.st_ino))
             item = _file_item(guard, full, st, (top,) + sub)
-            if submissions_only and item.name is None:
+            if submissions_only and item.name is None and not fn.endswith(".gpg"):
+                counts = _server_entries(guard, full, st)
+                if counts is not None and counts[0] > 0:
+                    yield from _zip_items(guard, full, st)
+                else:
+                    yield Skipped(item.label, NOT_SERVER_FILE)
+            elif submissions_only and item.name is None:
                 yield BadInput(item.label, "unrecognised name (expected N-designation-msg|doc.gz|reply.gpg)")
             elif item.name is None and _is_server_zip(guard, full, st):
                 yield from _zip_items(guard, full, st)

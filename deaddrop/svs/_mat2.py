@@ -6,13 +6,11 @@ goes to a disk: it lives in a private folder (0700) on a RAM-backed filesystem (
 named by us (``in.EXT``, never the source's name, which could be an option to mat2), and the
 folder is removed after each file. mat2's own temp files go there too (``TMPDIR``).
 
-mat2 is told nothing but the file: a minimal environment (no proxy, display or home of the
-operator) and, where the kernel allows it, a network namespace of its own with no interface
-but a down loopback, so it could not reach a network even on a station that has one. Where
-bubblewrap (``bwrap``, Debian package bubblewrap, which mat2 recommends) works, mat2 runs in
-it: the whole filesystem read-only but the item's own folder, no network, its own PID and
-IPC namespaces, no capabilities. Otherwise the run says so once and mat2 runs in the network
-namespace alone.
+mat2 is told nothing but the file, and sees nothing else: it runs walled in
+(:mod:`deaddrop.svs._sandbox`: bubblewrap showing it the system's programs and libraries and
+its item folder alone, no network), with a minimal environment. mat2 failing is a failure:
+its exit status is checked for ``--show`` and for cleaning alike, and a crash is reported for
+that file, never taken for "no metadata found".
 
 Before mat2 sees a file it would unpack as an archive (zip, docx/odt/epub..., tar), its members
 are checked with Python's zipfile/tarfile (:mod:`deaddrop.svs._archives`): mat2 0.13.3, the
@@ -32,17 +30,18 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
 from deaddrop.svs._archives import check_archive
 from deaddrop.svs._errors import ItemError, SvsError
+from deaddrop.svs._findings import Findings, parse_show
 from deaddrop.svs._inputs import display
 from deaddrop.svs._names import split_ext
+from deaddrop.svs._sandbox import minimal_env, sandbox
 
 RAM_FILESYSTEMS = frozenset({"tmpfs", "ramfs"})
 MAT2_TIMEOUT = 30 * 60  # seconds; a large video takes a while, a hung mat2 must not hang us
-MAX_KINDS_SHOWN = 40
 COPY_CHUNK = 1024 * 1024
 
 # First bytes -> (what the content is, the extensions mat2 would clean it as). Only formats
@@ -117,6 +116,12 @@ def ram_folder_candidates() -> list[str]:
     return candidates
 
 
+def ram_folders(candidates: list[str] | None = None) -> list[str]:
+    """The candidate folders that exist and are RAM-backed (tmpfs)."""
+    found = candidates if candidates is not None else ram_folder_candidates()
+    return [base for base in found if os.path.isdir(base) and filesystem_type(base) in RAM_FILESYSTEMS]
+
+
 class _PrivateFolder:
     """A folder only this user can read (``folder``), removed with all it holds on ``close`` or
     on leaving a ``with`` block."""
@@ -137,9 +142,7 @@ class RamScratch(_PrivateFolder):
     """A private folder on a RAM-backed filesystem for one run; one sub-folder per file."""
 
     def __init__(self, candidates: list[str] | None = None) -> None:
-        for base in candidates if candidates is not None else ram_folder_candidates():
-            if not os.path.isdir(base) or filesystem_type(base) not in RAM_FILESYSTEMS:
-                continue
+        for base in ram_folders(candidates):
             try:
                 self.folder = tempfile.mkdtemp(prefix="deaddrop-svs-", dir=base)
             except OSError:
@@ -195,94 +198,14 @@ def mat2_binary() -> str:
     return found
 
 
-def _env(scratch: str) -> dict[str, str]:
-    # Nothing of the operator's environment: no proxy, display, session bus or home.
-    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8",
-            "HOME": scratch, "TMPDIR": scratch}
-
-
-_isolation: list[str] | None = None
-
-
-def network_isolation() -> list[str]:
-    """The command prefix giving mat2 an empty network namespace, or ``[]`` where the kernel
-    refuses one (the SVS is offline anyway; this is a second wall, not the first)."""
-    global _isolation
-    if _isolation is None:
-        _isolation = []
-        unshare = shutil.which("unshare", path="/usr/bin:/bin:/usr/sbin:/sbin")
-        if unshare is not None:
-            options = [[unshare, "--net"], [unshare, "--user", "--map-root-user", "--net"]]
-            for prefix in options if os.geteuid() == 0 else options[1:]:
-                if _works(prefix + ["true"]):
-                    _isolation = prefix
-                    break
-    return list(_isolation)
-
-
-def _works(command: list[str]) -> bool:
+def mat2_version() -> tuple[int, ...] | None:
     try:
-        probe = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, env=_env("/"), timeout=30, check=False)
+        proc = subprocess.run([mat2_binary(), "--version"], stdin=subprocess.DEVNULL, capture_output=True,
+                              env=minimal_env("/"), timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired):
-        return False
-    return probe.returncode == 0
-
-
-# Everything read-only, then the item's folder writable on top of it (see Sandbox.prefix).
-_BWRAP_WALLS = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-net", "--unshare-pid",
-                "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
-
-
-@dataclass
-class Sandbox:
-    """How mat2 is walled in: ``bwrap`` (filesystem read-only but its folder, no network) or,
-    where that cannot run, the network namespace alone; ``note`` says so, once per run."""
-
-    bwrap: list[str] | None
-    netns: list[str]
-    note: str | None = None
-
-    def prefix(self, folder: str) -> list[str]:
-        if self.bwrap is not None:
-            return self.bwrap + ["--bind", folder, folder, "--chdir", folder, "--"]
-        return list(self.netns)
-
-
-_sandbox: Sandbox | None = None
-
-
-def bwrap_binary() -> str | None:
-    return shutil.which("bwrap", path="/usr/bin:/bin:/usr/local/bin")
-
-
-def sandbox() -> Sandbox:
-    """Probe once: bwrap as this user runs it (unprivileged, it needs user namespaces), with
-    mat2's own bwrap (for exiftool and ffmpeg) working inside it; failing that, bwrap with the
-    inner one hidden (mat2 then runs those tools directly, inside ours); failing that, the
-    network namespace alone."""
-    global _sandbox
-    if _sandbox is None:
-        found = bwrap_binary()
-        walls = None
-        if found is not None:
-            base = [found] + (["--unshare-user"] if os.geteuid() == 0 else []) + _BWRAP_WALLS
-            inner = [found, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-user-try",
-                     "--unshare-pid", "--unshare-net", "--new-session", "--cap-drop", "ALL", "true"]
-            if _works(base + ["--"] + inner):
-                walls = base
-            else:
-                hidden = base + ["--ro-bind", "/dev/null", found]
-                if _works(hidden + ["--", "true"]):
-                    walls = hidden
-        if walls is not None:
-            _sandbox = Sandbox(walls, [])
-        else:
-            why = "not installed" if found is None else "cannot run here (it needs unprivileged user namespaces)"
-            _sandbox = Sandbox(None, network_isolation(), note=(
-                f"note: bubblewrap (bwrap) {why}: mat2 runs without a read-only filesystem; archives are "
-                f"still checked member by member before mat2 sees them{_version_note()}"))
-    return _sandbox
+        return None
+    m = re.search(rb"(\d+)\.(\d+)\.(\d+)", proc.stdout)
+    return tuple(int(g) for g in m.groups()) if m else None
 
 
 def _version_note() -> str:
@@ -293,45 +216,8 @@ def _version_note() -> str:
     return ""
 
 
-def mat2_version() -> tuple[int, ...] | None:
-    try:
-        proc = subprocess.run([mat2_binary(), "--version"], stdin=subprocess.DEVNULL, capture_output=True,
-                              env=_env("/"), timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    m = re.search(rb"(\d+)\.(\d+)\.(\d+)", proc.stdout)
-    return tuple(int(g) for g in m.groups()) if m else None
-
-
-@dataclass
-class Findings:
-    """What ``mat2 --show`` said of one file."""
-
-    supported: bool
-    kinds: list[str] = field(default_factory=list)  # metadata field names (never their values)
-    problem: str | None = None  # why mat2 cannot clean it
-
-
-_UNSUPPORTED_RE = re.compile(r"format \(([^)]*)\) is not supported")
-_WENT_WRONG_RE = re.compile(r"something went wrong")
-_FIELD_RE = re.compile(r"^\s+([^:]{1,200}):")
-
-
-def parse_show(text: str) -> Findings:
-    """Parse ``mat2 --show``: field names at any depth (archive members nest), no values."""
-    kinds: list[str] = []
-    for line in text.splitlines():
-        m = _UNSUPPORTED_RE.search(line)
-        if m:
-            return Findings(False, problem=f"mat2 cannot clean this type ({display(m.group(1))})")
-        if line.startswith("[-]") or _WENT_WRONG_RE.search(line):
-            return Findings(False, problem="mat2 cannot read it (damaged, or not what its name says)")
-        m = _FIELD_RE.match(line)
-        if m and not line.lstrip().startswith("No metadata found"):
-            kind = display(m.group(1).strip())[:60]
-            if kind not in kinds:
-                kinds.append(kind)
-    return Findings(True, sorted(kinds, key=str.lower))
+class Mat2Failed(ItemError):
+    """mat2 ended in error (a crash, a parser's exception): what it said last, or its status."""
 
 
 @dataclass
@@ -348,7 +234,11 @@ class Mat2:
         self._checked: set[tuple[str, int, int, int, int]] = set()
 
     def notes(self) -> list[str]:
-        return [self.sandbox.note] if self.sandbox.note else []
+        if self.sandbox.missing is None:
+            return []
+        return [f"note: bubblewrap (bwrap) {self.sandbox.missing}: mat2 runs without its filesystem wall (it "
+                f"could read whatever this user can); archives are still checked member by member before mat2 "
+                f"sees them{_version_note()}"]
 
     def _inspect(self, path: str) -> None:
         """Archive members checked (:func:`check_archive`) before mat2 sees ``path``; once per file."""
@@ -361,41 +251,51 @@ class Mat2:
             self._checked.add(key)
 
     def _run(self, item: ScratchItem, path: str, options: list[str]) -> subprocess.CompletedProcess:
+        """mat2 on ``path`` in the sandbox; :class:`Mat2Failed` unless it ended well (status 0)."""
         self._inspect(path)
-        command = self.sandbox.prefix(item.folder) + [self.binary] + options + ["--", os.path.basename(path)]
+        command = self.sandbox.command(item.folder, [self.binary] + options + ["--", os.path.basename(path)])
         try:
-            return subprocess.run(command, cwd=item.folder, env=_env(item.folder),
+            proc = subprocess.run(command, cwd=item.folder, env=minimal_env(item.folder),
                                   stdin=subprocess.DEVNULL, capture_output=True, timeout=MAT2_TIMEOUT, check=False)
         except subprocess.TimeoutExpired:
             raise ItemError(f"mat2 took longer than {MAT2_TIMEOUT // 60} minutes: not cleaned") from None
+        if proc.returncode != 0:
+            raise Mat2Failed(_last_words(proc, os.path.basename(path)))
+        return proc
 
     def show(self, item: ScratchItem, path: str) -> Findings:
         proc = self._run(item, path, ["--show"])
-        return parse_show(proc.stdout.decode("utf-8", "replace") + "\n" + proc.stderr.decode("utf-8", "replace"))
+        return parse_show(proc.stdout.decode("utf-8", "replace"))
 
     def clean(self, item: ScratchItem, path: str, before: Findings) -> Cleaned:
         """Clean ``path`` (a copy in ``item``); raise ItemError if mat2 could not."""
         stem, ext = os.path.splitext(os.path.basename(path))
-        proc = self._run(item, path, [])
+        try:
+            self._run(item, path, [])
+        except Mat2Failed as e:
+            raise ItemError(f"mat2 could not clean it ({e})") from None
         out = os.path.join(item.folder, f"{stem}.cleaned{ext}")
         try:
             st = os.lstat(out)
         except FileNotFoundError:
             st = None
-        if proc.returncode != 0 or st is None or not stat.S_ISREG(st.st_mode):
-            said = (proc.stderr or proc.stdout).decode("utf-8", "replace").strip().splitlines()
-            base = os.path.basename(path)
-            reason = display(said[-1]).replace(f"In file {base}, ", "").replace(base, "the file")[:200] if said else ""
-            raise ItemError("mat2 could not clean it" + (f" ({reason})" if reason else ""))
-        after = self.show(item, out)
-        remaining = after.kinds if after.supported else []
-        return Cleaned(out, [k for k in before.kinds if k not in remaining], remaining)
+        if st is None or not stat.S_ISREG(st.st_mode):
+            raise ItemError("mat2 could not clean it (it wrote no cleaned copy)")
+        try:
+            after = self.show(item, out)
+        except Mat2Failed as e:
+            raise ItemError(f"mat2 could not read its own cleaned copy ({e})") from None
+        if not after.supported:
+            raise ItemError(f"mat2 could not read its own cleaned copy ({after.problem})")
+        return Cleaned(out, [k for k in before.kinds if k not in after.kinds], after.kinds)
 
 
-def describe(kinds: list[str]) -> str:
-    shown = kinds[:MAX_KINDS_SHOWN]
-    more = len(kinds) - len(shown)
-    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+def _last_words(proc: subprocess.CompletedProcess, base: str) -> str:
+    """mat2's last line (a traceback's exception, a logged error), our copy's name taken out."""
+    said = (proc.stderr or proc.stdout).decode("utf-8", "replace").strip().splitlines()
+    if not said:
+        return f"it ended with status {proc.returncode}"
+    return display(said[-1]).replace(f"In file {base}, ", "").replace(base, "the file")[:200]
 
 
 def extension_for(name: str) -> str:

@@ -5,11 +5,13 @@
                  [--passphrase-file F]
     deaddrop-svs --home DIR export FILE... --to-key KEY.asc --out OUTDIR [--passphrase-file F]
                  [--keep-metadata FILE]...
-    deaddrop-svs [--home DIR] scrub FILE... --out OUTDIR [--keep-metadata FILE]...
+    deaddrop-svs --home DIR scrub FILE... --out OUTDIR [--keep-metadata FILE]...
 
 Exit codes: 0 all went well, 1 an error or any file failed, 2 usage error. This program
 never opens a network connection; everything goes through the local ``gpg`` and ``mat2``
-binaries (mat2 in a network namespace of its own where the kernel allows one).
+binaries (mat2 walled in by bubblewrap: it sees the system's programs and its own RAM
+folder, no network). ``--home`` (or ``$DEADDROP_SVS_HOME``) is required by every command: the
+home is never read as an input, and no OUTDIR may lie inside it.
 """
 from __future__ import annotations
 
@@ -88,11 +90,30 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _home(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Home:
+def _home(args: argparse.Namespace, parser: argparse.ArgumentParser, why: str = "") -> Home:
     path = getattr(args, "home", None) or os.environ.get(HOME_ENV)
     if not path:
-        parser.error(f"--home DIR is required (or set ${HOME_ENV})")
+        parser.error(f"--home DIR is required (or set ${HOME_ENV}){why}")
     return Home(path)
+
+
+def _outside_home(home: Home, out: str, advice: str) -> None:
+    """Refuse an OUTDIR inside the home: nothing there is ever read again, so whatever is
+    written there could never be exported or published."""
+    if home.holds(out):
+        raise SvsError(f"--out {out} is inside the SVS home ({home.root}), where nothing is ever read again "
+                       f"(export and scrub refuse it: the secret key lives there). {advice}")
+
+
+def _decrypt_advice() -> str:
+    from deaddrop.svs._mat2 import ram_folders
+
+    ram = ram_folders()
+    if ram:
+        base = "/dev/shm" if "/dev/shm" in ram else ram[0]  # the one every Debian has
+        return (f"Decrypt into a folder outside it, e.g. --out {os.path.join(base, 'plain')} "
+                "(RAM: never written to a disk, gone at power-off)")
+    return "Decrypt into a folder outside it, on the station's encrypted storage"
 
 
 def _passphrase(args: argparse.Namespace) -> bytes | None:
@@ -116,6 +137,7 @@ def cmd_decrypt(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     from deaddrop.svs.decrypt import run_decrypt
 
     home = _home(args, parser)
+    _outside_home(home, args.out, _decrypt_advice())
     gpg = home.open(_passphrase(args))
     try:
         out = OutDir(args.out)
@@ -132,6 +154,7 @@ def cmd_export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     from deaddrop.svs.export import run_export
 
     home = _home(args, parser)
+    _outside_home(home, args.out, "Export onto the stick that goes to the journalist's workstation.")
     passphrase = _passphrase(args)
     # The SVS key is only needed for server files, and to refuse exporting to itself; a
     # station without one can still encrypt plain files.
@@ -150,9 +173,12 @@ def cmd_scrub(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from deaddrop.svs._guard import InputGuard
     from deaddrop.svs.scrub import run_scrub
 
-    # No key is needed; the home, if known, is still never read as an input.
-    path = getattr(args, "home", None) or os.environ.get(HOME_ENV)
-    guard = InputGuard(Home(path).root if path else None)
+    # No key is needed, but the home must be known: nothing of it may be read as an input,
+    # not even through a hard link an archive planted.
+    home = _home(args, parser, ": scrub never reads the SVS home's files, not even through a hard link, "
+                               "so it must know where that is")
+    _outside_home(home, args.out, "Scrub into the publication folder.")
+    guard = InputGuard(home.root)
     summary = run_scrub(args.inputs, args.out, keep_metadata=args.keep_metadata, guard=guard)
     return 0 if summary.ok else 1
 

@@ -21,7 +21,7 @@ from deaddrop.svs._errors import ItemError, SvsError, describe_exception
 from deaddrop.svs._gnupg import Gpg
 from deaddrop.svs._guard import InputGuard
 from deaddrop.svs._gzip import GzipFormatError, GzipReader
-from deaddrop.svs._inputs import BadInput, Item, iter_inputs
+from deaddrop.svs._inputs import BadInput, Item, Skipped, iter_inputs
 from deaddrop.svs._limit import Budget, OutputLimit
 from deaddrop.svs._names import SubmissionName, sanitise_filename
 from deaddrop.svs._outdir import OutDir
@@ -37,6 +37,7 @@ class Summary:
     failed: list[tuple[str, str]] = field(default_factory=list)
     kinds: Counter = field(default_factory=Counter)
     skipped: list[str] = field(default_factory=list)  # already in OUTDIR, byte for byte
+    not_server: list[str] = field(default_factory=list)  # files in a folder that are none of ours
 
     @property
     def ok(self) -> bool:
@@ -146,6 +147,10 @@ def run_decrypt(
             summary.failed.append((item.label, item.reason))
             stderr.write(f"FAILED {item.label}: {item.reason}\n")
             continue
+        if isinstance(item, Skipped):
+            summary.not_server.append(item.label)
+            stderr.write(f"skipped {item.label}: {item.reason}\n")
+            continue
         progress = None
         if show_progress and item.size is not None and item.size >= THRESHOLD:
             progress = Progress(stderr, item.label, item.size, tty)
@@ -191,13 +196,16 @@ def summary_line(summary: Summary, root: str) -> str:
         if n:
             one, many = KIND_WORDS[kind]
             parts.append(f"{n} {one if n == 1 else many}")
-    total = len(summary.written) + len(summary.failed) + len(summary.skipped)
+    total = len(summary.written) + len(summary.failed) + len(summary.skipped) + len(summary.not_server)
     line = f"Decrypted {len(summary.written)} of {total} file{'s' if total != 1 else ''} into {root}"
     if parts:
         line += f" ({', '.join(parts)})"
     if summary.skipped:
         n = len(summary.skipped)
         line += f"; {n} {'was' if n == 1 else 'were'} already there, identical (skipped)"
+    if summary.not_server:
+        n = len(summary.not_server)
+        line += f"; {n} {'is not a server file' if n == 1 else 'are not server files'} (skipped, named above)"
     if summary.failed:
         line += f"; {len(summary.failed)} FAILED"
     return line + "."

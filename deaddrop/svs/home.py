@@ -27,6 +27,11 @@ class Home:
         self.gnupg = os.path.join(self.root, GNUPG_DIR)
         self.public_key = os.path.join(self.root, PUBLIC_KEY_NAME)
 
+    def holds(self, path: str) -> bool:
+        """Whether ``path`` is the home or lies inside it (links resolved)."""
+        root, real = os.path.realpath(self.root), os.path.realpath(path)
+        return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+
     def _existing_keys(self) -> list[KeyInfo]:
         if not os.path.isdir(self.gnupg):
             return []

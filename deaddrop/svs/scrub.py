@@ -20,8 +20,9 @@ from typing import BinaryIO, Callable, Iterable, Iterator, TextIO
 
 from deaddrop.svs._errors import ItemError, SvsError, describe_exception
 from deaddrop.svs._guard import InputGuard
-from deaddrop.svs._inputs import BadInput, Item, display, iter_inputs
-from deaddrop.svs._mat2 import Mat2, RamScratch, ScratchItem, content_mismatch, describe, extension_for
+from deaddrop.svs._inputs import BadInput, Item, Skipped, display, iter_inputs
+from deaddrop.svs._findings import describe
+from deaddrop.svs._mat2 import Mat2, Mat2Failed, RamScratch, ScratchItem, content_mismatch, extension_for
 from deaddrop.svs._names import sanitise_filename
 from deaddrop.svs._outdir import OutDir
 
@@ -95,7 +96,7 @@ class Cleaner:
             if size is not None and 2 * size > room:  # the copy, and mat2's cleaned copy
                 raise ItemError(f"too large for the RAM folder mat2 works in ({max(room, 0) // (1024 * 1024)} MiB free)")
             copy = work.fill(ext, source, room)
-            yield self._clean(work, label, copy, ext, keep)
+            yield self._clean(work, name, label, copy, ext, keep)
 
     @contextmanager
     def prepare_chunks(self, label: str, name: str, chunks: Iterator[bytes], keep: bool,
@@ -106,19 +107,27 @@ class Cleaner:
             ext = extension_for(name)
             copy = work.fill(ext, chunks, self._room())
             verify()
-            yield self._clean(work, label, copy, ext, keep)
+            yield self._clean(work, name, label, copy, ext, keep)
 
-    def _clean(self, work: ScratchItem, label: str, copy: str, ext: str, keep: bool) -> Prepared:
+    def _clean(self, work: ScratchItem, name: str, label: str, copy: str, ext: str, keep: bool) -> Prepared:
         if keep:
-            found = self.mat2.show(work, copy)
-            what = f": it still holds {describe(found.kinds)}" if found.supported and found.kinds else ""
+            try:
+                found = self.mat2.show(work, copy)
+            except Mat2Failed as e:
+                what = f"; mat2 could not read {name} to list what it holds ({e})"
+            else:
+                what = f": it still holds {describe(found.kinds)}" if found.supported and found.kinds else ""
             return Prepared(copy, f"{label}: metadata KEPT as asked (--keep-metadata){what}")
         with open(copy, "rb") as f:
             head = f.read(HEAD)
         mismatch = content_mismatch(ext, head)
         if mismatch:
             raise ItemError(f"{mismatch} (refused; --keep-metadata FILE lets it leave unchanged)")
-        before = self.mat2.show(work, copy)
+        try:
+            before = self.mat2.show(work, copy)
+        except Mat2Failed as e:
+            raise ItemError(f"mat2 could not read {name}: {e}; refused, it would leave with its metadata "
+                            "unknown (--keep-metadata FILE lets it leave unchanged)") from None
         if not before.supported:
             raise ItemError(f"{before.problem}: refused, it would leave with its metadata "
                             "(--keep-metadata FILE lets it leave unchanged)")
@@ -128,7 +137,7 @@ class Cleaner:
         else:
             line = f"{label}: no metadata found"
         if cleaned.remaining:
-            line += f" (mat2 still reports {describe(cleaned.remaining)})"
+            line += f"; mat2 still reports {describe(cleaned.remaining)}"
         return Prepared(cleaned.path, line)
 
 
@@ -147,12 +156,12 @@ class RunSummary:
         return line + (f"; {len(self.failed)} FAILED." if self.failed else ".")
 
 
-def run_items(items: Iterable[Item | BadInput], handle: Callable[[Item], tuple[str, str]], out: OutDir,
+def run_items(items: Iterable[Item | BadInput | Skipped], handle: Callable[[Item], tuple[str, str]], out: OutDir,
               summary: RunSummary, stdout: TextIO, stderr: TextIO) -> None:
     """Each item through ``handle`` (-> written path, what was done); a failure is one FAILED
     line and the run goes on, except an error that would fail every file alike."""
     for item in items:
-        if isinstance(item, BadInput):
+        if isinstance(item, (BadInput, Skipped)):  # export and scrub take every file: never Skipped
             summary.failed.append((item.label, item.reason))
             stderr.write(f"FAILED {item.label}: {item.reason}\n")
             continue
