@@ -36,6 +36,9 @@ class Option:
     coerce: Callable[[str], Any] | None = None  # the command line's text -> a number (None: text)
     text: str | None = None  # the default as written on the command line, where the field holds it parsed
     parse: Callable[[Any], Any] | None = None  # the option's value -> the field's (with ``text``)
+    # For development only: the flag itself (True) or these values as written (``--tor none``).
+    # A restored instance's start line leaves them out (``deaddrop.tap.development_options``).
+    development: bool | tuple[str, ...] = False
 
 
 def _option(default: Any, help: str, **how: Any) -> Any:
@@ -46,8 +49,8 @@ def _option(default: Any, help: str, **how: Any) -> Any:
     return field(**made, metadata={"option": Option(help, **how)})
 
 
-def _flag(help: str) -> Any:
-    return field(default=False, metadata={"option": Option(help, flag=True)})
+def _flag(help: str, **how: Any) -> Any:
+    return field(default=False, metadata={"option": Option(help, flag=True, **how)})
 
 
 def _default_crypto_threads() -> int:
@@ -71,13 +74,14 @@ class Config:
     source_listen: str = _option("tcp:8080:interface=127.0.0.1", "Endpoint for the source interface.")
     journalist_listen: str = _option("tcp:8443:interface=127.0.0.1",
                                      "Endpoint for the journalist interface (wrapped in TLS).")
-    tor: str = _option("launch", "launch (start Tor), control:ENDPOINT (attach to a running Tor) or none (development).")
+    tor: str = _option("launch", "launch (start Tor), control:ENDPOINT (attach to a running Tor) or none (development).",
+                       development=("none",))
     tor_binary: str | None = _option(None, "The tor binary to launch (default: found on PATH).")
     tor_options: tuple[tuple[str, str], ...] = ()  # --tor-option KEY=VALUE, repeatable (``tap.Options``)
     tor_pow: bool = _option(True, "on|off: Tor's proof-of-work defence on the source onion (needs Tor's pow module).",
                             text="on", parse=_pow_switch)
     journalist_onion: bool = _flag("Also publish the journalist interface as an onion service with client authorisation.")
-    demo: bool = _flag("Mark this instance as a demo everywhere (the README's demo uses it).")
+    demo: bool = _flag("Mark this instance as a demo everywhere (the README's demo uses it).", development=True)
     # None: the copy the data dir holds (deaddrop.submission_key)
     submission_key: str | None = _option(None, "The SVS's armored public submission key.")
     replace_submission_key: bool = _flag("Accept a --submission-key other than the one the data dir holds (a security event).")

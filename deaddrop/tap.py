@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from twisted.python import usage
 
@@ -94,6 +94,26 @@ def given_options(options: Any) -> tuple[str, ...]:
     for key, value in options["tor-option"]:
         argv += ["--tor-option", f"{key}={value}"]
     return tuple(argv)
+
+
+def development_options(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Split recorded start options (``given_options``) into (kept, dropped): dropped are those the
+    Config fields mark as for development only (``Option.development``: ``--demo``, ``--tor none``),
+    which a restored production instance must not inherit."""
+    marks = {f"--{_option_name(f)}": (option.flag, option.development) for f, option in _config_options()}
+    kept: list[str] = []
+    dropped: list[str] = []
+    i = 0
+    while i < len(argv):
+        name, _, inline = argv[i].partition("=")
+        flag, development = marks.get(name, (False, False))
+        takes_value = not flag and not inline and (name in marks or name == "--tor-option")
+        words = list(argv[i:i + 2]) if takes_value else [argv[i]]
+        value = inline or (words[1] if takes_value and len(words) > 1 else "")
+        for_development = development is True or (isinstance(development, tuple) and value in development)
+        (dropped if for_development else kept).extend(words)
+        i += len(words)
+    return kept, dropped
 
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")

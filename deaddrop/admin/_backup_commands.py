@@ -1,18 +1,20 @@
 """``deaddrop-admin backup --out FILE --to-key KEY.asc --sign-key KEY`` and
-``deaddrop-admin restore FILE --signer KEY.asc``."""
+``deaddrop-admin restore FILE --signer KEY.asc [--not-older-than N]``."""
 from __future__ import annotations
 
 import argparse
 import os
 import shlex
-import sys
 import time
 from typing import Any
 
 from deaddrop.admin import _status_commands
 from deaddrop.admin._datadir import initialised_data_dir
-from deaddrop.admin.backup import BackupError, make_backup, restore_backup
 from deaddrop.admin._output import AdminError, Output
+from deaddrop.admin._restored_start import restored_start
+from deaddrop.admin.backup import BackupError, make_backup
+from deaddrop.admin.backup_sequence import STATE_FILE
+from deaddrop.admin.restore import Manifest, restore_backup
 from deaddrop.events import SecurityEvents
 
 
@@ -48,9 +50,30 @@ def register(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
     p.add_argument("--signer", required=True, metavar="KEY.asc",
                    help="the backup-signing key's public half: an archive it did not sign is refused")
     p.add_argument("--gnupg-home", metavar="DIR", default=None,
-                   help="the GnuPG home holding the backup key's secret half (default: gpg's own)")
+                   help="the GnuPG home holding the backup key's secret half (default: gpg's own); restore "
+                        f"remembers there, in {STATE_FILE}, the newest backup it restored of each instance and "
+                        "refuses an older one")
+    p.add_argument("--not-older-than", type=_backup_number, metavar="N",
+                   help="refuse an archive numbered below N: give the number of your newest backup, as "
+                        "'backup' printed it (an older one brings back deleted accounts and an old CRL)")
+    p.add_argument("--allow-older", action="store_true",
+                   help="restore an archive older than the newest this GnuPG home has restored (deliberately "
+                        "going back)")
+    p.add_argument("--allow-unnumbered", action="store_true",
+                   help="restore an archive made before backups were numbered (restore cannot tell whether "
+                        "it is the newest)")
     p.add_argument("--gpg-binary", default="gpg", help=argparse.SUPPRESS)
     p.set_defaults(func=_restore)
+
+
+def _backup_number(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"a backup number (1, 2, ...) as 'backup' printed it, not {text!r}")
+    return number
 
 
 def _size(n: int) -> str:
@@ -73,14 +96,18 @@ def _backup(args: argparse.Namespace, out: Output) -> int:
         raise AdminError(str(e)) from None
     seconds = time.monotonic() - started
     _record(data_dir, "admin.backup", report)
+    restore = restore_command(report.path, report.sequence)
     out.result(
         {"out": report.path, "files": report.files, "bytes": report.bytes, "recipient": report.recipient,
          "signer": report.signer, "schema_version": report.schema_version, "seconds": round(seconds, 3),
-         "restore_command": restore_command(report.path)},
+         "sequence": report.sequence, "created": report.created, "restore_command": restore},
+        f"backup #{report.sequence}, {report.created}\n"
         f"wrote {report.path}: {report.files} files, {_size(report.bytes)} before encryption, in {seconds:.1f} s\n"
         f"  encrypted to {report.recipient} (check this fingerprint; only its secret key can restore it)\n"
         f"  signed by {report.signer} (the backup-signing key; restore refuses what it did not sign)\n"
-        f"  restore with: {restore_command(report.path)}\n"
+        f"  keep the number {report.sequence} with the backup key: restore refuses a backup older than "
+        f"--not-older-than {report.sequence}\n"
+        f"  restore with: {restore}\n"
         f"    BACKUP_GNUPG_HOME: the GnuPG home holding the secret key of {report.recipient}\n"
         f"    SIGNER.asc: the public key of {report.signer}, kept apart from the backups "
         f"(gpg{' --homedir ' + args.gnupg_home if args.gnupg_home else ''} --armor --export {report.signer})",
@@ -88,44 +115,54 @@ def _backup(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
-def restore_command(archive: str) -> str:
+def restore_command(archive: str, sequence: int) -> str:
     return (f"deaddrop-admin restore {shlex.quote(archive)} --data-dir NEW_DIR "
-            "--gnupg-home BACKUP_GNUPG_HOME --signer SIGNER.asc")
-
-
-def start_command(data_dir: str, options: tuple[str, ...] | None) -> list[str]:
-    """The command that starts the restored instance: no --submission-key (the data dir holds it)."""
-    twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
-    return [twistd if os.path.isfile(twistd) else "twistd", "-n", "--pidfile=", "deaddrop", "--data-dir", data_dir,
-            *(options or ())]
+            f"--gnupg-home BACKUP_GNUPG_HOME --signer SIGNER.asc --not-older-than {sequence}")
 
 
 def _restore(args: argparse.Namespace, out: Output) -> int:
     started = time.monotonic()
+
+    def verified(manifest: Manifest) -> None:
+        out.progress(f"{manifest.describe()}: signed by the backup-signing key; checking its number, then restoring")
+
     try:
-        report = restore_backup(args.archive, args.data_dir, args.signer, args.gnupg_home, args.gpg_binary)
+        report = restore_backup(args.archive, args.data_dir, args.signer, args.gnupg_home, args.gpg_binary,
+                                not_older_than=args.not_older_than, allow_older=args.allow_older,
+                                allow_unnumbered=args.allow_unnumbered, on_verified=verified)
     except BackupError as e:
         raise AdminError(str(e)) from None
     seconds = time.monotonic() - started
-    command = start_command(report.data_dir, report.start_options)
+    manifest = report.manifest
+    start = restored_start(report.data_dir, manifest)
     _record(report.data_dir, "admin.restore", report)
+    numbered = manifest.numbered
     out.result(
         {"data_dir": report.data_dir, "files": report.files, "bytes": report.bytes, "signer": report.signer,
-         "schema_version": report.schema_version, "created": report.created, "seconds": round(seconds, 3),
-         "start_command": command, "kept": list(report.kept), "not_restored": list(report.not_restored)},
-        f"restored {report.files} files ({_size(report.bytes)}) from a backup of {report.created} signed by "
-        f"{report.signer} into {report.data_dir} in {seconds:.1f} s; every file matched the manifest\n"
+         "schema_version": manifest.schema_version, "created": manifest.created,
+         "sequence": numbered.sequence if numbered else None, "next_sequence": report.next_sequence,
+         "seconds": round(seconds, 3), "start_command": start.argv, "dropped_options": start.dropped,
+         "as_at_backup": start.note, "remembered": report.remembered, "kept": list(report.kept),
+         "not_restored": list(report.not_restored)},
+        f"restored {report.files} files ({_size(report.bytes)}) signed by {report.signer} into {report.data_dir} "
+        f"in {seconds:.1f} s; every file matched the manifest\n"
         + (f"  kept this server's own {', '.join(report.kept)} (already in the data dir, unchanged); "
            + (f"the archive's {', '.join(report.not_restored)} matched the manifest and were NOT restored\n"
               if report.not_restored else "the archive held no tls/ files\n")
            if report.kept else "")
-        + f"  start it with: {shlex.join(command)}\n"
-        + ("  (the options it ran with at the backup; files they name outside the data dir are not in the backup; "
-           "no --submission-key: the data dir holds the instance's key)\n" if report.start_options is not None else
+        + f"  start it with: {shlex.join(start.argv)}\n"
+        + ("  (the options it ran with at the backup" if manifest.start_options is not None else
            "  (the server was not running during the backup, so the options it ran with are not known: add them, "
-           "e.g. from its systemd unit; no --submission-key: the data dir holds the instance's key)\n")
+           "e.g. from its systemd unit")
+        + (f"; paths in the old data dir {start.moved_from} now name this one" if start.moved_from else "")
+        + (f"; left out, for development only: {shlex.join(start.dropped)}" if start.dropped else "")
+        + "; files named outside the data dir are not in the backup; no --submission-key: the data dir holds "
+          "the instance's key)\n"
+        + f"  {start.note}\n"
         + f"  or, as the service of docs/deploy/install.md: chown -R deaddrop: {shlex.quote(report.data_dir)}, "
           "then systemctl enable --now deaddrop\n"
-          "  it keeps the onion address, sources, accounts and submission key",
+          "  it keeps the onion address, sources, accounts and submission key\n"
+        + (f"  its next backup will be #{report.next_sequence}; {report.remembered}" if report.next_sequence else
+           f"  {report.remembered}"),
     )
     return 0

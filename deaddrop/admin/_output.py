@@ -22,3 +22,9 @@ class Output:
             self._stream.write(json.dumps(data, sort_keys=True) + "\n")
         else:
             self._stream.write(text.rstrip("\n") + "\n")
+
+    def progress(self, text: str) -> None:
+        """A line shown at once, before the result (human output only: JSON is one document)."""
+        if not self.as_json:
+            self._stream.write(text.rstrip("\n") + "\n")
+            self._stream.flush()

@@ -3,8 +3,11 @@ restored instance on the real stack: same onion key, the source logs in with its
 reads its reply, the journalist downloads the old submissions and they decrypt on the SVS."""
 from __future__ import annotations
 
+import calendar
+import io
 import json
 import os
+import re
 import shlex
 import shutil
 import sqlite3
@@ -120,7 +123,8 @@ class BackupRoundTripTests(unittest.TestCase):
         self.assertEqual((made["recipient"], made["signer"]), (admin.fingerprint, admin.signing_fingerprint))
         # The restore line says everything restore needs.
         self.assertEqual(made["restore_command"], f"deaddrop-admin restore {archive} --data-dir NEW_DIR "
-                                                  "--gnupg-home BACKUP_GNUPG_HOME --signer SIGNER.asc")
+                                                  "--gnupg-home BACKUP_GNUPG_HOME --signer SIGNER.asc "
+                                                  f"--not-older-than {made['sequence']}")
         self.assertEqual(os.stat(archive).st_mode & 0o777, 0o600)
         self.assertFalse(os.path.exists(archive + ".part"))
         # Encrypted as a whole: no name, no byte of any stored file is readable in it.
@@ -194,6 +198,17 @@ class BackupRoundTripTests(unittest.TestCase):
               f"({made['files']} files, {made['bytes'] / 1e6:.1f} MB)")
 
 
+@inlineCallbacks
+def _workspace(testcase: unittest.TestCase, prefix: str):
+    """An initialised data dir, the newsroom's backup keys and a scratch folder, on ``testcase``."""
+    from tests._support import initialised_data_dir
+
+    testcase.data_dir = yield initialised_data_dir(testcase)
+    testcase.admin = AdminKey(testcase)
+    testcase.work = short_tempdir(prefix)
+    testcase.addCleanup(shutil.rmtree, testcase.work, True)
+
+
 class BackupArchiveTests(unittest.TestCase):
     """The archive itself: its content, and what restore refuses (nothing is left behind)."""
 
@@ -201,12 +216,7 @@ class BackupArchiveTests(unittest.TestCase):
 
     @inlineCallbacks
     def setUp(self):
-        from tests._support import initialised_data_dir
-
-        self.data_dir = yield initialised_data_dir(self)
-        self.admin = AdminKey(self)
-        self.work = short_tempdir("dd-bka-")
-        self.addCleanup(shutil.rmtree, self.work, True)
+        yield _workspace(self, "dd-bka-")
         self.archive = os.path.join(self.work, "b.gpg")
         code, out, err = yield deferToThread(run_cli, "backup", "--out", self.archive, *self.admin.backup_args(),
                                              "--data-dir", self.data_dir)
@@ -464,6 +474,243 @@ class BackupArchiveTests(unittest.TestCase):
         self.assertFalse(os.path.exists(out))
 
 
+_NUMBER_LINE = re.compile(r"^backup #(\d+), (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)$")
+
+
+class BackupNumberTests(unittest.TestCase):
+    """Issue 26 item 4: each backup carries its time and a number above every earlier one, and
+    restore refuses to go back to an older one (by --not-older-than, or by what it remembers)."""
+
+    timeout = 300
+
+    def setUp(self):
+        return _workspace(self, "dd-bkn-")
+
+    def cli(self, *argv: str):
+        return deferToThread(run_cli, *argv, "--data-dir", self.data_dir)
+
+    @inlineCallbacks
+    def backup(self, name: str, data_dir: str | None = None) -> tuple[str, int, str]:
+        """-> (archive, number, time), from the line ``backup`` prints first."""
+        archive = os.path.join(self.work, name)
+        code, out, err = yield deferToThread(run_cli, "backup", "--out", archive, *self.admin.backup_args(),
+                                             "--data-dir", data_dir or self.data_dir)
+        self.assertEqual(code, 0, err)
+        match = _NUMBER_LINE.match(out.splitlines()[0])
+        self.assertIsNotNone(match, out)
+        return archive, int(match.group(1)), match.group(2)
+
+    def restore(self, archive: str, target: str, *extra: str):
+        return deferToThread(run_cli, "restore", archive, "--data-dir", target, *self.admin.restore_args(), *extra)
+
+    @inlineCallbacks
+    def test_the_signed_manifest_carries_a_growing_number_and_the_time_and_nothing_else_dates(self):
+        first, one, _ = yield self.backup("first.gpg")
+        before = time.time()
+        second, two, created = yield self.backup("second.gpg")
+        self.assertEqual((one, two), (1, 2))
+        stamp = calendar.timegm(time.strptime(created, "%Y-%m-%dT%H:%M:%SZ"))
+        self.assertLessEqual(abs(stamp - before), 5, created)  # UTC, to the second
+        numbers = os.path.join(self.data_dir, "backup-sequence")
+        self.assertEqual(stat.S_IMODE(os.stat(numbers).st_mode), 0o600)
+        with open(numbers) as f:
+            self.assertEqual(json.load(f)["sequence"], 2)
+        blob = self.admin.decrypt(second)
+        with tarfile.open(fileobj=io.BytesIO(blob), mode="r|") as tar:
+            members = []
+            for member in tar:
+                members.append((member.name, member.mtime))
+                if member.name == "MANIFEST.json":
+                    manifest = json.loads(tar.extractfile(member).read())
+        # No member carries a time; the number file is not a member (the manifest carries it).
+        self.assertEqual({mtime for _, mtime in members}, {0})
+        self.assertNotIn("backup-sequence", [name for name, _ in members])
+        self.assertEqual((manifest["format"], manifest["sequence"], manifest["created"]),
+                         ("deaddrop-backup/3", 2, created))
+        self.assertEqual(set(manifest), {"format", "deaddrop_version", "schema_version", "created", "instance",
+                                         "sequence", "files", "folders", "start_options", "data_dir"})
+        self.assertTrue(all(set(entry) == {"size", "mode", "sha256"} for entry in manifest["files"].values()))
+        # Only "created" holds a date or a time of day.
+        dated = re.compile(r"\d{4}-\d\d-\d\d|\d\d:\d\d:\d\d|\d{8}T\d{6}")
+        rest = json.dumps({k: v for k, v in manifest.items() if k != "created"})
+        self.assertIsNone(dated.search(rest), rest)
+        # restore says which backup it is before anything else, and the copy numbers on from it.
+        target = os.path.join(self.work, "restored")
+        code, out, err = yield self.restore(second, target)
+        self.assertEqual(code, 0, err)
+        self.assertTrue(out.startswith(f"backup #2, {created}: signed by the backup-signing key"), out)
+        self.assertIn("its next backup will be #3", out)
+        _, three, _ = yield self.backup("third.gpg", data_dir=target)
+        self.assertEqual(three, 3)
+        code, out, err = yield deferToThread(run_cli, "--json", "restore", second, "--data-dir",
+                                             os.path.join(self.work, "restored-json"), *self.admin.restore_args())
+        self.assertEqual(code, 0, err)
+        report = json.loads(out)
+        self.assertEqual((report["sequence"], report["created"], report["next_sequence"]), (2, created, 3))
+
+    @inlineCallbacks
+    def test_restoring_an_older_backup_is_refused(self):
+        # The review's scenario: a journalist with a certificate, backup A; the journalist
+        # deleted and the certificate revoked, backup B; then A swapped in for B.
+        for argv in (("ca", "init"), ("journalist", "add", "mallory"),
+                     ("cert", "issue", "mallory", "--out", os.path.join(self.work, "mallory.p12"))):
+            code, out, err = yield self.cli(*argv)
+            self.assertEqual(code, 0, err)
+        a, a_number, a_created = yield self.backup("a.gpg")
+        for argv in (("journalist", "delete", "mallory"), ("cert", "revoke", "mallory"), ("crl",)):
+            code, out, err = yield self.cli(*argv)
+            self.assertEqual(code, 0, err)
+        b, b_number, b_created = yield self.backup("b.gpg")
+        self.assertEqual((a_number, b_number), (1, 2))
+
+        # By the number the admin kept: refused, saying what it found, and nothing written.
+        target = os.path.join(self.work, "from-a")
+        code, out, err = yield self.restore(a, target, "--not-older-than", str(b_number))
+        self.assertEqual(code, 1, out)
+        self.assertEqual(err, f"deaddrop-admin: error: {a} is backup #1, {a_created}, older than --not-older-than 2: "
+                              "an older backup brings back deleted accounts and sources, and an older CRL; refused. "
+                              "Restore backup #2 or a newer one\n")
+        self.assertTrue(out.startswith(f"backup #1, {a_created}: "), out)
+        self.assertFalse(os.path.exists(target))
+
+        # B restores, and this backup key's home remembers it...
+        code, out, err = yield self.restore(b, os.path.join(self.work, "from-b"), "--not-older-than", str(b_number))
+        self.assertEqual(code, 0, err)
+        state = os.path.join(self.admin.home, "deaddrop-newest-backup")
+        self.assertIn(f"{state} remembers backup #2, {b_created} as the newest of this instance", out)
+        code, out, err = yield deferToThread(run_cli, "journalist", "list", "--json", "--data-dir",
+                                             os.path.join(self.work, "from-b"))
+        self.assertNotIn("mallory", out)
+        # ... so a plain restore of A is refused, and says how to go back deliberately.
+        code, out, err = yield self.restore(a, target)
+        self.assertEqual(code, 1, out)
+        self.assertIn(f"{a} is backup #1, {a_created}, older than backup #2, {b_created} which a restore with this "
+                      f"backup key already saw (remembered in {state})", err)
+        self.assertIn("To go back to it deliberately, add --allow-older", err)
+        self.assertFalse(os.path.exists(target))
+        # Deliberately: A comes back with mallory, and its next backup is numbered above B.
+        code, out, err = yield self.restore(a, target, "--allow-older")
+        self.assertEqual(code, 0, err)
+        self.assertIn("its next backup will be #3", out)
+        code, out, err = yield deferToThread(run_cli, "journalist", "list", "--data-dir", target)
+        self.assertIn("mallory", out)
+        with open(state) as f:
+            self.assertEqual([entry["sequence"] for entry in json.load(f).values()], [2])
+
+    @inlineCallbacks
+    def test_an_unnumbered_backup_is_refused_unless_asked_for(self):
+        # A deaddrop-backup/2 archive, as the previous release made them: signed, not numbered.
+        archive, _, _ = yield self.backup("new.gpg")
+        plain = io.BytesIO()
+        with tarfile.open(fileobj=io.BytesIO(self.admin.decrypt(archive)), mode="r|") as tar, \
+                tarfile.open(fileobj=plain, mode="w|", format=tarfile.PAX_FORMAT) as out:
+            for member in tar:
+                data = tar.extractfile(member).read()
+                if member.name == "MANIFEST.json":
+                    manifest = json.loads(data)
+                    for key in ("instance", "sequence", "data_dir"):
+                        del manifest[key]
+                    manifest.update(format="deaddrop-backup/2", created=manifest["created"][:10])
+                    data = json.dumps(manifest).encode()
+                    member.size = len(data)
+                out.addfile(member, io.BytesIO(data))
+        old = os.path.join(self.work, "old.gpg")
+        subprocess.run(["gpg", "--homedir", self.admin.signing_home, "--batch", "--quiet", "--trust-model", "always",
+                        "--compress-algo", "none", "--local-user", self.admin.signing_fingerprint, "--recipient-file",
+                        self.admin.public, "--output", old, "--sign", "--encrypt"], input=plain.getvalue(), check=True)
+        target = os.path.join(self.work, "from-old")
+        code, out, err = yield self.restore(old, target)
+        self.assertEqual(code, 1, out)
+        self.assertIn(f"{old} is a backup of {manifest['created']} made before backups were numbered", err)
+        self.assertIn("If you know it is the newest, add --allow-unnumbered", err)
+        self.assertFalse(os.path.exists(target))
+        code, out, err = yield self.restore(old, target, "--allow-unnumbered")
+        self.assertEqual(code, 0, err)
+        self.assertTrue(out.startswith(f"unnumbered backup of {manifest['created']}: "), out)
+
+    @inlineCallbacks
+    def test_an_archive_swapped_after_its_signature_was_checked_is_refused(self):
+        from deaddrop.admin import restore
+
+        small, _, _ = yield self.backup("small.gpg")
+        with open(os.path.join(self.data_dir, "store", "extra-file"), "wb") as f:
+            f.write(os.urandom(200_000))
+        other, _, _ = yield self.backup("other.gpg")
+        with open(other, "rb") as f:
+            other_bytes = f.read()
+        parse = restore._parse_manifest
+
+        def swap_then_parse(*args):
+            # Between the passes, whoever can write there rewrites the file in place (same inode).
+            with open(small, "r+b") as f:
+                f.write(other_bytes)
+            return parse(*args)
+
+        self.patch(restore, "_parse_manifest", swap_then_parse)
+        target = os.path.join(self.work, "swapped")
+        code, out, err = yield self.restore(small, target)
+        self.assertEqual(code, 1, out)
+        self.assertIn("changed after its signature was checked", err)
+        self.assertFalse(os.path.exists(target))
+
+
+class InflatedArchiveTests(unittest.TestCase):
+    """Issue 26 item 4: restore writes nothing before the signature is checked. An unsigned
+    archive of compressed zeros, encrypted to the backup key (398 KB in the review, 401 MB once
+    decompressed), writes less than 64 MB before it is refused: measured as the bytes the restore
+    process passed to write()."""
+
+    timeout = 240
+
+    def test_an_unsigned_archive_of_compressed_zeros_writes_almost_nothing(self):
+        import sys
+
+        admin = AdminKey(self)
+        work = short_tempdir("dd-bkz-")
+        self.addCleanup(shutil.rmtree, work, True)
+        bomb = os.path.join(work, "zeros.gpg")
+        gpg = subprocess.Popen(["gpg", "--batch", "--quiet", "--trust-model", "always", "--compress-algo", "zlib",
+                                "-z", "9", "--recipient-file", admin.public, "--output", bomb, "--encrypt"],
+                               stdin=subprocess.PIPE, env=dict(os.environ, GNUPGHOME=admin.home))
+        size = 400 * 1024 * 1024
+        with tarfile.open(fileobj=gpg.stdin, mode="w|") as tar:
+            info = tarfile.TarInfo("store/zeros")
+            info.size = size
+
+            class Zeros:
+                left = size
+
+                def read(self, n: int = -1) -> bytes:
+                    n = min(self.left, 1024 * 1024 if n < 0 else n)
+                    self.left -= n
+                    return bytes(n)
+
+            tar.addfile(info, Zeros())
+        gpg.stdin.close()
+        self.assertEqual(gpg.wait(), 0)
+        archive_size = os.path.getsize(bomb)
+        self.assertLess(archive_size, 1024 * 1024)
+        target = os.path.join(work, "target")
+        # deaddrop-admin restore in a process of its own: the bytes it passed to write() (every
+        # file it wrote and its output), and whether it refused.
+        # The thread's own counter: /proc/self/io would add gpg's writes into the pipe it reads.
+        measure = ("import sys, threading\nfrom deaddrop.admin.cli import main\n"
+                   "def written():\n    io = open(f'/proc/self/task/{threading.get_native_id()}/io').read()\n"
+                   "    return int(dict(l.split(': ') for l in io.splitlines())['wchar'])\n"
+                   "before = written()\ncode = main(sys.argv[1:])\nprint('MEASURED', code, written() - before)\n")
+        started = time.monotonic()
+        proc = subprocess.run([sys.executable, "-c", measure, "restore", bomb, "--data-dir", target,
+                               *admin.restore_args()], capture_output=True, text=True)
+        seconds = time.monotonic() - started
+        code, written = proc.stdout.split("MEASURED")[-1].split()
+        self.assertEqual(code, "1", proc.stdout + proc.stderr)
+        self.assertIn("refused", proc.stderr)
+        self.assertLess(int(written), 64 * 1024 * 1024)
+        self.assertFalse(os.path.exists(target))
+        print(f"\ncompressed zeros: {archive_size} bytes of archive ({size // 2**20} MiB decompressed) wrote "
+              f"{int(written)} bytes before being refused in {seconds:.1f} s: {proc.stderr.strip()}")
+
+
 class BackupMemoryTests(unittest.TestCase):
     """The archive streams: backing up 160 MB does not take 160 MB of memory (nor does restoring)."""
 
@@ -562,7 +809,12 @@ class BackupPlaintextTests(unittest.TestCase):
         # stdout), and one temporary file for gpg's error messages (unnamed where the file
         # system allows, else unlinked at once): nothing that could hold the backup.
         log = os.path.join(data_dir, "logs", "security.jsonl")
-        written = sorted(set(seen["writes"]) - {log, report, report + ".tmp", os.devnull, scratch})
+        # The backup's number, in the data dir (written atomically: a temporary file, renamed).
+        numbers = os.path.join(data_dir, "backup-sequence")
+        number_files = {path for path in seen["writes"]
+                        if os.path.dirname(path) == data_dir and path.endswith("backup-sequence")}
+        self.assertIn(numbers, {path.replace(os.path.basename(path), "backup-sequence") for path in number_files})
+        written = sorted(set(seen["writes"]) - {log, report, report + ".tmp", os.devnull, scratch} - number_files)
         self.assertLessEqual(len(written), 1, written)
         self.assertTrue(all(os.path.dirname(path) == scratch for path in written), written)
         # The database: read in place and copied into memory, never into a file.
@@ -589,7 +841,9 @@ class BackupPlaintextTests(unittest.TestCase):
 
 
 class RestoredStartCommandTests(unittest.TestCase):
-    """The command restore prints starts the restored instance as the original ran (real twistd)."""
+    """The command restore prints starts the restored instance as the original ran (real twistd),
+    with the restored instance's own CA and CRL, the digest's options, and nothing for development
+    only (issue 26 item 4, issue 27 items 6 and 12)."""
 
     timeout = 180
 
@@ -599,33 +853,61 @@ class RestoredStartCommandTests(unittest.TestCase):
         work = short_tempdir("dd-bks-")
         self.addCleanup(shutil.rmtree, work, True)
         data = os.path.join(work, "data")
+        os.makedirs(data, mode=0o700)
+        code, out, err = run_cli("ca", "init", "--data-dir", data)  # the demo layout: the CA in DATA/ca
+        self.assertEqual(code, 0, err)
         journalist_port = free_port()
+        digest = ["--smtp-server", "127.0.0.1:2525", "--smtp-from", "deaddrop@example.org",
+                  "--notify-interval-minutes", "60"]
         server = ServerProcess(data, workdir=work, extra_args=[
-            "--journalist-listen", f"tcp:{journalist_port}:interface=127.0.0.1", "--source-session-minutes", "60"])
+            "--journalist-listen", f"tcp:{journalist_port}:interface=127.0.0.1", "--source-session-minutes", "60",
+            "--journalist-ca", os.path.join(data, "ca", "ca.pem"), "--journalist-crl", os.path.join(data, "ca", "crl.pem"),
+            *digest, "--demo"])
         self.addCleanup(server.cleanup)
         server.start()
         admin = AdminKey(self)
         archive = os.path.join(work, "b.gpg")
         code, out, err = run_cli("backup", "--data-dir", data, "--out", archive, *admin.backup_args())
         self.assertEqual(code, 0, err)
+        created = _NUMBER_LINE.match(out.splitlines()[0]).group(2)
         server.stop()
 
         target = os.path.join(work, "restored")
         code, out, err = run_cli("--json", "restore", archive, "--data-dir", target, *admin.restore_args())
         self.assertEqual(code, 0, err)
-        command = json.loads(out)["start_command"]
+        report = json.loads(out)
+        command = report["start_command"]
         self.assertEqual(command[1:6], ["-n", "--pidfile=", "deaddrop", "--data-dir", target])
         self.assertNotIn("--submission-key", command)  # the data dir holds the instance's key
         for option, value in (("--source-listen", f"tcp:{server.port}:interface=127.0.0.1"),
                               ("--journalist-listen", f"tcp:{journalist_port}:interface=127.0.0.1"),
-                              ("--source-session-minutes", "60"), ("--tor", "none")):
+                              ("--source-session-minutes", "60"),
+                              # The restored instance's own CA and CRL, not the old data dir's.
+                              ("--journalist-ca", os.path.join(target, "ca", "ca.pem")),
+                              ("--journalist-crl", os.path.join(target, "ca", "crl.pem")),
+                              *zip(digest[::2], digest[1::2])):
             self.assertEqual(command[command.index(option) + 1], value, option)
-        code, text, err = run_cli("restore", archive, "--data-dir", os.path.join(work, "again"), *admin.restore_args())
-        self.assertIn(f"start it with: {shlex.join(command).replace(os.path.join(work, 'restored'), os.path.join(work, 'again'))}", text)
+        self.assertNotIn(data + os.sep, " ".join(command))
+        # Development only: left out, and said.
+        self.assertNotIn("--demo", command)
+        self.assertNotIn("--tor", command)
+        self.assertEqual(report["dropped_options"], ["--tor", "none", "--demo"])
+        again = os.path.join(work, "again")
+        code, text, err = run_cli("restore", archive, "--data-dir", again, *admin.restore_args())
+        self.assertEqual(code, 0, err)
+        self.assertIn(f"start it with: {shlex.join(command).replace(target, again)}\n", text)
+        self.assertIn(f"paths in the old data dir {data} now name this one; left out, for development only: "
+                      "--tor none --demo;", text)
+        self.assertIn(f"accounts, sources and the CRL are as they were at backup #1, {created}: delete again any "
+                      "account deleted since, and revoke again any certificate revoked since: the CA in "
+                      f"{os.path.join(again, 'ca')} is the backup's too (deaddrop-admin cert revoke NAME --data-dir "
+                      f"{again}, then deaddrop-admin crl --data-dir {again}, which rewrites "
+                      f"{os.path.join(again, 'ca', 'crl.pem')})", text)
 
+        # This machine has no Tor network: the test adds --tor none, as a developer would.
         with open(os.path.join(work, "restored.log"), "wb") as log:
-            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    cwd=work, start_new_session=True)
+            proc = subprocess.Popen([*command, "--tor", "none"], stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, cwd=work, start_new_session=True)
         self.addCleanup(kill_gpg_agent, os.path.join(target, "gnupg"))
         self.addCleanup(_stop, proc)
         deadline = time.monotonic() + 60
