@@ -331,11 +331,7 @@ def _long_classes(sources: dict[str, str], most: int) -> set[str]:
 
 class RoomSizeTests(unittest.TestCase):
     """Each feature in a room small enough to read in one sitting: no file of routes over 300
-    lines, no class over 400.
-
-    The one class allowed to be longer is the Tor supervisor, ``TorOnionService``: it is one state
-    machine over Tor's life (launch, bootstrap, publish, supervise, relaunch), whose states and
-    timers read each other; cut in parts, each part would reach into the others' state.
+    lines, no class over 400, and no exemption by name.
     """
 
     def test_no_route_file_over_300_lines(self):
@@ -346,9 +342,8 @@ class RoomSizeTests(unittest.TestCase):
                                             "b.py": "@token_route(routes, '/', 'GET')\ndef f(self): pass\n",
                                             "c.py": "def f(): pass\n" + "\n" * 300}, 300), {"a.py"})
 
-    def test_no_class_over_400_lines_but_the_tor_supervisor(self):
-        long = _long_classes(_sources_under(""), 400)
-        self.assertEqual(long, {"deaddrop/tor/_service.py:TorOnionService"})
+    def test_no_class_over_400_lines(self):
+        self.assertEqual(_long_classes(_sources_under(""), 400), set())
         self.assertEqual(_long_classes({"m.py": "class A:\n" + "    x = 1\n" * 400 + "class B:\n    y = 2\n"}, 400),
                          {"m.py:A"})
 

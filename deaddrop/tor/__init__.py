@@ -21,7 +21,7 @@ Wiring (``deaddrop/config.py`` and ``deaddrop/service/tor_side.py``)::
 
 ``source_target``/``journalist_target`` are ``"127.0.0.1:PORT"`` strings or zero-argument
 callables returning one, called at every (re)publish (so an ephemeral port chosen at listen time
-works). :mod:`deaddrop.tor._service` describes the supervision; :mod:`deaddrop.tor.keys` the
+works). :mod:`deaddrop.tor._service` describes the supervision and its parts; :mod:`deaddrop.tor.keys` the
 files under ``DATA/tor/``.
 
 Revoking a journalist client (``deaddrop-admin onion-client remove NAME``) deletes its
@@ -43,7 +43,8 @@ from deaddrop.tor._config import (
     parse_tor_mode,
     parse_tor_option,
 )
-from deaddrop.tor._service import TorOnionService, Tuning
+from deaddrop.tor._attempt import Tuning
+from deaddrop.tor._service import TorOnionService
 from deaddrop.tor.closer import TorCircuitCloser
 from deaddrop.tor.defences import Defences, parse_pow_switch
 

@@ -5,6 +5,7 @@ import ipaddress
 import os
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 _OPTION_KEY_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
@@ -184,6 +185,19 @@ def normalise_target(value: str) -> str:
     if address.version == 6:
         return f"[{address}]:{int(port_text)}"
     return f"{address}:{int(port_text)}"
+
+
+def resolve_target(value: str | Callable[[], str] | None, which: str) -> str:
+    """An onion target given as a string or a zero-argument callable (a listener's port is
+    known only once it listens), normalised; ValueError with a line for the operator."""
+    if callable(value):
+        try:
+            value = value()
+        except Exception as e:
+            raise ValueError(f"the {which} listener's address is not known: {type(e).__name__}: {e}") from None
+    if not isinstance(value, str):
+        raise ValueError(f"the {which} onion target must be a string like 127.0.0.1:PORT, not {value!r}")
+    return normalise_target(value)
 
 
 # -- server endpoint strings ------------------------------------------------------------------
