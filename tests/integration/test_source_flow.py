@@ -1,6 +1,7 @@
 """The source side end to end: real listener, real gpg, real SQLite, driven with treq."""
 from __future__ import annotations
 
+import html as htmllib
 import os
 import re
 import sqlite3
@@ -36,6 +37,28 @@ def gunzip_with_name(blob: bytes) -> tuple[str, bytes]:
     name = blob[10:end].decode("utf-8")
     return name, zlib.decompress(blob[end + 1:], -zlib.MAX_WBITS)
 
+
+
+def _codename_box(html: str) -> str:
+    """What the login page's codename box holds."""
+    found = re.search(r'<textarea name="codename"[^>]*>([^<]*)</textarea>', html)
+    assert found, "no codename box"
+    return htmllib.unescape(found.group(1))
+
+
+def files_holding(root: str, needle: bytes) -> list[str]:
+    """Every file under ``root`` whose bytes contain ``needle``."""
+    found = []
+    for folder, _dirs, names in os.walk(root):
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                with open(path, "rb") as f:
+                    if needle in f.read():
+                        found.append(path)
+            except OSError:
+                pass
+    return found
 
 class SourceFlowTests(unittest.TestCase):
     timeout = 120
@@ -139,7 +162,10 @@ class SourceFlowTests(unittest.TestCase):
             self.assertIn("Log in with your codename", html)  # no session was granted
 
     @inlineCallbacks
-    def test_a_mistyped_codename_names_the_words_outside_the_list_and_keeps_nothing(self):
+    def test_a_mistyped_codename_stays_in_the_box_and_names_the_words_outside_the_list(self):
+        """Issue 27 item 7: a refused login shows what was typed again, so one slip does not mean
+        typing seven words again; in that answer only (no-store, no redirect), never on disk or in
+        a log, and the same page whichever codename it nearly was."""
         codename = yield self.browser.create_source()
         yield self.browser.get("/logout")
         words = codename.split()
@@ -149,18 +175,30 @@ class SourceFlowTests(unittest.TestCase):
         typed = " ".join(words[:2] + [typo] + words[3:]).upper()
         response, html = yield self.browser.login(typed)
         self.assertEqual(response.code, 403)
+        self.assertEqual(response.headers.getRawHeaders(b"cache-control"), [b"no-store"])
+        self.assertIsNone(response.headers.getRawHeaders(b"location"))
         self.assertIn(f"This word is not in the codename word list, so it is part of no codename: {typo}.", html)
-        # The box is empty: no word of the codename is on the page, beyond the page's own text
-        # (a codename word such as "that" or "check" is in any login page): the same refusal for
-        # the typo alone is the reference.
-        self.assertRegex(html, r'<textarea name="codename"[^>]*></textarea>')
-        response, reference = yield self.browser.login(typo.upper())
-        shown, expected = (re.sub(r'(value|href)="[^"]*"', "", page.lower()) for page in (html, reference))
-        for word in words:
-            found = re.compile(rf"\b{re.escape(word)}\b")
-            self.assertEqual(len(found.findall(shown)), len(found.findall(expected)), word)
+        self.assertEqual(_codename_box(html), typed)
+        # One word from a real codename, or far from every one: the same page but for the box.
+        near = " ".join(words[:-1] + [next(w for w in sorted(codenames.codename_words()) if w != words[-1])])
+        far = codenames.generate_codename(len(words))
+        pages = []
+        for attempt in (near, far):
+            response, page = yield self.browser.login(attempt)
+            self.assertEqual((response.code, _codename_box(page)), (403, attempt))
+            pages.append(re.sub(r'(value|href|formaction)="[^"]*"', "", page.replace(attempt, "")))
+        self.assertEqual(pages[0], pages[1])
+        # Another site's form fills nothing in.
+        response, page = yield self.browser.get("/login")
+        response, page = yield self.browser.post("/login", headers={"Sec-Fetch-Site": "cross-site"}, data={
+            "codename": near, "csrf_token": self.browser.csrf(page)})
+        self.assertEqual(_codename_box(page), "")
         response, html = yield self.browser.login(" ".join(words))
         self.assertIn("Send more and read replies", html)
+        yield self.server.stop()
+        for secret in (typed, typed.lower(), typo, near, far):
+            self.assertNotIn(secret, self.logs.text())
+            self.assertEqual(files_holding(self.server.data_dir, secret.encode()), [], secret)
 
     @inlineCallbacks
     def test_empty_submission_is_refused_and_stores_nothing(self):

@@ -14,6 +14,7 @@ from deaddrop.web._common.upload import (
 )
 from deaddrop.web.source import messages as msgs, pages
 from deaddrop.web.source._submission_forms import RECEIVED, SubmissionForms
+from deaddrop.web.source.replies import received_page
 from deaddrop.web.source.pages import MAX_FILES, MAX_MESSAGE_CHARS, PageContext
 
 # Why an upload was refused before its files were read (UploadError.reason).
@@ -25,30 +26,28 @@ BUSY = "busy"
 # A refusal for want of space names the largest file that fits: the body's other parts (the
 # message, the form's fields and boundaries) are allowed this much.
 _FORM_ALLOWANCE = MAX_MESSAGE_CHARS * 4 + (64 << 10)
-# Refusals of a passing state (busy, another upload in flight, no room on the disk) answered with the form at once,
-# with their status; every other refused form is a redirect to its page (see form_again).
-_ANSWERED_AT_ONCE = frozenset({429, 503, 507})
 
 
 def form_again(self: Any, request: Any, status: int, message: str, error: str, token: str | None = None,
                **values: Any) -> bytes:
-    """The submission form again, at a GET-able address: a redirect to the form's page, which
-    shows ``error`` (with ``status``) and ``message`` (kept sealed in the session). Numbers in
-    ``values`` are formatted in the page's language (``size``: a size in bytes). Nothing is
-    read or decrypted here, so this answers at once, even while the body is still arriving."""
+    """The submission form again, at a GET-able address: a redirect to the form's page
+    (post/redirect/get), which shows ``error`` with ``status`` and ``message`` (kept sealed in the
+    session), so Back, Forward or a reload never asks to send a form again. Numbers in ``values``
+    are formatted in the page's language (``size``: a size in bytes). Nothing is read or
+    decrypted here, so this answers at once, even while the body is still arriving; a form that
+    was stored already answers with what arrived, never with its message as if it were unsent."""
     login = self._current_login(request)
     if login is None:
         ctx = self._ctx(request, None)
         return self._error(request, status, msgs.T_NOT_STORED, error, **_formatted(ctx, values))
     forms = self._forms(login.session)
     form = forms.adopt(token)
-    if form.state == RECEIVED:  # that form was stored already: the error goes on a new one
-        form = forms.issue()
+    if form.state == RECEIVED:  # sent again (Back, then "resend"), or replayed: stored once already
+        return _already_received(self, request, login, form)
     render_error = (lambda ctx: ctx._(error, **_formatted(ctx, values)))
-    if status in _ANSWERED_AT_ONCE or getattr(request, "answering_early", False):
-        # Busy, another upload in flight, a full disk: a passing state, told with its status
-        # (and Retry-After) on the form itself. And a refusal sent while the file is still
-        # arriving: a browser still sending does not follow a redirect, it shows this page.
+    if _early(request):
+        # Refused while a file is still arriving (too large, no room, busy, another upload in
+        # flight): a browser still sending does not follow a redirect, it shows this page.
         SubmissionForms.reopened(form)
         ctx = self._ctx(request, login.session, logged_in=True)
         set_html(request, status)
@@ -59,23 +58,63 @@ def form_again(self: Any, request: Any, status: int, message: str, error: str, t
     return self._to_lookup(request, login.session, form, refused=True)
 
 
+def _early(request: Any) -> bool:
+    """Whether this answer goes out while the body is still arriving (``uploads.start_upload``)."""
+    return bool(getattr(request, "answering_early", False))
+
+
+def _already_received(self: Any, request: Any, login: Any, form: Any) -> bytes:
+    if _early(request):
+        # 409 (this form was sent already): a browser still sending shows an answer that comes
+        # before its body is through only when it is an error (Chromium resets the page on a 200).
+        set_html(request, 409)
+        return render_sync(received_page(self, request, login, form))
+    return self._to_lookup(request, login.session, form)
+
+
+def _expired_page(self: Any, request: Any, message: str) -> bytes:
+    """The session ended before the submission could be taken: the login page, the message waiting
+    in it to be sent with the codename. After a whole body, a redirect to it (post/redirect/get),
+    the message held meanwhile like a text carried across a language switch (``_carried``: in
+    memory, sealed to this browser's cookie, minutes at most). Only for a browser that has a
+    session cookie, as a source whose session ended does: a visitor that never logged in leaves
+    nothing behind."""
+    token = self.cookie.token(request)
+    if token and not _early(request) and self.carried.keep(token, "", message[:MAX_MESSAGE_CHARS]):
+        return self._redirect(request, "/login?expired=1")
+    ctx = self._form_ctx(request, "login")
+    set_html(request, 403)
+    notice = ctx._(msgs.EXPIRED_SUBMIT, minutes=self.session_minutes)
+    return render_sync(pages.login(ctx, notice=notice, carried=message[:MAX_MESSAGE_CHARS]))
+
+
+def closed_page(self: Any, request: Any, message: str) -> bytes:
+    """The newsroom closed this source's conversation while it was sending: said once, the typed
+    message shown to copy, then logged out. After a whole body, a redirect to /lookup, which says
+    it (``SourceInterface._refuse_anonymous``), the message held meanwhile as ``_expired_page`` does."""
+    session = self._session(request)
+    closed = session is not None and session.data.get("closed")
+    token = self.cookie.token(request)
+    if closed and token and not _early(request) and self.carried.keep(token, "", message[:MAX_MESSAGE_CHARS]):
+        return self._redirect(request, "/lookup")
+    if closed:
+        self.cookie.end(request, session)
+    return self._error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED, kept=message)
+
+
 def refused_upload_page(self: Any, request: Any, error: UploadError, fields: dict[str, str]) -> bytes:
     """What a source sees when a submission is refused: always the typed message back."""
     message = fields.get("msg", "") if same_origin(request) else ""
     have_message = "msg" in fields
     session = self._session(request)
     if error.reason == CLOSED:
-        return self._error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED, kept=message)
+        return closed_page(self, request, message)
     if error.reason == NO_ROOM:
         return _no_room_page(self, request, message, have_message, fields.get(pages.FORM_TOKEN_FIELD))
     if error.reason == EXPIRED or self._current_login(request) is None:
         if session is not None and session.data.get("closed"):
-            self.cookie.end(request, session)  # said once, and logged out
-            return self._error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED, kept=message)
-        ctx = self._form_ctx(request, "login")
-        set_html(request, 403)
-        notice = ctx._(msgs.EXPIRED_SUBMIT, minutes=self.session_minutes)
-        return render_sync(pages.login(ctx, notice=notice, carried=message[:MAX_MESSAGE_CHARS]))
+            return closed_page(self, request, message)
+        return _expired_page(self, request, message)
     token = fields.get(pages.FORM_TOKEN_FIELD)
     if error.reason == REASON_FILES_TOO_LARGE:
         # "Your message is still below" only when there is one (a form sent with an empty box has none).

@@ -146,8 +146,10 @@ class SourceInterface(HtmlResponses):
         session = self._session(request)
         if session is not None and session.data.get("closed"):
             # Said once, calmly, and logged out: the next visit starts afresh (as SecureDrop does).
+            # With the message of a submission refused for it, if that is what led here.
+            kept = (self.carried.take(self.cookie.token(request)) or ("", ""))[1]
             self.cookie.end(request, session)
-            return self._error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED)
+            return self._error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED, kept=kept)
         # A cookie that no longer opens a session: logged out for inactivity (or a restart).
         expired = bool(_TOKEN_SHAPE.fullmatch(self.cookie.token(request) or ""))
         return self._redirect(request, "/login?expired=1" if expired else "/login")

@@ -107,6 +107,9 @@ def login_form(self: Any, request: Any) -> Any:
     codename, carried = self.carried.take(self.cookie.token(request)) or ("", "")
     if carried:
         notice = ctx._(msgs.EXPIRED_SUBMIT, minutes=self.session_minutes)
+        # The message waits until it is sent with the codename (or its minutes are up), so a
+        # reload of this page, Back or Forward still show it; a codename is handed back once.
+        self.carried.keep(self.cookie.token(request), "", carried)
     return self._html(request, pages.login(ctx, notice=notice, carried=carried, codename=codename))
 
 
@@ -115,35 +118,40 @@ def login_form(self: Any, request: Any) -> Any:
 def login(self: Any, request: Any):
     # A message typed before the session expired rides along in the form (see /submit).
     carried = (form_arg(request, "msg", MAX_MESSAGE_CHARS) or "")[:MAX_MESSAGE_CHARS]
+    typed = self._arg(request, "codename") or ""
+    # Every refusal below shows the form again with what was typed in it, so one mistyped word
+    # does not mean typing seven again (docs/threat-model.md, "A mistyped codename"): in this
+    # answer only (no-store), never kept, logged or put in an address.
+    kept = typed[:codenames.MAX_CODENAME_CHARS]
     if not same_origin(request):
-        # Only our own page may carry a message through: another site must not plant text
-        # that a source would then send under their codename.
-        carried = ""
+        # Only our own page may carry a message through, or fill the codename box: another
+        # site must not plant text that a source would then send under their codename, or a
+        # codename of its own for the source to log in with.
+        carried = kept = ""
     session = self._session(request)  # logging in again from a logged-in page is fine too
     self.carried.take(self.cookie.token(request))  # a codename carried to this page is used now
     form_ok = (self._form_secret(request, "login") is not None
                or (session is not None and session.check_csrf(self._arg(request, "csrf_token"))))
     ctx = self._form_ctx(request, "login")  # the form again, for every answer that shows it
     if not form_ok:
-        return self._html(request, pages.login(ctx, ctx._(msgs.STALE_LOGIN), carried=carried), 403)
-    typed = self._arg(request, "codename") or ""
+        return self._html(request, pages.login(ctx, ctx._(msgs.STALE_LOGIN), carried=carried, codename=kept), 403)
     codename = codenames.normalise_codename(typed)
     if codename is None:
         # Malformed codenames cannot match any source: no KDF, and they count nowhere. Words
-        # outside the list are named (they are part of no codename); the box is left empty
-        # (docs/threat-model.md, "A mistyped codename").
+        # outside the list are named (they are part of no codename).
         unknown = codenames.unknown_words(typed)
         error = ctx._(msgs.NOT_RECOGNIZED)
         if unknown:
             error += " " + ctx._(msgs.NOT_IN_LIST, words=", ".join(unknown), count=len(unknown))
-        return self._html(request, pages.login(ctx, error, carried=carried), 403)
+        return self._html(request, pages.login(ctx, error, carried=carried, codename=kept), 403)
     try:
         found = yield _argon2id(self, request, lambda circuit: self.newsroom.login(codename, circuit))
     except _Refused as refused:
         said = msgs.THROTTLED if refused.status == 429 else BUSY_MESSAGE
-        return self._html(request, pages.login(ctx, ctx._(said), carried=carried), refused.status)
+        return self._html(request, pages.login(ctx, ctx._(said), carried=carried, codename=kept), refused.status)
     if found is None:
-        return self._html(request, pages.login(ctx, ctx._(msgs.NOT_RECOGNIZED), carried=carried), 403)
+        # The same page for every codename that opens nothing, whoever else exists.
+        return self._html(request, pages.login(ctx, ctx._(msgs.NOT_RECOGNIZED), carried=carried, codename=kept), 403)
     identity, passphrase = found
     fresh = _log_in(self, request, session, identity, passphrase, codename)
     if carried.strip():

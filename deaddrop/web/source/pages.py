@@ -34,6 +34,9 @@ RETURN_PATHS = frozenset({"/", "/login", "/lookup", "/safety", "/generate"})
 # and the page the menu's POST comes back to (see SourceInterface.carry_language).
 LOGIN_FORM = ("login-form", "/login")
 SUBMISSION_FORM = ("send-form", "/lookup")
+# The replies part of the page once the source has deleted every reply it had (in this session).
+REPLIES_GONE = N_("You have deleted the replies you received. If our journalists write to you again, their replies "
+                  "will appear here.")
 FILES_STAY_BEHIND = N_("Files cannot be carried over to another language: if you change the language, choose them "
                        "again afterwards.")
 
@@ -352,7 +355,7 @@ def generate(ctx: PageContext, codename: str, error: str | None = None) -> Tag:
 def login(ctx: PageContext, error: str | None = None, notice: str | None = None, carried: str = "",
           codename: str = "") -> Tag:
     """The login form; ``carried`` is a message typed before the session expired, sent after login;
-    ``codename`` what was being typed when the language was switched."""
+    ``codename`` what was typed, shown again after a refused login or a language switch."""
     _ = ctx._
     form = tags.form(method="post", action="/login", class_="card", id=LOGIN_FORM[0])(
         _csrf(ctx),
@@ -381,8 +384,10 @@ def login(ctx: PageContext, error: str | None = None, notice: str | None = None,
 
 
 def lookup(ctx: PageContext, replies: list[ShownReply] | None, *, message: str = "", error: str | None = None,
-           codename: str | None = None, form_token: str = "") -> Tag:
-    """The logged-in page: new-reply notice, the submission form, then the replies, newest first."""
+           codename: str | None = None, form_token: str = "", replies_deleted: bool = False) -> Tag:
+    """The logged-in page: new-reply notice, the submission form, then the replies, newest first.
+    ``replies_deleted``: the source deleted replies in this session (an empty list is then not
+    "no replies yet")."""
     _ = ctx._
     new = sum(1 for r in replies or () if r.new)
     body: list[Any] = [tags.h1(_("Send more and read replies"))]
@@ -401,7 +406,9 @@ def lookup(ctx: PageContext, replies: list[ShownReply] | None, *, message: str =
         body.append(tags.p(tags.a(_("Back to your page"), href="/lookup")))
         return _frame(ctx, _("Send more and read replies"), body, carry=SUBMISSION_FORM)
     body.append(tags.h2(_("Replies from {name}", name=ctx.site_name), id="replies"))
-    if not replies:
+    if not replies and replies_deleted:
+        body.append(tags.p(_(REPLIES_GONE), class_="hint", id="replies-deleted"))
+    elif not replies:
         body.append(tags.p(_("There are no replies yet. Journalists may take days to answer: please check back "
                              "later."), class_="hint"))
     else:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from twisted.internet.defer import Deferred, inlineCallbacks
+from twisted.internet.defer import inlineCallbacks
+from twisted.web.template import Tag
 
+from deaddrop.crypto.admission import Busy
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.guards import login_required, login_route
 from deaddrop.web._common.routes import Routes
@@ -18,6 +20,11 @@ from deaddrop.web.source._login import SourceLogin
 from deaddrop.web.source._submission_forms import RECEIVED, SubmissionForm
 from deaddrop.web.source.pages import ShownReply
 
+
+# Set in a session once its source deleted a reply: its page then says the replies were deleted,
+# not "no replies yet". Only this session knows it: a later login (perhaps by whoever learns the
+# codename) is not told that replies ever existed.
+_REPLIES_DELETED = "replies_deleted"
 
 routes = Routes()
 
@@ -32,13 +39,15 @@ def lookup(self: Any, request: Any, login: SourceLogin) -> Any:
         return self._to_lookup(request, login.session)
     if form is not None and form.state == RECEIVED:
         # Back after sending, a reload, a replayed form: what arrived, never the form again.
-        return _received_page(self, request, login, form)
+        return self._html(request, received_page(self, request, login, form))
     if form is None:  # /lookup itself (links, typed address)
         form = forms.issue()
     status, error, message = 200, None, ""
     if form.error is not None:
         ctx = self._ctx(request, None)
         status, error = form.error[0], form.error[1](ctx)
+        if status == 503:  # busy: as the refusal this page stands for said
+            request.setHeader(b"retry-after", b"60")
     if form.has_draft:  # a refused form's message, or one carried across a language switch
         message = SessionStore.unseal(login.session, self.cookie.token(request), f"draft:{form.token}") or ""
     return _lookup_page(self, request, login, status=status, message=message, error=error, form=form)
@@ -53,6 +62,7 @@ def delete(self: Any, request: Any, login: SourceLogin):
         deleted = yield shield(self.newsroom.delete_reply(login.identity, int(number)))
     lang = i18n.negotiate(request)
     if deleted:
+        login.session.data[_REPLIES_DELETED] = True
         login.session.flash(lang.gettext(msgs.REPLY_DELETED), "ok")
         return self._to_lookup(request, login.session)
     page = yield _lookup_page(self, request, login, status=404, error=lang.gettext(msgs.REPLY_NOT_FOUND))
@@ -62,6 +72,8 @@ def delete(self: Any, request: Any, login: SourceLogin):
 @login_route(routes, "/delete-all", "POST")
 def delete_all(self: Any, request: Any, login: SourceLogin):
     count = yield shield(self.newsroom.delete_all_replies(login.identity))
+    if count:
+        login.session.data[_REPLIES_DELETED] = True
     ctx = self._ctx(request, None)
     login.session.flash(ctx._(msgs.REPLIES_DELETED, count=count), "ok")
     return self._to_lookup(request, login.session)
@@ -72,25 +84,36 @@ def register(cls: Any) -> None:
     routes.register(cls)
 
 
-def _received_page(self: Any, request: Any, login: SourceLogin, form: SubmissionForm) -> Deferred:
+def received_page(self: Any, request: Any, login: SourceLogin, form: SubmissionForm) -> Tag:
+    """What one stored form delivered (its address, and any form sent again after it was stored)."""
     ctx = self._ctx(request, login.session, logged_in=True)
     receipt = form.receipt
     assert receipt is not None
     text = msgs.received(ctx.lang, receipt.message, receipt.documents)
-    return self._html(request, pages.received(ctx, text, receipt.first, self._forms(login.session).issue().token))
+    return pages.received(ctx, text, receipt.first, self._forms(login.session).issue().token)
 
 
 @inlineCallbacks
 def _lookup_page(self: Any, request: Any, login: SourceLogin, *, status: int = 200, message: str = "",
                 error: str | None = None, form: SubmissionForm | None = None):
     self.newsroom.ensure_key(login.identity, login.passphrase)  # heals a key lost to a crash after a first submission
-    replies = yield self.newsroom.replies_for(login.identity, login.passphrase)
+    try:
+        replies = yield self.newsroom.replies_for(login.identity, login.passphrase)
+    except Busy:
+        if error is None and not message:
+            raise
+        # A refused form's page (a redirect's target, e.g. after "busy"): the form and its
+        # message matter more now than the replies, which are read at the next visit.
+        replies = []
+        shown: list[ShownReply] | None = None
+    else:
+        # Newest first: the store lists them in the order they were sent.
+        shown = [ShownReply(r.number, r.text, r.created_at, r.new) for r in reversed(replies)]
     ctx = self._ctx(request, login.session, logged_in=True)
     codename = SessionStore.unseal(login.session, self.cookie.token(request), "codename")
-    # Newest first: the store lists them in the order they were sent.
-    shown = [ShownReply(r.number, r.text, r.created_at, r.new) for r in reversed(replies)]
     form = form or self._forms(login.session).issue()
-    page = pages.lookup(ctx, shown, message=message, error=error, codename=codename, form_token=form.token)
+    page = pages.lookup(ctx, shown, message=message, error=error, codename=codename, form_token=form.token,
+                        replies_deleted=bool(login.session.data.get(_REPLIES_DELETED)))
     html = yield self._html(request, page, status)
     if any(r.new for r in replies):
         yield self.newsroom.mark_replies_read(login.identity, replies)

@@ -23,7 +23,7 @@ from deaddrop.web._common.site import DeadDropRequest
 from deaddrop.web._common.upload import MultipartUpload, UploadError, UploadResult
 from deaddrop.web.source import i18n, messages as msgs, pages
 from deaddrop.web.source._login import SourceLogin
-from deaddrop.web.source._refusals import EXPIRED, form_again, refused_upload_page, storage_failed
+from deaddrop.web.source._refusals import EXPIRED, closed_page, form_again, refused_upload_page, storage_failed
 from deaddrop.web.source._submission_forms import RECEIVED, SENDING, Receipt, SubmissionForm, SubmissionForms
 from deaddrop.web.source.pages import MAX_MESSAGE_CHARS
 
@@ -138,8 +138,7 @@ def _encrypt_and_commit(self: Any, request: Any, login: SourceLogin, message: st
         return form_again(self, request, 503, message, msgs.BUSY, token=form.token)  # the message stays
     except SourceNotFound:  # deleted by the newsroom while this was on its way: nothing kept
         self.newsroom.discard([*result.files, *parts])
-        return self._error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED,
-                           kept=message if same_origin(request) else "")
+        return closed_page(self, request, message if same_origin(request) else "")
     first = bool(login.session.data.pop("first_visit", False))
     SubmissionForms.received(form, Receipt(bool(message.strip()), len(result.files), first=first))
     self._drop_draft(login.session, f"draft:{form.token}")

@@ -99,7 +99,8 @@ def start_upload(self: Any, request: DeadDropRequest, boundary: bytes, length: i
         # Not a word more is read: the page goes out now, with what was typed.
         fields = upload.fields_so_far()
         request.answering_early = True  # the form itself, at once (see form_again)
-        request.answer_early(error.status, refused_upload_page(self, request, error, fields))
+        page = refused_upload_page(self, request, error, fields)
+        request.answer_early(request.code, page)  # the page's own status (409 for a form stored already)
 
     upload = MultipartUpload(boundary, limits, open_sink, request.pause_body, request.resume_body,
                              csrf_token=session.csrf_token if session else None,
