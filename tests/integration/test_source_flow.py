@@ -11,7 +11,7 @@ from twisted.internet.defer import inlineCallbacks
 from twisted.trial import unittest
 
 from deaddrop.web.source.app import NOT_RECOGNIZED
-from tests._support import Browser, LogCapture, start_server, test_svs
+from tests._support import Browser, LogCapture, multipart_body, start_server, test_svs
 
 
 def stored_files(data_dir: str) -> list[str]:
@@ -199,6 +199,35 @@ class SourceFlowTests(unittest.TestCase):
         for secret in (typed, typed.lower(), typo, near, far):
             self.assertNotIn(secret, self.logs.text())
             self.assertEqual(files_holding(self.server.data_dir, secret.encode()), [], secret)
+
+    @inlineCallbacks
+    def test_a_busy_refusal_is_a_redirect_to_the_form_which_keeps_its_status_and_message(self):
+        """Issue 27 item 7: refused once the body has arrived, a busy server answers with a
+        redirect (Back and Forward never ask to resend); the form's page says 503 with
+        Retry-After, and shows the form and the message even while the replies cannot be read."""
+        from deaddrop.crypto.admission import Busy
+
+        yield self.browser.create_source()
+        newsroom = self.server.service.newsroom
+
+        def busy(*args, **kwargs):
+            raise Busy()
+        response, html = yield self.browser.get("/lookup")
+        self.patch(newsroom, "encrypt_message", busy)
+        self.patch(newsroom, "replies_for", busy)  # the reply queue is full too
+        body, content_type = multipart_body([("csrf_token", self.browser.csrf(html)), ("msg", "BUSY-MARKER-2e7d")],
+                                            [("", b"")])
+        response, _ = yield self.browser.post("/submit", data=body, follow=False, headers={
+            "User-Agent": Browser.USER_AGENT, "Content-Type": content_type})
+        self.assertEqual(response.code, 303)
+        location = response.headers.getRawHeaders(b"location")[0].decode()
+        self.assertRegex(location, r"^/lookup\?form=[\w-]+#send$")
+        response, html = yield self.browser.get(location)
+        self.assertEqual(response.code, 503)
+        self.assertEqual(response.headers.getRawHeaders(b"retry-after"), [b"60"])
+        self.assertIn("The drop box is busy", html)
+        self.assertIn("BUSY-MARKER-2e7d</textarea>", html)
+        self.assertEqual(stored_files(self.server.data_dir), [])
 
     @inlineCallbacks
     def test_empty_submission_is_refused_and_stores_nothing(self):
