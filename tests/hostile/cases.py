@@ -24,6 +24,7 @@ from urllib.parse import quote_from_bytes
 
 from deaddrop import codenames
 from deaddrop.web.source.app import NOT_RECOGNIZED
+from deaddrop.web.source.pages import MAX_FILES
 
 CRLF = b"\r\n"
 B = b"hostile-boundary-5f2a"
@@ -234,7 +235,7 @@ def cookie_cases() -> list[Case]:
 def csrf_cases() -> list[Case]:
     up = lambda sess, token: (lambda c: submit(sess(c), multipart(fields(token(c), b"replayed token")))) # noqa: E731
     return [
-        Case("csrf", "logged-out session and its token", up(lambda c: c.stale_cookie, lambda c: c.stale_csrf), (403,), says="Nothing was stored"),
+        Case("csrf", "logged-out session and its token", up(lambda c: c.stale_cookie, lambda c: c.stale_csrf), (303,), location="/login"),  # the message waits at the login page (PRG)
         Case("csrf", "another source's token", up(lambda c: c.cookie, lambda c: c.other_csrf), (403,), says="Nothing was stored"),
         Case("csrf", "the token of the same source's logged-out session", up(lambda c: c.cookie, lambda c: c.stale_csrf), (403,), says="Nothing was stored"),
         Case("csrf", "a not-logged-in session's token", up(lambda c: c.cookie, lambda c: c.anon_csrf), (403,), says="Nothing was stored"),
@@ -269,7 +270,8 @@ def field_cases() -> list[Case]:
         Case("fields", "repeated message field", sub(lambda c: fields(c.csrf, b"x") + [part(b"msg", b"again")]), (400,), says="The form could not be read"),
         Case("fields", "10,000 multipart fields", sub(many_text), (400, 413)),
         Case("fields", "10,000 multipart message fields", sub(lambda c: [part(b"csrf_token", c.csrf.encode())] + [part(b"msg", b"x")] * 10_000), (400, 413)),
-        Case("fields", "40 file parts (over the part limit)", sub(lambda c: fields(c.csrf, b"x", [(b"", b"")] * 40)), (413,), says="The form could not be read"),
+        Case("fields", "40 file parts (any number of files is one submission)", sub(lambda c: fields(c.csrf, b"x", [(b"", b"")] * 40)), (303,), location="/lookup", stores=1),
+        Case("fields", f"{MAX_FILES + 1} file parts (over the files limit)", sub(lambda c: fields(c.csrf, b"x", [(b"", b"")] * (MAX_FILES + 1))), (413,), says="too many files"),
         Case("fields", "file part in the message field", sub(lambda c: [part(b"csrf_token", c.csrf.encode()), part(b"msg", b"x", b"evil.txt")]), (400,), says="The form could not be read"),
         Case("fields", "file name not UTF-8", sub(lambda c: fields(c.csrf, b"", [(b"caf\xe9\xff.txt", b"data")])), (400,)),
         Case("fields", "login codename not UTF-8", lambda c: form(b"/login", urlencode([("csrf_token", c.anon_csrf), ("codename", b"\xff\xfe abacus")]), c.anon_cookie), (403,), says=NOT_RECOGNIZED),
