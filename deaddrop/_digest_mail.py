@@ -48,6 +48,23 @@ def plaintext(slot: float, submissions: int, sources: int) -> bytes:
         "",
         "This mail comes at every interval, also when nothing arrived: its coming says nothing.",
     ]
+    return _padded(lines)
+
+
+def test_plaintext(now: float) -> bytes:
+    """The inner entity of ``deaddrop-admin digest test``'s mail: no counts at all (a count sent at
+    an admin's moment would date arrivals more finely than the slots do), the same padded size."""
+    return _padded([
+        f"DeadDrop digest test, {day_of(now)} (UTC)",
+        "",
+        "An admin sent this with deaddrop-admin digest test: the digest mail reaches",
+        "this address, and only your key opens it.",
+        "",
+        "It counts nothing: the next digest, at its usual time, counts what arrived.",
+    ])
+
+
+def _padded(lines: list[str]) -> bytes:
     body = ("Content-Type: text/plain; charset=us-ascii\r\nContent-Transfer-Encoding: 7bit\r\n\r\n"
             + "\r\n".join(lines) + "\r\n").encode("ascii")
     if len(body) + 2 > PLAINTEXT_SIZE:
@@ -82,8 +99,8 @@ def _gpg_env() -> dict[str, str]:
 
 
 def mime_message(from_addr: str, to_addr: str, slot: float, armored: bytes) -> bytes:
-    """A multipart/encrypted message (RFC 3156), with LF line ends: Twisted's SMTP client
-    sends each as CRLF (and dot-stuffs)."""
+    """A multipart/encrypted message (RFC 3156), with LF line ends: the SMTP client sends each
+    as CRLF (and dot-stuffs)."""
     domain = from_addr.rsplit("@", 1)[-1]
     boundary = "dd-" + secrets.token_hex(12)
     headers = [
@@ -126,6 +143,13 @@ def compose(gpg_binary: str, homedir: str, from_addr: str, to_addr: str, armored
     """Blocking (thread pool): the whole mail, ready for SMTP ``DATA``."""
     return mime_message(from_addr, to_addr, slot, encrypt(gpg_binary, homedir, armored_key,
                                                          plaintext(slot, submissions, sources)))
+
+
+def compose_test(gpg_binary: str, homedir: str, from_addr: str, to_addr: str, armored_key: str,
+                 now: float) -> bytes:
+    """Blocking: the test mail, the digest's shape, dated to the minute it was sent."""
+    minute = now - now % 60
+    return mime_message(from_addr, to_addr, minute, encrypt(gpg_binary, homedir, armored_key, test_plaintext(now)))
 
 
 def check_key(armored: str, gpg_binary: str = "gpg") -> str:

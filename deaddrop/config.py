@@ -130,9 +130,14 @@ class Config:
     smtp_server: str | None = _option(
         None, "HOST:PORT of the mail server for the encrypted digest (default: no digest).")
     smtp_from: str | None = _option(None, "The digest's sender address.")
-    smtp_tls: str = _option("starttls", "starttls (required, certificate verified) or none (loopback servers only).")
+    smtp_tls: str = _option("starttls", "starttls (required, certificate verified), tls (TLS from the first byte, "
+                            "port 465) or none (loopback servers only).")
     smtp_tls_ca: str | None = _option(
         None, "PEM CA certificate(s) to verify the mail server with (default: the system's).")
+    smtp_username: str | None = _option(None, "Log in to the mail server as this user (AUTH PLAIN or LOGIN, "
+                                        "inside TLS only; needs --smtp-password-file).")
+    smtp_password_file: str | None = _option(
+        None, "File holding the mail server password on one line (mode 0600; with --smtp-username).")
     notify_interval_minutes: int = _option(
         1440, "A digest every this many minutes, at fixed times (1440: daily at 00:00 UTC).")
     # The twistd deaddrop options as given, less --data-dir and the key options: what a restored
@@ -219,10 +224,12 @@ class Config:
         if not 1 <= self.notify_interval_minutes <= 31 * 24 * 60:
             raise ConfigError("--notify-interval-minutes must be between 1 and 44640 (31 days)")
         if self.smtp_tls not in TLS_MODES:
-            raise ConfigError(f"--smtp-tls must be starttls or none, not {self.smtp_tls!r}")
+            raise ConfigError(f"--smtp-tls must be starttls, tls or none, not {self.smtp_tls!r}")
         if self.smtp_server is None:
-            if self.smtp_from is not None:
-                raise ConfigError("--smtp-from needs --smtp-server HOST:PORT")
+            for given, option in ((self.smtp_from, "--smtp-from"), (self.smtp_username, "--smtp-username"),
+                                  (self.smtp_password_file, "--smtp-password-file")):
+                if given is not None:
+                    raise ConfigError(f"{option} needs --smtp-server HOST:PORT")
             return
         try:
             host, _ = parse_server(self.smtp_server)
@@ -237,6 +244,24 @@ class Config:
                               "clear. Use starttls, or a loopback server (127.0.0.1, ::1, localhost) that relays")
         if self.smtp_tls_ca is not None and not os.path.isfile(self.smtp_tls_ca):
             raise ConfigError(f"--smtp-tls-ca {self.smtp_tls_ca}: no such file")
+        self._check_smtp_login()
+
+    def _check_smtp_login(self) -> None:
+        from deaddrop._smtp import read_password_file
+
+        if (self.smtp_username is None) != (self.smtp_password_file is None):
+            raise ConfigError("--smtp-username and --smtp-password-file go together (the login for the mail server)")
+        if self.smtp_username is None:
+            return
+        if self.smtp_tls == "none":
+            raise ConfigError("--smtp-username needs --smtp-tls starttls or tls: the password is only ever sent "
+                              "inside TLS")
+        if not self.smtp_username or any(c in self.smtp_username for c in "\0\r\n"):
+            raise ConfigError("--smtp-username must be one line, not empty")
+        try:
+            read_password_file(self.smtp_password_file)  # type: ignore[arg-type]
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
     def with_changes(self, **changes: Any) -> "Config":
         return replace(self, **changes)

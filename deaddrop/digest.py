@@ -9,7 +9,12 @@ since that journalist's last digest the mail server accepted (kept by database t
 A failed send is retried with back-off (1, 2, 4 ... minutes, at most an hour) until the next
 slot, which then sends a fresh digest with everything not yet reported. Every failure is a
 ``digest.send_failed`` security event and shows in ``deaddrop-admin status``. The encryption
-(gpg) runs in a thread pool; the sending is Twisted's SMTP client: the reactor never blocks.
+(gpg) runs in a thread pool; the sending is our own strict SMTP client over Twisted
+(``_smtp_client``): the reactor never blocks.
+
+At start-up the mail server is checked once without sending anything (connect, TLS with the
+certificate verified, the login if any, QUIT), so that a wrong ``--smtp-*`` setting shows in
+the log and in ``deaddrop-admin status`` now rather than at the next slot.
 """
 from __future__ import annotations
 
@@ -44,7 +49,8 @@ def _iso(ts: float) -> str:
 class DigestService(Service):
     def __init__(self, *, reactor: Any, clock: Any, db: Any, pool: Any, events: Any, target: _smtp.SmtpTarget,
                  interval_minutes: int, gpg_binary: str, homedir: str,
-                 send: Callable[..., Deferred] = _smtp.send) -> None:
+                 send: Callable[..., Deferred] = _smtp.send,
+                 check: Callable[..., Deferred] = _smtp.check) -> None:
         self.reactor = reactor  # connects
         self.clock = clock  # schedules (a Clock in tests)
         self.db = db
@@ -55,6 +61,9 @@ class DigestService(Service):
         self.gpg_binary = gpg_binary
         self.homedir = homedir
         self._send = send
+        self._check = check
+        self._checking: Deferred | None = None
+        self.smtp_check: dict[str, Any] | None = None  # the start-up check's outcome, once known
         self._next_call: Any = None
         self._jobs: dict[int, _Job] = {}
         self.failing: dict[str, dict[str, Any]] = {}  # username -> reason, since, next retry
@@ -67,10 +76,14 @@ class DigestService(Service):
     def startService(self) -> None:
         super().startService()
         self._schedule()
+        self.check_server()
 
     def stopService(self) -> Any:
         super().stopService()
         self._next_call = cancel(self._next_call)
+        checking, self._checking = self._checking, None
+        if checking is not None:
+            checking.cancel()
         for job in list(self._jobs.values()):
             job.stop()
         return None
@@ -104,6 +117,40 @@ class DigestService(Service):
             job.attempt()
         yield DeferredList(done, consumeErrors=True)
 
+    # -- the start-up check ----------------------------------------------------------------
+
+    def check_server(self) -> Deferred:
+        """Try the mail server without sending mail; the outcome goes to ``smtp_check``."""
+        self._checking = d = self._check(self.reactor, self.target)
+        d.addCallbacks(self._check_passed, self._check_failed)
+        d.addBoth(self._check_done)
+        return d
+
+    def _check_passed(self, _: Any) -> None:
+        if not self.running:
+            return  # stopped meanwhile
+        self._record_contact("the mail server accepted the connection" +
+                             (", TLS (certificate verified)" if self.target.tls != "none" else "") +
+                             (" and the login" if self.target.username else ""))
+        _log.info("digest mail: {server} checked: {detail}", server=self.target.describe(),
+                  detail=self.smtp_check["detail"] if self.smtp_check else "")
+
+    def _check_failed(self, f: Failure) -> None:
+        if not self.running:
+            return  # stopped meanwhile (the check was cancelled)
+        reason, detail = _smtp.failure_reason(f), _smtp.failure_detail(f, self.target)
+        self.smtp_check = {"ok": False, "reason": reason, "detail": detail, "at": _iso(self.clock.seconds())}
+        self.events.emit("digest.check_failed", reason=reason)
+        _log.error("digest mail: the check of the mail server {server} FAILED ({reason}): {detail}. Digests will "
+                   "fail until the --smtp-* options are fixed and the server restarted",
+                   server=self.target.describe(), reason=reason, detail=detail)
+
+    def _check_done(self, _: Any) -> None:
+        self._checking = None
+
+    def _record_contact(self, detail: str) -> None:
+        self.smtp_check = {"ok": True, "reason": None, "detail": detail, "at": _iso(self.clock.seconds())}
+
     # -- outcomes ---------------------------------------------------------------------------
 
     def _finished(self, job: "_Job") -> None:
@@ -115,6 +162,8 @@ class DigestService(Service):
         return {
             "enabled": True,
             "smtp_server": self.target.describe(),
+            "settings": self.target.settings(),  # for deaddrop-admin digest test (no password)
+            "smtp_check": dict(self.smtp_check) if self.smtp_check is not None else None,
             "interval_minutes": int(self.interval // 60),
             "last_slot": _iso(self.last_slot) if self.last_slot is not None else None,
             "next_slot": _iso(slot_of(self.clock.seconds(), self.interval) + self.interval),
@@ -133,11 +182,15 @@ class _Job:
         self.message: bytes | None = None
         self.done: Deferred = Deferred()
         self._retry: Any = None
+        self._sending: Deferred | None = None
         self._stopped = False
 
     def stop(self) -> None:
         self._stopped = True
         self._retry = cancel(self._retry)
+        sending, self._sending = self._sending, None
+        if sending is not None:
+            sending.cancel()  # a digest that takes over, or a stopping server: drop the connection
         self._finish()
 
     def _finish(self) -> None:
@@ -169,7 +222,8 @@ class _Job:
                 self._failed("key_unusable", retry=False)  # the key will not mend itself
                 return
         try:
-            yield service._send(service.reactor, service.target, r.email, self.message)
+            self._sending = service._send(service.reactor, service.target, r.email, self.message)
+            yield self._sending
         except Exception as e:
             self._failed(_smtp.failure_reason(Failure(e)), retry=True)
             return
@@ -177,6 +231,8 @@ class _Job:
             return
         yield service.db.run(dq.reported, r.journalist_id, r.new_submissions, r.new_sources)
         service.failing.pop(r.username, None)
+        if service.smtp_check is not None and not service.smtp_check["ok"]:
+            service._record_contact("a digest was sent since the start-up check failed")
         service.events.emit("digest.sent", username=r.username, count=self.tries)  # count: attempts it took
         self._finish()
 

@@ -75,7 +75,7 @@ def config_from_options(options: Any) -> Config:
 
 # Options naming a file: recorded absolute, so the start command restore prints works from anywhere.
 _FILE_OPTIONS = {"journalist-ca", "journalist-crl", "journalist-tls-cert", "journalist-tls-key", "tor-binary",
-                 "smtp-tls-ca"}
+                 "smtp-tls-ca", "smtp-password-file"}
 # Not part of a restored instance's start: the data dir is the restore target, the key is in it.
 _NOT_RECORDED = {"data-dir", "submission-key", "replace-submission-key"}
 

@@ -1,11 +1,17 @@
 """A real SMTP server (aiosmtpd) in a process of its own, for the digest tests.
 
     python -m tests._smtp_server --dir MAILDIR [--port N] [--cert CERT.pem --key KEY.pem]
+        [--mode starttls|tls|inject] [--auth USER:PASSWORD [--auth-mechanism PLAIN|LOGIN]]
 
 Listens on 127.0.0.1 (port 0: the kernel picks; the first line printed is ``PORT n``). With a
-certificate it offers STARTTLS and refuses mail before it. Each message accepted becomes
-``MAILDIR/N.eml`` (the DATA as received) and ``MAILDIR/N.json`` (envelope, whether TLS was on,
-the EHLO name), written atomically so a test never reads half a file.
+certificate it offers STARTTLS and refuses mail before it (``--mode starttls``), or speaks TLS
+from the first byte (``tls``, port 465 style), or plays a man in the middle without the
+certificate's key (``inject``): it answers STARTTLS with ``220`` and, in the same write, the
+replies a client would wait for next (EHLO, MAIL, RCPT, DATA, the message), and never starts
+TLS. With ``--auth`` it refuses mail until the client logs in with those credentials (inside
+TLS only). Each message accepted becomes ``MAILDIR/N.eml`` (the DATA as received) and
+``MAILDIR/N.json`` (envelope, whether TLS was on, the EHLO name, the login), written atomically
+so a test never reads half a file.
 
 ``SmtpServer`` starts and stops it from a test.
 """
@@ -30,8 +36,10 @@ class _Saver:
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         self.n += 1
         base = os.path.join(self.maildir, str(self.n))
-        meta = {"mail_from": envelope.mail_from, "rcpt_tos": envelope.rcpt_tos, "tls": session.ssl is not None,
-                "helo": session.host_name}
+        tls = session.ssl is not None or server.transport.get_extra_info("ssl_object") is not None
+        login = session.login_data.decode() if isinstance(session.login_data, bytes) else session.login_data
+        meta = {"mail_from": envelope.mail_from, "rcpt_tos": envelope.rcpt_tos, "tls": tls,
+                "helo": session.host_name, "login": login}
         for suffix, data in ((".eml", envelope.original_content or envelope.content),
                              (".json", json.dumps(meta).encode())):
             tmp = base + suffix + ".tmp"
@@ -39,6 +47,29 @@ class _Saver:
                 f.write(data)
             os.rename(tmp, base + suffix)
         return "250 OK"
+
+
+def _injecting_class() -> Any:
+    from aiosmtpd.smtp import SMTP
+
+    class Injecting(SMTP):
+        async def smtp_STARTTLS(self, arg: str) -> None:
+            await self.push("220 Ready to start TLS\r\n250-localhost\r\n250 HELP\r\n250 OK\r\n250 OK\r\n"
+                            "354 End data with <CR><LF>.<CR><LF>\r\n250 OK queued")
+
+    return Injecting
+
+
+def _authenticator(credentials: str) -> Any:
+    from aiosmtpd.smtp import AuthResult, LoginPassword
+
+    user, _, password = credentials.partition(":")
+
+    def authenticate(server: Any, session: Any, envelope: Any, mechanism: str, data: Any) -> AuthResult:
+        ok = isinstance(data, LoginPassword) and (data.login, data.password) == (user.encode(), password.encode())
+        return AuthResult(success=ok, handled=False, auth_data=data if ok else None)  # refused: 535
+
+    return authenticate
 
 
 async def _serve(args: argparse.Namespace) -> None:
@@ -49,10 +80,19 @@ async def _serve(args: argparse.Namespace) -> None:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(args.cert, args.key)
     saver = _Saver(args.dir)
+    implicit = args.mode == "tls"
+    kind = _injecting_class() if args.mode == "inject" else SMTP
+    auth: dict[str, Any] = {}
+    if args.auth:
+        excluded = [m for m in ("PLAIN", "LOGIN") if args.auth_mechanism and m != args.auth_mechanism]
+        # With implicit TLS aiosmtpd does not know the session is encrypted: it is, from the first byte.
+        auth = dict(auth_required=True, auth_require_tls=not implicit, authenticator=_authenticator(args.auth),
+                    auth_exclude_mechanism=excluded)
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
-        lambda: SMTP(saver, hostname="localhost", tls_context=context, require_starttls=context is not None),
-        "127.0.0.1", args.port, reuse_address=True)
+        lambda: kind(saver, hostname="localhost", tls_context=None if implicit else context,
+                     require_starttls=context is not None and not implicit, **auth),
+        "127.0.0.1", args.port, reuse_address=True, ssl=context if implicit else None)
     print("PORT", server.sockets[0].getsockname()[1], flush=True)
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -66,15 +106,20 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--cert")
     parser.add_argument("--key")
+    parser.add_argument("--mode", choices=("starttls", "tls", "inject"), default="starttls")
+    parser.add_argument("--auth", metavar="USER:PASSWORD")
+    parser.add_argument("--auth-mechanism", choices=("PLAIN", "LOGIN"))
     asyncio.run(_serve(parser.parse_args()))
 
 
 class SmtpServer:
     """The server above as a child process: ``start()`` -> port; ``stop()``; ``messages()``."""
 
-    def __init__(self, maildir: str, cert: str | None = None, key: str | None = None) -> None:
+    def __init__(self, maildir: str, cert: str | None = None, key: str | None = None, *, mode: str = "starttls",
+                 auth: str | None = None, auth_mechanism: str | None = None) -> None:
         self.maildir = maildir
         self.cert, self.key = cert, key
+        self.mode, self.auth, self.auth_mechanism = mode, auth, auth_mechanism
         self.port = 0
         self.proc: subprocess.Popen | None = None
         os.makedirs(maildir, exist_ok=True)
@@ -82,7 +127,9 @@ class SmtpServer:
     def start(self) -> int:
         argv = [sys.executable, "-m", "tests._smtp_server", "--dir", self.maildir, "--port", str(self.port)]
         if self.cert:
-            argv += ["--cert", self.cert, "--key", self.key or ""]
+            argv += ["--cert", self.cert, "--key", self.key or "", "--mode", self.mode]
+        if self.auth:
+            argv += ["--auth", self.auth] + (["--auth-mechanism", self.auth_mechanism] if self.auth_mechanism else [])
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, cwd=root)
         assert self.proc.stdout is not None

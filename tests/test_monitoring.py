@@ -152,6 +152,9 @@ class WazuhRulesTests(unittest.TestCase):
             (("journalist.login.ok",), dict(username="alice"), 100710),
             (("digest.send_failed",), dict(username="alice", reason="connection_refused", delay=60), 100760),
             (("digest.send_failed",), dict(username="alice", reason="key_unusable"), 100761),
+            (("digest.send_failed",), dict(username="alice", reason="auth", delay=60), 100761),
+            (("digest.check_failed",), dict(reason="tls"), 100764),
+            (("admin.digest.test",), dict(target="alice", reason="tls"), 100750),
             (("digest.sent",), dict(username="alice", count=1), 100763),
         ]
         for (name,), fields, _ in emitted:

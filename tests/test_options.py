@@ -115,7 +115,7 @@ class DeclaredOnceTests(unittest.TestCase):
 
         fields = {f.name for f in dataclasses.fields(Config)}
         names = [p[0] for p in Options.optParameters] + [f[0] for f in Options.optFlags]
-        self.assertEqual(len(names), 33)
+        self.assertEqual(len(names), 35)
         self.assertEqual({n for n in names if n.replace("-", "_") not in fields}, set())
         self.assertIn("--tor-option", Options().__str__())
 
@@ -167,7 +167,7 @@ class ReadmeOptionsTableTests(unittest.TestCase):
 
     def test_the_readme_table_is_the_help(self):
         shown = help_defaults(str(Options()))
-        self.assertEqual(len(shown), 34)  # Config's 33 options and --tor-option
+        self.assertEqual(len(shown), 36)  # Config's 35 options and --tor-option
         with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
             readme = readme_defaults(f.read())
         self.assertEqual(sorted(set(shown) - set(readme)), [], "options missing from the README's table")

@@ -230,6 +230,11 @@ def instance_status(data_dir: str) -> dict[str, Any]:
         status["checks"].append({"name": "digest", "ok": False, "detail": (
             f"the digest mail to {name} is failing ({failure.get('reason')}) since {failure.get('since')}; see "
             "digest.send_failed in the security log")})
+    smtp_check = status["digest"].get("smtp_check") if server["running"] else None
+    if smtp_check and not smtp_check.get("ok"):
+        status["checks"].append({"name": "digest_smtp", "ok": False, "detail": (
+            f"the mail server check at start-up failed ({smtp_check.get('reason')}): {smtp_check.get('detail')}; "
+            "fix the --smtp-* options and restart (deaddrop-admin digest test NAME tries a send)")})
     crl = certs["crl"]
     if crl and crl["expires_soon"]:
         when = "expired at" if crl["expired"] else "expires at"
@@ -295,6 +300,13 @@ def _digest_line(digest: dict[str, Any]) -> str:
     if not digest.get("enabled"):
         return f"off (no --smtp-server); {who}"
     line = f"every {digest['interval_minutes']} min via {digest['smtp_server']}; {who}"
+    check = digest.get("smtp_check")
+    if check is None:
+        line += "; mail server check: pending"
+    elif check.get("ok"):
+        line += "; mail server check: ok"
+    else:
+        line += f"; mail server check: FAILED ({check.get('reason')})"
     if digest.get("last_slot"):
         line += f"; last round {digest['last_slot']}"
     failing = digest.get("failing") or {}

@@ -162,13 +162,16 @@ def _add_digest(top: DeadDropService, config: Config, reactor: Any) -> None:
     top.digest = None
     if config.smtp_server is None:
         return
-    from deaddrop._smtp import SmtpTarget, parse_server
+    from deaddrop._smtp import SmtpTarget, parse_server, read_password_file
     from deaddrop.digest import DigestService
 
     host, port = parse_server(config.smtp_server)
     assert config.smtp_from is not None  # validated
+    password_file = os.path.abspath(config.smtp_password_file) if config.smtp_password_file else None
     target = SmtpTarget(host, port, config.smtp_tls, config.smtp_from,
-                        os.path.abspath(config.smtp_tls_ca) if config.smtp_tls_ca else None)
+                        os.path.abspath(config.smtp_tls_ca) if config.smtp_tls_ca else None,
+                        username=config.smtp_username, password_file=password_file,
+                        password=read_password_file(password_file) if password_file else None)
     top.digest = DigestService(reactor=reactor, clock=reactor, db=top.db, pool=top.newsroom.crypto_pool,
                                events=top.events, target=target, interval_minutes=config.notify_interval_minutes,
                                gpg_binary=config.gpg_binary, homedir=config.path("digest-gnupg"))

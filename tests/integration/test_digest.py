@@ -350,7 +350,7 @@ class OptionTests(unittest.TestCase):
                          (dict(smtp_server="mail.example.org:587"), "--smtp-from"),
                          (dict(smtp_server="mail.example.org:587", smtp_from="not an address"), "plain address"),
                          (dict(smtp_from="a@b.org"), "needs --smtp-server"),
-                         (dict(smtp_tls="ssl"), "starttls or none"),
+                         (dict(smtp_tls="ssl"), "starttls, tls or none"),
                          (dict(notify_interval_minutes=0), "--notify-interval-minutes")):
             with self.assertRaises(ConfigError) as e:
                 self.config(**kw)
