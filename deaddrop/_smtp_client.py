@@ -82,6 +82,7 @@ class _Wire(Protocol):
         self._handshaking = False
         self._error: SmtpFailure | None = None
         self.secure = False
+        self.replies = 0  # complete replies taken (0: not even the greeting)
         self.lost: Deferred = Deferred()
 
     # -- what the conversation calls -------------------------------------------------------------
@@ -193,6 +194,7 @@ class _Wire(Protocol):
         if self._error is not None:
             waiting.errback(self._error)
         else:
+            self.replies += reply is not None
             waiting.callback(reply)
 
     def _fail(self, failure: SmtpFailure) -> None:
@@ -296,14 +298,20 @@ def _converse(wire: _Wire, s: Session) -> Generator[Deferred, Any, None]:
         pass  # the mail (if any) was accepted already; a rude goodbye changes nothing
 
 
+def _timed_out(wire: _Wire, s: Session) -> SmtpFailure:
+    hint = ""
+    if wire.replies == 0 and s.tls != "tls":  # an implicit-TLS port waits for a TLS hello, silent
+        hint = " (not even a greeting: a port 465 server wants --smtp-tls tls)"
+    return SmtpFailure("timeout", f"the mail server did not answer within {s.timeout:g} s{hint}")
+
+
 @inlineCallbacks
 def run(reactor: Any, s: Session) -> Generator[Deferred, Any, None]:
     """One session; fires None when the server took the mail (or the check passed), else fails
     with :class:`SmtpFailure` or the connection error. Fires only once the connection is gone."""
     endpoint = HostnameEndpoint(reactor, s.host, s.port, timeout=s.timeout)
     wire = yield endpoint.connect(Factory.forProtocol(lambda: _Wire(reactor, s.tls != "none")))
-    timer = reactor.callLater(s.timeout, wire.give_up,
-                              SmtpFailure("timeout", f"the mail server did not answer within {s.timeout:g} s"))
+    timer = reactor.callLater(s.timeout, lambda: wire.give_up(_timed_out(wire, s)))
     try:
         yield _converse(wire, s)
     except CancelledError:

@@ -72,8 +72,9 @@ class _SmtpCase(_DigestCase):
         status = yield deferToThread(instance_status, server.data_dir)
         return status, format_status(status)
 
-    def target(self, port: int, tls: str = "starttls", ca: str | None = None, **kw) -> SmtpTarget:
-        return SmtpTarget("localhost", port, tls, "dd@example.org", ca or self.cert, timeout=20, **kw)
+    def target(self, port: int, tls: str = "starttls", ca: str | None = None, timeout: float = 20,
+               **kw) -> SmtpTarget:
+        return SmtpTarget("localhost", port, tls, "dd@example.org", ca or self.cert, timeout=timeout, **kw)
 
     def digest(self, server, target: SmtpTarget, clock: Clock | None = None) -> DigestService:
         digest = self.digest_for(server, target, clock)
@@ -155,6 +156,10 @@ class ImplicitTlsTests(_SmtpCase):
         _, failure = yield self.failing(server, self.target(starttls.port, tls="tls"))
         self.assertEqual(failure["reason"], "tls")
         self.assertEqual(starttls.messages(), [])
+        # And the other way round: the port 465 server waits, silent, for a TLS hello; the admin is told why.
+        failure = yield self.assertFailure(_smtp.check(reactor, self.target(smtps.port, timeout=1)), SmtpFailure)
+        self.assertEqual(failure.reason, "timeout")
+        self.assertIn("not even a greeting: a port 465 server wants --smtp-tls tls", failure.detail)
 
 
 class AuthTests(_SmtpCase):
