@@ -82,7 +82,13 @@ class Client:
         status, _, _ = self.form("/login", {"codename": codename, "csrf_token": self.csrf(html)})
         return status
 
-    def upload(self, path: str, chunk: int = 1 << 20) -> float:
+    def upload(self, path: str) -> float:
+        status, elapsed = self.post_file(path)
+        assert status == 303, status
+        return elapsed
+
+    def post_file(self, path: str) -> tuple[int, float]:
+        """POST /submit with the file at ``path``, as fast as the server reads it. -> (status, seconds)."""
         _, html, _ = self.request("GET", "/lookup")
         token = self.csrf(html)
         boundary = uuid.uuid4().hex
@@ -97,9 +103,12 @@ class Client:
                       f"Content-Type: multipart/form-data; boundary={boundary}\r\nContent-Length: {length}\r\n"
                       "Connection: close\r\n\r\n").encode() + head)
         start = time.perf_counter()
-        with open(path, "rb") as f:
-            sock.sendfile(f)
-        sock.sendall(tail)
+        try:
+            with open(path, "rb") as f:
+                sock.sendfile(f)
+            sock.sendall(tail)
+        except OSError:
+            pass  # answered early (refused): read the answer
         response = b""
         while b"\r\n\r\n" not in response:
             data = sock.recv(65536)
@@ -108,9 +117,7 @@ class Client:
             response += data
         elapsed = time.perf_counter() - start
         sock.close()
-        status = int(response.split(b" ", 2)[1])
-        assert status == 303, response[:300]
-        return elapsed
+        return int(response.split(b" ", 2)[1]) if response else 0, elapsed
 
 
 def cpu_seconds(pid: int) -> float:

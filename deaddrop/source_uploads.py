@@ -10,6 +10,11 @@ one submission look like a third submission in flight (issue 27). Text-only mess
 take no slot: they are encrypted on a pool of their own, after their own disk admission
 (``Newsroom.encrypt_message``). ``Newsroom.admit_upload`` hands one ``UploadHold`` per body;
 ``release`` gives everything back once the body was received or refused.
+
+The room an upload holds follows its pace once that is known (``store.disk_space``): what the
+disk promised uploads in flight can then outgrow it as slow uploads keep writing. So each body,
+every ``CHECK_EVERY`` bytes it brings, checks that the promises still fit beside the reserve, and
+if not, uploads promised room only in part are ended, those sending least (or nothing) first.
 """
 from __future__ import annotations
 
@@ -19,6 +24,10 @@ from deaddrop.crypto.upload_slots import UploadSlots
 from deaddrop.daily_report import SourceActivity
 from deaddrop.store.disk_space import DiskSpace, NoRoom, Reservation
 from deaddrop.store.files import Store
+
+# Bytes of a body between two checks that what uploads in flight hold still fits. Room is only
+# used up by bytes written; a check is one statvfs and a pass over the uploads in flight.
+CHECK_EVERY = 4 << 20
 
 
 class HasTempPath(Protocol):
@@ -58,6 +67,19 @@ class UploadHold:
         self._tickets.append(self._slots.try_acquire(self._source_id, self._circuit, self.progress,
                                                      evict=self._evict))
         self._admitted = True
+        if self._disk is not None:
+            self.progress.every(CHECK_EVERY, self.keep_reserve)
+
+    def keep_reserve(self) -> int:
+        """When what uploads in flight hold no longer fits beside the reserve (and the room kept
+        for text), end uploads promised room only in part, those sending least first, until it
+        fits (this one included). -> how many were ended."""
+        assert self._disk is not None
+        short = -self._disk.room()
+        if short <= 0:
+            return 0
+        holds = self._disk.holds(promised_in_part=True)
+        return self._slots.end_for_room(short, lambda p: holds.get(p, 0))
 
     def _hold_room(self, body_bytes: int) -> Reservation:
         """The body's disk space. When the disk is short, uploads below the fair rate whose

@@ -11,7 +11,7 @@ from twisted.python import usage
 from twisted.trial import unittest
 
 from deaddrop.config import Config, ConfigError
-from deaddrop.store.disk_space import TEXT_ROOM, DiskReserve, DiskSpace, NoRoom
+from deaddrop.store.disk_space import ALLOWANCE, HORIZON, TEXT_ROOM, DiskReserve, DiskSpace, NoRoom
 from deaddrop.tap import Options
 from tests._support import test_svs
 
@@ -28,9 +28,13 @@ class FakeFs:
         return os.statvfs_result((4096, 4096, blocks, avail, avail, 0, 0, 0, 0, 255))
 
 
-@dataclass
+@dataclass(eq=False)  # counted by identity, as an upload's progress is
 class Written:
     total: int = 0
+    pace: float | None = None  # bytes a second, once known
+
+    def expected(self, seconds: float) -> float | None:
+        return None if self.pace is None else self.pace * seconds
 
 
 class ReserveTests(unittest.TestCase):
@@ -126,3 +130,20 @@ class AdmissionTests(unittest.TestCase):
         with self.assertRaises(NoRoom):
             space.admit(100_000, text=True)
         space.admit(10, text=True).release()
+
+    def test_once_its_pace_is_known_an_upload_holds_what_it_would_write_over_the_horizon(self):
+        space, fs = self.space(free=5 * GB)
+        trickle, fast = Written(), Written()
+        space.admit(2 * GB, trickle)
+        space.admit(1 * GB, fast)
+        with self.assertRaises(NoRoom):
+            space.admit(2 * GB)  # both unproven: they hold all they may write
+        trickle.pace, fast.pace = 16 * 1024, 4 * MB  # the trickle would need 36 hours, the fast one 4 minutes
+        holds = space.holds()
+        self.assertEqual(holds[trickle], ALLOWANCE + int(16 * 1024 * HORIZON))
+        self.assertGreater(holds[fast], 1 * GB)  # all of it: it finishes within the horizon
+        self.assertEqual(space.holds(promised_in_part=True), {trickle: holds[trickle]})
+        space.admit(2 * GB)
+        trickle.pace = None  # a body complete (or unproven again) holds all it may still write
+        self.assertGreater(space.holds()[trickle], 2 * GB)
+

@@ -197,3 +197,18 @@ class KeepTheMessageTests(unittest.TestCase):
         self.assertEqual([f.reason for f in self.failures], ["files-too-large"])
         self.assertEqual(upload.fields_so_far(), {"msg": "mine"})
         self.assertTrue(all(s.aborted for s in self.sinks))  # if one was opened at all
+
+    def test_an_upload_ended_while_its_bytes_are_counted_reads_no_further(self):
+        # Counting a chunk's bytes may end this very upload (to keep the disk's reserve, see
+        # source_uploads): the chunk is then dropped, not parsed into a new file.
+        class Counter:
+            def received(self, n):
+                upload.cancel(UploadError(503, "busy", "busy"))
+
+            def ended(self):
+                pass
+
+        upload = self.start(progress=Counter())
+        upload.feed(body([field(b"msg", b"mine"), file(b"fh", b"a", b"data")]))
+        self.assertEqual([f.status for f in self.failures], [503])
+        self.assertEqual(self.sinks, [])

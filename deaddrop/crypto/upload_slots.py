@@ -22,8 +22,11 @@ every slot with a trickle each. ``UploadSlots`` shares the slots so that cannot 
   ended) only ends its own uploads, and a newcomer can still end one of them.
 
 The disk is shared by the same rule (``make_room``): an upload that would be refused for want of
-disk space ends the slowest uploads below ``fair_rate`` whose reservations make the room it needs
-(a trickle announcing a huge Content-Length otherwise holds that space for hours).
+disk space ends the slowest uploads below ``fair_rate`` whose reservations make the room it needs.
+What an upload holds on the disk follows its measured pace (``UploadProgress.expected``, see
+``store.disk_space``), so a trickle announcing a huge Content-Length holds little; when the disk
+cannot keep what uploads in flight were promised, those that send least are ended first
+(``end_for_room``).
 
 The evicted upload is told through its ``evict`` callback (the web layer answers it with the
 calm "busy" page and discards its ciphertext); its slot is free before the newcomer's is taken.
@@ -54,13 +57,19 @@ EARLY = 3.0
 class UploadProgress:
     """Body bytes of one upload (fed from the reactor) and their rate over a recent window."""
 
-    def __init__(self, clock: Callable[[], float], window: float) -> None:
+    def __init__(self, clock: Callable[[], float], window: float, settle: float = GRACE) -> None:
         self._clock = clock
         self._window = window
+        # Seconds before its pace is taken as known (``expected``): a Tor circuit's first round
+        # trips are slow. 0 for an upload of an identity or circuit that lost its grace.
+        self.settle = settle
         self.started = clock()
         self.total = 0
         self.receiving = True
         self.interrupted = False  # the client went away mid-body
+        self._watch: Optional[Callable[[], Any]] = None
+        self._watch_every = 0
+        self._watch_at = 0
         # (time, total) marks about a quarter window apart; the rate is measured from the newest
         # mark at least a window old, so it covers a window or a little more.
         self._marks: collections.deque[tuple[float, int]] = collections.deque([(self.started, 0)])
@@ -71,6 +80,21 @@ class UploadProgress:
         now = self._last = self._clock()
         if now - self._marks[-1][0] >= self._window / 4:
             self._marks.append((now, self.total))
+        if self._watch is not None and self.total >= self._watch_at:
+            self._watch_at = self.total + self._watch_every
+            self._watch()
+
+    def every(self, n_bytes: int, call: Callable[[], Any]) -> None:
+        """Call ``call`` each time another ``n_bytes`` of the body have arrived."""
+        self._watch, self._watch_every, self._watch_at = call, n_bytes, self.total + n_bytes
+
+    def expected(self, seconds: float) -> Optional[float]:
+        """Body bytes expected over the next ``seconds`` at the recent rate; None while that is
+        not known yet (within ``settle``) or no longer matters (the body is complete)."""
+        now = self._clock()
+        if not self.receiving or now - self.started < self.settle:
+            return None
+        return self.rate(now) * seconds
 
     def ended(self) -> None:
         """The body is complete (or abandoned): the upload no longer holds its slot to receive."""
@@ -119,7 +143,7 @@ class UploadSlots(AdmissionQueue):
 
     def progress(self) -> UploadProgress:
         """A progress counter for one request's body, to pass to ``try_acquire``."""
-        return UploadProgress(self.admission.clock, self.window)
+        return UploadProgress(self.admission.clock, self.window, settle=self.grace)
 
     def try_acquire(self, key: Hashable, circuit: Optional[Hashable] = None,
                     progress: Optional[UploadProgress] = None,
@@ -138,6 +162,8 @@ class UploadSlots(AdmissionQueue):
         now = self.admission.clock()
         ticket = UploadTicket(self, key, circuit, progress, evict,
                               no_grace=self._is_penalised(key, now) or self._is_penalised(circuit, now))
+        if ticket.no_grace:
+            progress.settle = 0.0  # no benefit of the doubt on the disk either
         self._held[key] += 1
         self.admission.running += 1
         if circuit is not None:
@@ -174,6 +200,27 @@ class UploadSlots(AdmissionQueue):
         for ticket in victims:
             self._end(ticket, now)
         return True
+
+    def end_for_room(self, needed: int, holds: Callable[[UploadProgress], int]) -> int:
+        """The disk cannot keep what uploads in flight were promised: end those holding room
+        (``holds``: the room each may still be short of) that send least, whatever their rate,
+        until ``needed`` is freed or none is left. An upload that stopped sending goes first.
+        -> how many were ended. O(slots log slots)."""
+        now = self.admission.clock()
+        ranked = []
+        for ticket in self._in_flight:
+            held = holds(ticket.progress) if ticket.progress.receiving else 0
+            if held > 0:
+                ranked.append((ticket.progress.rate(now), id(ticket), ticket, held))
+        ranked.sort(key=lambda r: r[:2])
+        freed = ended = 0
+        for _rate, _id, ticket, held in ranked:
+            if freed >= needed:
+                break
+            self._end(ticket, now)
+            freed += held
+            ended += 1
+        return ended
 
     # -- internals
 

@@ -17,6 +17,14 @@ turn a short message away.
 
 The free space is read per admission (one ``statvfs``, no I/O); bytes an upload has already
 written show up in it, so an upload in flight counts only what it has yet to write.
+
+What an upload in flight holds follows what actually arrives (issue 26). A newcomer must fit
+whole, and for its first ``GRACE`` seconds (``upload_slots``) it holds all it may still write.
+From then on it holds what it would write over the next ``HORIZON`` at its measured rate, plus
+``ALLOWANCE``, if that is less: an upload that will finish within the horizon keeps all its
+room, and a trickle announcing 500 MB at 16 KiB/s holds about 27 MB, not 500 MB. Such a
+promise can outgrow the disk as the slow uploads go on writing; ``UploadHold`` then ends those
+sending least, first those that send nothing, before the reserve is touched.
 """
 from __future__ import annotations
 
@@ -35,6 +43,11 @@ _FIXED_OVERHEAD = 1 << 20
 # Body bytes fed to the encryptor but perhaps not yet on disk: its buffer (1 MiB), the pipe to
 # gpg (1 MiB) and gpg's own buffers. Until written they are still counted as needed.
 _NOT_YET_WRITTEN = 4 << 20
+# An upload whose pace is known holds what it would write over this much time at that pace...
+HORIZON = 600.0  # seconds
+# ... plus this much (which covers what is fed but not yet written, and a burst), if that is
+# less than it may still write. 100 trickles at 16 KiB/s hold ~2.6 GB, not their Content-Length.
+ALLOWANCE = 16 << 20
 
 # Room above the reserve that file uploads can never take: a file body is admitted only if it
 # leaves this much free, a text-only message down to the reserve itself. So trickling uploads
@@ -95,9 +108,12 @@ class DiskReserve:
 
 
 class Written(Protocol):
-    """How many bytes of its body an upload has fed to encryption so far."""
+    """How many bytes of its body an upload has fed to encryption so far, and its pace."""
 
     total: int
+
+    def expected(self, seconds: float) -> float | None:
+        """Bytes it would send over the next ``seconds``; None: not known (yet)."""
 
 
 class Reservation:
@@ -106,10 +122,19 @@ class Reservation:
         self.need = need
         self._written = written
 
-    def remaining(self) -> int:
-        """What this upload may still write (what it wrote is already off the free space)."""
+    def left(self) -> int:
+        """What this upload may still write at most (what it wrote is already off the free space)."""
         written = self._written.total if self._written is not None else 0
         return max(0, self.need - max(0, written - _NOT_YET_WRITTEN))
+
+    def remaining(self) -> int:
+        """What this upload holds now: all it may still write, or, once its pace is known, what
+        it would write over the next ``HORIZON`` plus ``ALLOWANCE`` if that is less."""
+        left = self.left()
+        expected = self._written.expected(HORIZON) if self._written is not None else None
+        if expected is None:
+            return left
+        return min(left, ALLOWANCE + int(expected))
 
     def release(self) -> None:
         self._space._held.pop(self, None)
@@ -155,12 +180,16 @@ class DiskSpace:
         self._held[reservation] = None
         return reservation
 
-    def holds(self) -> dict[Written, int]:
-        """What each upload in flight (by its ``written`` counter) may still write."""
+    def holds(self, promised_in_part: bool = False) -> dict[Written, int]:
+        """What each upload in flight (by its ``written`` counter) holds now (``remaining``).
+        ``promised_in_part``: only uploads holding less than they may still write (those that
+        would not finish within the horizon at their pace)."""
         out: dict[Written, int] = {}
         for r in self._held:
             if r._written is not None:
-                out[r._written] = out.get(r._written, 0) + r.remaining()
+                held = r.remaining()
+                if not promised_in_part or held < r.left():
+                    out[r._written] = out.get(r._written, 0) + held
         return out
 
     @property
@@ -168,4 +197,4 @@ class DiskSpace:
         return len(self._held)
 
 
-__all__ = ["DiskReserve", "DiskSpace", "NoRoom", "Reservation", "DEFAULT_RESERVE", "TEXT_ROOM"]
+__all__ = ["DiskReserve", "DiskSpace", "NoRoom", "Reservation", "DEFAULT_RESERVE", "TEXT_ROOM", "HORIZON", "ALLOWANCE"]

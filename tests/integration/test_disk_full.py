@@ -52,6 +52,15 @@ def mount_tmpfs(testcase: unittest.TestCase, path: str, size: str) -> None:
     testcase.addCleanup(unmount)
 
 
+def tmpfs(testcase: unittest.TestCase, size: str, prefix: str) -> str:
+    """A fresh tmpfs of ``size`` for the test (see ``mount_tmpfs``). -> its mount point."""
+    work = short_tempdir(prefix)
+    testcase.addCleanup(shutil.rmtree, work, True)
+    mnt = os.path.join(work, "mnt")
+    mount_tmpfs(testcase, mnt, size)
+    return mnt
+
+
 def free_bytes(path: str) -> int:
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize
@@ -159,10 +168,7 @@ class DiskFullTests(unittest.TestCase):
 
     @inlineCallbacks
     def test_store_fills_up_during_an_upload(self):
-        work = short_tempdir("dd-full-")
-        self.addCleanup(shutil.rmtree, work, True)
-        mnt = os.path.join(work, "mnt")
-        mount_tmpfs(self, mnt, "16m")
+        mnt = tmpfs(self, "16m", "dd-full-")
         yield self.start(os.path.join(mnt, "data"))
         # Without the disk admission, which would refuse these uploads before gpg runs out of
         # room: what this shows is the layer under it, for a disk that something else fills.

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import shutil
 import sqlite3
 import stat
 from typing import Any
@@ -24,8 +23,8 @@ from twisted.internet.task import deferLater
 from twisted.trial import unittest
 
 from deaddrop.store.disk_space import TEXT_ROOM
-from tests._support import Browser, multipart_body, security_events, short_tempdir, start_server, test_svs, wait_until
-from tests.integration.test_disk_full import fill, free_bytes, mount_tmpfs
+from tests._support import Browser, multipart_body, security_events, start_server, test_svs, wait_until
+from tests.integration.test_disk_full import fill, free_bytes, tmpfs
 from tests.integration.test_source_flow import gunzip_with_name, stored_files
 
 RECEIVED_ANYWAY = "Your session ended while your submission was arriving"
@@ -112,6 +111,19 @@ def decrypt_documents(data_dir: str) -> list[tuple[str, bytes]]:
             with open(path, "rb") as f:
                 out.append(gunzip_with_name(svs.decrypt(f.read())))
     return out
+
+
+@inlineCallbacks
+def new_sources(testcase: unittest.TestCase, url: str, count: int):
+    """-> ``count`` new sources, each as (its browser, its /lookup page)."""
+    sources = []
+    for _ in range(count):
+        browser = Browser(url)
+        testcase.addCleanup(browser.close)
+        yield browser.create_source()
+        response, html = yield browser.get("/lookup")
+        sources.append((browser, html))
+    return sources
 
 
 class SessionDuringUploadTests(unittest.TestCase):
@@ -217,10 +229,7 @@ class DiskAdmissionTests(unittest.TestCase):
 
     @inlineCallbacks
     def setUp(self):
-        work = short_tempdir("dd-room-")
-        self.addCleanup(shutil.rmtree, work, True)
-        self.mnt = os.path.join(work, "mnt")
-        mount_tmpfs(self, self.mnt, "128m")
+        self.mnt = tmpfs(self, "128m", "dd-room-")
         self.server = yield start_server(self, data_dir=os.path.join(self.mnt, "data"), disk_reserve="8MB")
         self.browser = Browser(self.server.source_url)
         self.addCleanup(self.browser.close)
@@ -242,17 +251,8 @@ class DiskAdmissionTests(unittest.TestCase):
         self.assertIsNotNone(match, html[:1500])
         return float(match.group(1).replace(",", ""))
 
-    @inlineCallbacks
-    def new_sources(self, count: int):
-        """-> ``count`` new sources, each as (its browser, its /lookup page)."""
-        sources = []
-        for _ in range(count):
-            browser = Browser(self.server.source_url)
-            self.addCleanup(browser.close)
-            yield browser.create_source()
-            response, html = yield browser.get("/lookup")
-            sources.append((browser, html))
-        return sources
+    def new_sources(self, count: int) -> Deferred:
+        return new_sources(self, self.server.source_url, count)
 
     def trickles(self, sources: list) -> tuple[list["_Upload"], list[Deferred]]:
         """An upload from each source announcing 5.5 MB (6.5 MB held) and sending 2.6 KB/s."""
@@ -394,6 +394,43 @@ class DiskAdmissionTests(unittest.TestCase):
         yield self.end_trickles(protocols, trickles)
         self.assertGreaterEqual(free_bytes(self.mnt), self.RESERVE)
         self.assertEqual(sorted(decrypt_documents(self.server.data_dir)), sorted(self.sent))
+
+
+class TrickleRoomTests(unittest.TestCase):
+    """Issue 26, item 5, over real sockets: the data dir on a 1,200 MB tmpfs, ``--disk-reserve
+    100MB``. Ten uploads claim 100 MB each and send ~20 KiB/s (above the fair rate, so no rule
+    about slow uploads ends them); what they hold follows their pace once it is known."""
+
+    timeout = 240
+
+    @inlineCallbacks
+    def test_ten_trickles_claiming_100_mb_leave_a_real_200_mb_upload_accepted(self):
+        mnt = tmpfs(self, "1200m", "dd-trickle-")
+        server = yield start_server(self, data_dir=os.path.join(mnt, "data"), disk_reserve="100MB")
+        sources = yield new_sources(self, server.source_url, 11)
+        protocols: list[_Upload] = []
+        trickles = [throttled_upload(browser, html, "", [("trickle.bin", os.urandom(1 * MB))], rate=20 * 1024,
+                                     every=0.25, announce=100 * MB, protocols=protocols)
+                    for browser, html in sources[:10]]
+        tmp = os.path.join(server.data_dir, "tmp")
+        yield wait_until(lambda: len(os.listdir(tmp)) == 10)  # all admitted, each holding 100 MB for now
+        disk = server.service.newsroom.disk
+        self.assertLess(disk.largest_upload(), 200 * MB)
+        yield deferLater(reactor, 12.0, lambda: None)  # past their grace: their pace is known
+        self.assertGreater(disk.largest_upload(), 600 * MB)
+        browser, html = sources[10]
+        payload = os.urandom(200 * MB)
+        upload = yield throttled_upload(browser, html, "the real one", [("real.bin", payload)], rate=40 * MB)
+        status, page = status_and_html(upload.answer)
+        self.assertIn(status, (200, 303), page[:600])
+        self.assertEqual([p for p in protocols if p.answer], [])  # no trickle was ended for it
+        self.assertGreaterEqual(free_bytes(mnt), 100 * MB)
+        self.assertEqual(decrypt_documents(server.data_dir), [("real.bin", payload)])
+        for protocol in protocols:
+            protocol.transport.abortConnection()
+        for d in trickles:
+            yield d
+        yield wait_until(lambda: not os.listdir(tmp))
 
 
 class UploadHygieneTests(unittest.TestCase):

@@ -164,6 +164,8 @@ class MultipartUpload:
             return  # refused bodies and epilogues are read and dropped
         if self._progress is not None:
             self._progress.received(len(data))
+            if self._error is not None:
+                return  # ended while these bytes were counted (to keep the disk's reserve)
         try:
             for event in self._parser.parse(data):
                 self._on_event(event)
