@@ -6,7 +6,8 @@
   Argon2id time on a megabyte.
 * Two-factor codes are RFC 6238 TOTP (30 s, 6 digits, SHA-1: what every authenticator app
   speaks) accepted one step either side, and never twice: the last accepted time step is kept
-  per account in the database and only a later step is accepted (RFC 6238 section 5.2).
+  per account in the database and only a later step is accepted (RFC 6238 section 5.2). An
+  account with a YubiKey in HOTP mode uses RFC 4226 codes instead (``second_factor.hotp``).
 * Login failures are throttled per account name (``FailureThrottle``: 5 a minute); an attempt
   is counted before any credential is looked at, at most one per account is checked at a time,
   and a throttled attempt is refused without looking at any.
@@ -40,6 +41,9 @@ from deaddrop import codenames
 from deaddrop.crypto.kdf import KdfCost
 from deaddrop.crypto.pool import WorkerPool, forbid_reactor_thread
 from deaddrop.events import EventGate, SecurityEvents
+from deaddrop.second_factor import hotp
+from deaddrop.second_factor.codes import accept_hotp
+from deaddrop.store import factor_queries as fq
 from deaddrop.store import journalist_queries as jq
 from deaddrop.store.db import Database
 from deaddrop.throttle import FailureThrottle
@@ -173,19 +177,31 @@ def token_hash(token: str) -> str:
 
 
 def create_account_blocking(conn: sqlite3.Connection, username: str, is_admin: bool, cost: KdfCost,
-                            issuer: str, now: float | None = None) -> Credentials:
-    """For ``deaddrop-admin``: hash, then one transaction. (The server uses ``Accounts.create``.)"""
+                            issuer: str, now: float | None = None, hotp_secret: bytes | None = None) -> Credentials:
+    """For ``deaddrop-admin``: hash, then one transaction. (The server uses ``Accounts.create``.)
+
+    With ``hotp_secret`` the account logs in with that YubiKey's HOTP codes: no TOTP secret is
+    shown (the one stored is never used)."""
     from deaddrop.store.db import transaction
 
     check_new_username(username)
     passphrase, secret = generate_passphrase(), new_totp_secret()
     password_hash = hash_passphrase(passphrase, cost)
+
+    def insert(conn: sqlite3.Connection) -> int:
+        jid = jq.insert_journalist(conn, str(uuidlib.uuid4()), username, password_hash, secret, is_admin,
+                                   time.time() if now is None else now)
+        if hotp_secret is not None:
+            fq.reset_to_hotp(conn, jid, secret, hotp_secret.hex())
+        return jid
+
     try:
-        jid = transaction(conn, jq.insert_journalist, str(uuidlib.uuid4()), username, password_hash, secret,
-                          is_admin, time.time() if now is None else now)
+        jid = transaction(conn, insert)
     except sqlite3.IntegrityError:
         raise DuplicateUsername(f"a journalist named {username!r} already exists") from None
     row = transaction(conn, jq.journalist_by_id, jid)
+    if hotp_secret is not None:
+        return Credentials(Journalist.from_row(row), passphrase)
     return Credentials(Journalist.from_row(row), passphrase, secret, totp_uri(secret, username, issuer))
 
 
@@ -305,6 +321,17 @@ class Accounts:
             ok = yield self.crypto_pool.run(self._verify, row["password_hash"] if row is not None else None, passphrase)
         if not ok:
             self._failed(name, "unknown_user" if row is None else "bad_passphrase")
+        if row["hotp_secret"]:
+            yield self._check_hotp(row, name, code)
+        else:
+            yield self._check_totp(row, name, code)
+        yield self.db.run(jq.record_login, row["id"], self.clock())
+        self.events.emit("journalist.login.ok", username=name)
+        fresh = yield self.db.run(jq.journalist_by_id, row["id"])
+        return Journalist.from_row(fresh)
+
+    @inlineCallbacks
+    def _check_totp(self, row: Any, name: str, code: Any):
         step = match_totp(row["totp_secret"], code, self.clock(), int(row["last_totp_step"]))
         if step == TOTP_BAD:
             self._failed(name, "bad_totp")
@@ -315,10 +342,16 @@ class Accounts:
         if step == TOTP_REUSED:
             self.events.emit("journalist.totp.reused", username=name)
             self._failed(name, "totp_reused")
-        yield self.db.run(jq.record_login, row["id"], self.clock())
-        self.events.emit("journalist.login.ok", username=name)
-        fresh = yield self.db.run(jq.journalist_by_id, row["id"])
-        return Journalist.from_row(fresh)
+
+    @inlineCallbacks
+    def _check_hotp(self, row: Any, name: str, code: Any):
+        """A YubiKey's HOTP code: matched and used up in one transaction (see ``second_factor.codes``)."""
+        matched = yield self.db.run(accept_hotp, row["id"], code)
+        if matched == hotp.HOTP_BAD:
+            self._failed(name, "bad_hotp")
+        if matched == hotp.HOTP_REUSED:
+            self.events.emit("journalist.hotp.reused", username=name)
+            self._failed(name, "hotp_reused")
 
     def _failed(self, name: str | None, reason: str) -> None:
         self.events.emit("journalist.login.fail", username=name, reason=reason)
@@ -354,7 +387,7 @@ class Accounts:
     @inlineCallbacks
     def reset_totp(self, journalist_id: int):
         secret = new_totp_secret()
-        epoch = yield self.db.run(jq.set_totp_secret, journalist_id, secret)
+        epoch = yield self.db.run(fq.reset_to_totp, journalist_id, secret)
         if epoch is None:
             raise UnknownJournalist("no such journalist")
         journalist = yield self.get(journalist_id)

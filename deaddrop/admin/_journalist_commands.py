@@ -1,5 +1,8 @@
 """``deaddrop-admin journalist add|list|delete|reset-2fa|reset-password|notify``.
 
+``add`` and ``reset-2fa`` take ``--hotp-secret HEX`` for a YubiKey in HOTP mode (issue 30);
+``reset-2fa`` also forgets the account's security keys and recovery codes.
+
 Works only on a data directory the server has initialised (a mistyped ``--data-dir`` is refused)
 and while the server runs: SQLite in WAL mode lets both write, and the server
 re-reads an account on every request, so a deletion or reset ends that journalist's sessions
@@ -23,6 +26,8 @@ from deaddrop.journalists import (
     AccountError, Journalist, create_account_blocking, generate_passphrase, hash_passphrase, new_totp_secret,
     totp_uri,
 )
+from deaddrop.second_factor import hotp
+from deaddrop.store import factor_queries as fq
 from deaddrop.store import journalist_queries as jq
 from deaddrop.store import queries
 from deaddrop.store.db import transaction
@@ -37,6 +42,7 @@ def register(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
                            help="add an account; prints its passphrase and two-factor secret once")
     p.add_argument("name", metavar="NAME", help="the username (letters, digits, '.', '_', '-')")
     p.add_argument("--admin", action="store_true", help="may manage users and instance settings")
+    _add_hotp(p)
     _add_cost(p)
     p.set_defaults(func=_add)
 
@@ -48,8 +54,9 @@ def register(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
     p.set_defaults(func=_delete)
 
     p = actions.add_parser("reset-2fa", parents=[common_parent],
-                           help="give an account a new two-factor secret (its sessions end)")
+                           help="give an account a new two-factor secret, forgetting its security keys (its sessions end)")
     p.add_argument("name", metavar="NAME")
+    _add_hotp(p)
     p.set_defaults(func=_reset_2fa)
 
     p = actions.add_parser("reset-password", parents=[common_parent],
@@ -67,16 +74,24 @@ def register(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
     p.set_defaults(func=_notify)
 
 
+def _add_hotp(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--hotp-secret", metavar="HEX", type=_argument(hotp.parse_secret),
+                        help="log in with this YubiKey's HOTP codes (its OATH-HOTP secret in hex) instead of an app's TOTP")
+
+
 def _add_cost(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kdf-cost", default="default", type=_cost,
+    parser.add_argument("--kdf-cost", default="default", type=_argument(KdfCost.parse),
                         help="Argon2id cost of the passphrase hash: 'default' or OPS:MEMBYTES")
 
 
-def _cost(text: str) -> KdfCost:
-    try:
-        return KdfCost.parse(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+def _argument(parse: Any) -> Any:
+    """An argparse ``type`` from a parser that raises ``ValueError`` with a line for the admin."""
+    def parsed(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return parsed
 
 
 # -- plumbing -------------------------------------------------------------------------------
@@ -137,19 +152,26 @@ def _iso(ts: float | None) -> str | None:
 
 def _add_impl(instance: _Instance, args: argparse.Namespace, out: Output) -> int:
     try:
-        creds = create_account_blocking(instance.conn, args.name, args.admin, args.kdf_cost, instance.issuer())
+        creds = create_account_blocking(instance.conn, args.name, args.admin, args.kdf_cost, instance.issuer(),
+                                        hotp_secret=args.hotp_secret)
     except AccountError as e:
         raise AdminError(str(e)) from None
     j = creds.journalist
     instance.events.emit("admin.journalist.added", target=j.username)
-    data = dict(_account_json(j), passphrase=creds.passphrase, totp_secret=creds.totp_secret, totp_uri=creds.totp_uri)
+    if args.hotp_secret is not None:
+        data = dict(_account_json(j), passphrase=creds.passphrase, second_factor="hotp")
+        second = "  two-factor:        the YubiKey programmed with that HOTP secret (a code per touch)\n"
+    else:
+        data = dict(_account_json(j), passphrase=creds.passphrase, totp_secret=creds.totp_secret,
+                    totp_uri=creds.totp_uri)
+        second = (f"  two-factor secret: {creds.totp_secret}\n"
+                  f"  otpauth URI:       {creds.totp_uri}\n"
+                  f"  or scan this with an authenticator app:\n{_qr(creds.totp_uri or '')}\n")
     out.result(data, (
         f"added journalist {j.username}{' (administrator)' if j.is_admin else ''}\n"
         f"  give these to {j.username} in person; they are not shown again:\n"
         f"  passphrase:        {creds.passphrase}\n"
-        f"  two-factor secret: {creds.totp_secret}\n"
-        f"  otpauth URI:       {creds.totp_uri}\n"
-        f"  or scan this with an authenticator app:\n{_qr(creds.totp_uri or '')}\n"
+        f"{second}"
         f"  {j.username} also needs a client certificate from the newsroom's CA, issued for this name:\n"
         f"    {_cert_issue_line(instance.data_dir, j.username)}"
     ))
@@ -182,9 +204,20 @@ def _delete_impl(instance: _Instance, args: argparse.Namespace, out: Output) -> 
 def _reset_2fa_impl(instance: _Instance, args: argparse.Namespace, out: Output) -> int:
     j = instance.journalist(args.name)
     secret = new_totp_secret()
-    instance.run(jq.set_totp_secret, j.id, secret)
-    uri = totp_uri(secret, j.username, instance.issuer())
+    had_keys = bool(instance.run(fq.key_count, j.id))
+    if args.hotp_secret is not None:
+        instance.run(fq.reset_to_hotp, j.id, secret, args.hotp_secret.hex())
+    else:
+        instance.run(fq.reset_to_totp, j.id, secret)
     instance.events.emit("admin.journalist.2fa_reset", target=j.username)
+    if had_keys:
+        instance.events.emit("admin.journalist.keys_reset", target=j.username)
+    if args.hotp_secret is not None:
+        out.result({"username": j.username, "second_factor": "hotp"}, (
+            f"{j.username} now logs in with the YubiKey programmed with that HOTP secret "
+            f"(their sessions and API tokens have ended{'; their security keys are forgotten' if had_keys else ''})"))
+        return 0
+    uri = totp_uri(secret, j.username, instance.issuer())
     out.result({"username": j.username, "totp_secret": secret, "totp_uri": uri}, (
         f"new two-factor secret for {j.username} (their sessions and API tokens have ended)\n"
         f"  two-factor secret: {secret}\n  otpauth URI:       {uri}\n"

@@ -166,6 +166,38 @@ def _v8_digest_recipients(conn: sqlite3.Connection) -> None:
                  " BEGIN UPDATE digest_recipients SET new_sources = new_sources + 1; END")
 
 
+def _v9_second_factors(conn: sqlite3.Connection) -> None:
+    # Issue 30: an account's second factor is TOTP (as before), a YubiKey in HOTP mode
+    # (hotp_secret set; hotp_counter is the next counter value the key may show), or security
+    # keys (one row or more in security_keys). keys_enrol_by: the end of an account's own grace
+    # period to enrol a key while keys are required (after an admin reset, or a new account).
+    conn.execute("ALTER TABLE journalists ADD COLUMN hotp_secret TEXT")
+    conn.execute("ALTER TABLE journalists ADD COLUMN hotp_counter INTEGER NOT NULL DEFAULT 0")
+    conn.execute("ALTER TABLE journalists ADD COLUMN keys_enrol_by REAL")
+    # WebAuthn credentials: the public key (COSE, CBOR), the relying party it was made for, the
+    # last signature counter seen, the authenticator model (AAGUID) and the name the journalist gave.
+    conn.execute("CREATE TABLE IF NOT EXISTS security_keys ("
+                 " id INTEGER PRIMARY KEY,"
+                 " journalist_id INTEGER NOT NULL REFERENCES journalists(id) ON DELETE CASCADE,"
+                 " credential_id BLOB NOT NULL UNIQUE, rp_id TEXT NOT NULL, public_key BLOB NOT NULL,"
+                 " sign_count INTEGER NOT NULL DEFAULT 0, aaguid TEXT NOT NULL, name TEXT NOT NULL,"
+                 " created_at REAL NOT NULL, last_used_at REAL)")
+    conn.execute("CREATE INDEX IF NOT EXISTS security_keys_journalist ON security_keys(journalist_id)")
+    # Printed recovery codes of an account with keys: Argon2id hashes, deleted when used.
+    conn.execute("CREATE TABLE IF NOT EXISTS recovery_codes ("
+                 " id INTEGER PRIMARY KEY,"
+                 " journalist_id INTEGER NOT NULL REFERENCES journalists(id) ON DELETE CASCADE,"
+                 " code_hash TEXT NOT NULL, created_at REAL NOT NULL)")
+    conn.execute("CREATE INDEX IF NOT EXISTS recovery_codes_journalist ON recovery_codes(journalist_id)")
+    # One-time codes for the API of an account with keys (its clients cannot touch a key):
+    # a keyed hash of the code, valid once, until it expires or the account's credentials change.
+    conn.execute("CREATE TABLE IF NOT EXISTS api_codes ("
+                 " code_hash TEXT PRIMARY KEY,"
+                 " journalist_id INTEGER NOT NULL REFERENCES journalists(id) ON DELETE CASCADE,"
+                 " auth_epoch INTEGER NOT NULL, created_at REAL NOT NULL, expires_at REAL NOT NULL)")
+    conn.execute("CREATE INDEX IF NOT EXISTS api_codes_journalist ON api_codes(journalist_id)")
+
+
 Step = Callable[[sqlite3.Connection], None]
 
 # (the version a step produces, the step); versions are consecutive from BASELINE + 1.
@@ -177,6 +209,7 @@ STEPS: list[tuple[int, Step]] = [
     (6, _v6_listing_index),
     (7, _v7_login_tags),
     (8, _v8_digest_recipients),
+    (9, _v9_second_factors),
 ]
 
 CURRENT = BASELINE + len(STEPS)

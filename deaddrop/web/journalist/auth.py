@@ -77,4 +77,4 @@ def login_error(failure: LoginFailed) -> str:
     """The message for a failed login. A reused code is only ever reported after the
     passphrase was right (``Accounts.authenticate`` checks it first), so naming it helps the
     journalist and tells nothing to someone without the passphrase."""
-    return pages.REUSED_CODE_ERROR if failure.reason == "totp_reused" else pages.GENERIC_LOGIN_ERROR
+    return pages.REUSED_CODE_ERROR if failure.reason in ("totp_reused", "hotp_reused") else pages.GENERIC_LOGIN_ERROR
