@@ -1,4 +1,10 @@
-"""The languages the source interface speaks (its pages and the admin's per-language texts)."""
+"""The languages the source interface speaks (its pages and the admin's per-language texts).
+
+A language is shipped once it is listed here and its catalog is compiled (docs/translating.md);
+the menu lists them in this order. The codes are gettext's (the folder names under
+``deaddrop/web/source/locales``, such as ``zh_Hans``); pages write them as BCP 47 tags
+(``zh-Hans``: ``i18n.Language.tag``).
+"""
 
 # code -> (name in its own language, text direction). English is the source language.
 LANGUAGES: dict[str, tuple[str, str]] = {
@@ -13,3 +19,8 @@ LANGUAGES: dict[str, tuple[str, str]] = {
     "fa": ("فارسی", "rtl"),
 }
 DEFAULT = "en"
+
+# Languages shipped before every message is translated: the menu marks them "incomplete", the
+# missing messages are shown in English (one by one), and tests/test_i18n.py lets them through.
+# Every other language must be translated in full.
+INCOMPLETE: frozenset[str] = frozenset()

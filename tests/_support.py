@@ -215,7 +215,9 @@ class Browser:
                 break
             yield response.content()
             location = response.headers.getRawHeaders(b"location")[0].decode()
-            response = yield self.client.get(self.url(location), allow_redirects=False)
+            # As a browser does: the same User-Agent on the redirected request.
+            response = yield self.client.get(self.url(location), allow_redirects=False,
+                                             headers={"User-Agent": self.USER_AGENT})
         body = yield response.content()
         self.last_html = body.decode("utf-8", "replace")
         return response, self.last_html

@@ -5,13 +5,16 @@ import gettext
 import io
 import os
 import re
+import shutil
+import subprocess
+import sys
 
 from babel.messages.extract import DEFAULT_KEYWORDS, extract_from_dir
 from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po
 from twisted.trial import unittest
 
-from deaddrop.web.source import i18n
+from deaddrop.web.source import catalogs, i18n
 from deaddrop.web.source._browser import is_tor_browser
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,32 +47,23 @@ class CatalogTests(unittest.TestCase):
         self.assertIn("The drop box is busy. Nothing was lost; please try again in a minute.", used)
         self.assertIn(("{n} new reply", "{n} new replies"), used)
 
-    def test_every_language_translates_every_used_message(self):
-        used = used_messages()
-        problems = []
-        for code in i18n.TRANSLATED:
-            catalog = _catalog(code)
-            for msgid, where in used.items():
-                key = msgid[0] if isinstance(msgid, tuple) else msgid
-                message = catalog.get(key)
-                if message is None:
-                    problems.append(f"{code}: missing {key!r} ({where})")
-                    continue
-                if message.fuzzy:
-                    problems.append(f"{code}: fuzzy {key!r}")
-                forms = message.string if isinstance(message.string, tuple) else (message.string,)
-                if isinstance(msgid, tuple) and len(forms) != catalog.num_plurals:
-                    problems.append(f"{code}: {len(forms)} plural forms, needs {catalog.num_plurals}: {key!r}")
-                wanted = set(_PLACEHOLDER.findall(msgid[-1] if isinstance(msgid, tuple) else msgid))
-                for form in forms:
-                    found = set(_PLACEHOLDER.findall(form))
-                    # A plural form may say its count in words (Arabic's "one" and "two" forms).
-                    count_in_words = isinstance(msgid, tuple) and found | {"{n}"} == wanted | {"{n}"}
-                    if not form:
-                        problems.append(f"{code}: untranslated {key!r} ({where})")
-                    elif found != wanted and not count_in_words:
-                        problems.append(f"{code}: placeholders {form!r} != {sorted(wanted)}")
-        self.assertEqual(problems, [], "\n".join(problems))
+    def test_the_template_holds_every_message_the_code_uses(self):
+        """``scripts/i18n extract`` was run: the checks below go by the template."""
+        template = catalogs.template()
+        held = {m.id if isinstance(m.id, str) else tuple(m.id) for m in template if m.id}
+        self.assertEqual(set(used_messages()) - held, set(), "run scripts/i18n extract")
+
+    def test_every_shipped_language_translates_every_message_and_keeps_what_it_must(self):
+        """No msgid left untranslated in a language not marked incomplete; in every catalog,
+        placeholders, markup, addresses and plural forms as the English has them
+        (``catalogs.problems``: the checks ``scripts/i18n check`` prints)."""
+        template = catalogs.template()
+        found = []
+        for code in catalogs.catalog_codes():
+            found += [f"{code}: {p}" for p in catalogs.problems(_catalog(code), template,
+                                                                 complete=catalogs.must_be_complete(code))]
+        self.assertEqual(found, [], "\n".join(found))
+        self.assertEqual(set(i18n.TRANSLATED) - set(catalogs.catalog_codes()), set(), "a shipped language has no .po")
 
     def test_compiled_catalogs_match_their_sources(self):
         """The committed .mo files are what ``scripts/i18n compile`` makes of the .po files."""
@@ -88,6 +82,7 @@ class CatalogTests(unittest.TestCase):
         word = {"es": "nombre en clave", "fr": "nom de code", "de": "codename", "pt": "nome de código",
                 "ru": "кодов", "tr": "kod ad", "ar": "اسم", "fa": "نام رمز"}
         for code in i18n.TRANSLATED:
+            self.assertIn(code, word, f"add {code}'s word for codename (as on the generate page) to this table")
             catalog = _catalog(code)
             for message in catalog:
                 if not message.id or isinstance(message.id, tuple) or "codename" not in message.id.lower():
@@ -101,9 +96,13 @@ class CatalogTests(unittest.TestCase):
         for code in i18n.TRANSLATED:
             self.assertTrue(_catalog(code).get(key).string)
 
-    def test_right_to_left_languages(self):
-        self.assertEqual({c for c, (_n, d) in i18n.LANGUAGES.items() if d == "rtl"}, {"ar", "fa"})
-        self.assertEqual(len(i18n.TRANSLATED), 8)
+    def test_each_language_goes_in_its_scripts_direction(self):
+        """A language's direction is its script's, as CLDR says (Arabic, Farsi: right to left)."""
+        from babel import Locale
+
+        for code, (_name, direction) in i18n.LANGUAGES.items():
+            self.assertEqual(direction, "rtl" if Locale.parse(code).character_order == "right-to-left" else "ltr", code)
+        self.assertLessEqual({"ar", "fa"}, {c for c, (_n, d) in i18n.LANGUAGES.items() if d == "rtl"})
 
 
 class _FakeRequest:
@@ -271,3 +270,293 @@ class CountsTests(unittest.TestCase):
         en = pages.PageContext(lang=i18n.language("en"), site_name="x")
         self.assertEqual(en._(messages.REPLIES_DELETED, count=1), "1 reply deleted.")
         self.assertEqual(en._(messages.REPLIES_DELETED, count=1200), "1,200 replies deleted.")
+
+
+class TranslationChecksTests(unittest.TestCase):
+    """Issue 31 item 5: what ``scripts/i18n check`` and the catalog test catch, on made-up
+    translations (each is a fault a translator's editor would not notice)."""
+
+    def test_placeholders_must_be_kept_exactly(self):
+        english = "Your message is too long: it has {n} characters, and the limit is {limit}."
+        self.assertEqual(catalogs.form_problems(english, "Trop long : {n} caractères, limite {limit}."), [])
+        self.assertEqual(catalogs.form_problems(english, "Limite {limit}, vous avez {n}."), [])  # order is free
+        for broken in ("Trop long : {n} caractères.", "Trop long : {nombre} caractères, limite {limit}.",
+                       "Trop long : {n} caractères, limite {limit} {limit}.", "Trop long : {n caractères, {limit}.",
+                       "Trop long : {n!r} caractères, limite {limit}."):
+            self.assertTrue(catalogs.form_problems(english, broken), broken)
+
+    def test_markup_addresses_and_names_must_be_kept(self):
+        english = "You can get Tor Browser from torproject.org, or by email from gettor@torproject.org."
+        self.assertEqual(catalogs.form_problems(english, "Tor Browser: torproject.org, gettor@torproject.org."), [])
+        self.assertTrue(catalogs.form_problems(english, "Tor Browser: torprojekt.org, gettor@torproject.org."))
+        self.assertTrue(catalogs.form_problems(english, "Tor Browser: torproject.org, getter@torproject.org."))
+        self.assertTrue(catalogs.form_problems(english, "Браузер: torproject.org, gettor@torproject.org."))
+        self.assertTrue(catalogs.form_problems("Log out", "<b>Abmelden</b>"))
+        self.assertTrue(catalogs.form_problems("Log out", "Abmelden &amp; schließen"))
+        self.assertTrue(catalogs.form_problems("Powered by DeadDrop", "Betrieben mit TotesFach"))
+
+    def test_a_plural_form_says_its_count_in_words_only_where_it_stands_for_one_number(self):
+        from babel.messages.catalog import Catalog
+
+        template = Catalog(locale="en")
+        template.add(("{n} new reply", "{n} new replies"))
+        arabic, hindi = Catalog(locale="ar"), Catalog(locale="hi")
+        arabic.add(("{n} new reply", "{n} new replies"),
+                   ("لا ردود جديدة", "رد جديد واحد", "ردان جديدان", "{n} ردود جديدة", "{n} ردًا جديدًا", "{n} رد جديد"))
+        self.assertEqual(catalogs.problems(arabic, template, complete=True), [])
+        # Hindi's first form stands for 0 and 1 alike: it must keep {n}.
+        hindi.add(("{n} new reply", "{n} new replies"), ("एक नया जवाब", "{n} नए जवाब"))
+        self.assertEqual(len(catalogs.problems(hindi, template, complete=True)), 1)
+        hindi = Catalog(locale="hi")
+        hindi.add(("{n} new reply", "{n} new replies"), ("{n} नया जवाब", "{n} नए जवाब"))
+        self.assertEqual(catalogs.problems(hindi, template, complete=True), [])
+
+    def test_untranslated_fuzzy_missing_and_wrong_plural_counts_are_found(self):
+        from babel.messages.catalog import Catalog
+
+        template = Catalog(locale="en")
+        for message in ("Log in", "Log out", "Cancel", ("{n} new reply", "{n} new replies")):
+            template.add(message)
+        polish = Catalog(locale="pl")
+        polish.add("Log in", "Zaloguj się")
+        polish.add("Log out", "")
+        polish.add("Cancel", "Anuluj", flags=["fuzzy"])
+        polish.add(("{n} new reply", "{n} new replies"), ("{n} nowa odpowiedź", "{n} nowe odpowiedzi"))
+        found = catalogs.problems(polish, template, complete=True)
+        self.assertEqual([line.split(":")[0].split(" (")[0] for line in found],
+                         ["not translated", "marked fuzzy", "2 plural forms instead of 3"], found)
+        # An incomplete language may leave messages untranslated, never break one.
+        self.assertEqual(len(catalogs.problems(polish, template, complete=False)), 2)
+        self.assertEqual(catalogs.progress(polish, template), catalogs.Progress(2, 4))
+
+
+class StatusTableTests(unittest.TestCase):
+    """Issue 31 item 4: the README's status table is the one the catalogs make."""
+
+    def test_the_readme_table_is_current(self):
+        from deaddrop.web.source import translation_status
+
+        with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+            readme = f.read()
+        self.assertEqual(readme, translation_status.with_table(readme), "run scripts/i18n status")
+        table = translation_status.table()
+        for code in i18n.TRANSLATED:
+            self.assertIn(f"| `{code}` |", table)
+        self.assertIn("| Deutsch (German) | `de` |", table)
+
+    def test_the_table_says_what_each_file_says(self):
+        from deaddrop.web.source import translation_status
+
+        locales = self.mktemp()
+        os.makedirs(locales)
+        with open(os.path.join(i18n.LOCALE_DIR, "messages.pot"), "rb") as f:
+            template = f.read()
+        with open(os.path.join(locales, "messages.pot"), "wb") as f:
+            f.write(template)
+        catalogs.init("sw", locales)  # a language that is not in the menu
+        path = catalogs.po_path("sw", locales)
+        catalog = catalogs.read(path, "sw")
+        catalog.get("Log out").string = "Toka"
+        catalog.header_comment = catalog.header_comment.replace("review: no", "review: 2027-01-15, Amina")
+        from babel.messages.pofile import write_po
+        with open(path, "wb") as f:
+            write_po(f, catalog)
+        total = sum(1 for m in catalogs.template(locales) if m.id)
+        row = translation_status.table(locales).splitlines()[-1]
+        self.assertEqual(row, f"| Kiswahili (Swahili) | `sw` | 1 of {total} (0%) | 2027-01-15, Amina "
+                              "| not yet (docs/translating.md, step 5) |")
+
+
+class FallbackTests(unittest.TestCase):
+    """Issue 31 item 4: an untranslated message falls back to English, that message only; a
+    language shipped incomplete says so in its menu entry, in its own words."""
+
+    def _language_without(self, code: str, *missing: str) -> i18n.Language:
+        catalog = _catalog(code)
+        for key in missing:
+            del catalog[key]
+        compiled = io.BytesIO()
+        write_mo(compiled, catalog)
+        compiled.seek(0)
+        real = i18n.language(code)
+        return i18n.Language(code, real.name, real.direction, gettext.GNUTranslations(compiled))
+
+    def test_an_untranslated_message_is_shown_in_english_and_only_that_one(self):
+        from deaddrop.web._common.pages import render_sync
+        from deaddrop.web.source import pages
+
+        lang = self._language_without("de", "Coming back", "Log in")
+        html = render_sync(pages.index(pages.PageContext(lang=lang, site_name="X"))).decode()
+        self.assertIn(">Coming back<", html)
+        self.assertIn(">Log in<", html)
+        self.assertIn(">Zum ersten Mal hier<", html)
+        self.assertIn("So schützen Sie sich", html)
+
+    def test_a_translation_whose_placeholders_break_falls_back_to_english(self):
+        from deaddrop.web.source import pages
+
+        broken = i18n.Language("de", "Deutsch", "ltr", _Translations({"Replies from {name}": "Antworten von {nom}"}))
+        ctx = pages.PageContext(lang=broken, site_name="X")
+        self.assertEqual(ctx._("Replies from {name}", name="The Paper"), "Replies from The Paper")
+
+    def test_an_incomplete_language_says_so_in_the_menu(self):
+        from deaddrop.web._common.pages import render_sync
+        from deaddrop.web.source import pages
+
+        self.patch(i18n, "INCOMPLETE", frozenset({"de"}))
+        html = render_sync(pages.index(pages.PageContext(lang=i18n.language("en"), site_name="X"))).decode()
+        self.assertIn('lang="de" hreflang="de">Deutsch (unvollständig)</a>', html)
+        self.assertIn('lang="fr" hreflang="fr">Français</a>', html)
+        self.assertEqual(pages.menu_name("de"), "Deutsch (unvollständig)")
+
+
+class _Translations(gettext.NullTranslations):
+    def __init__(self, table: dict[str, str]) -> None:
+        super().__init__()
+        self.table = table
+
+    def gettext(self, message: str) -> str:
+        return self.table.get(message, message)
+
+
+class TranslatorWorkflowTests(unittest.TestCase):
+    """Issue 31 item 4: docs/translating.md, followed for a made-up language (Esperanto, which
+    nobody ships here) in a copy of the checkout, from ``init`` to a page in that language."""
+
+    GUIDE = os.path.join(ROOT, "docs", "translating.md")
+    EXAMPLE, DUMMY = "am", "eo"  # the guide's example, and the language this test makes
+    timeout = 180
+
+    def _copy_of_the_checkout(self) -> str:
+        copy = self.mktemp()
+        skip = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+        shutil.copytree(os.path.join(ROOT, "deaddrop"), os.path.join(copy, "deaddrop"), ignore=skip)
+        shutil.copytree(os.path.join(ROOT, "scripts"), os.path.join(copy, "scripts"), ignore=skip)
+        os.makedirs(os.path.join(copy, "tests"))
+        os.makedirs(os.path.join(copy, "docs"))
+        for name in ("tests/__init__.py", "tests/_event_catalogue.py", "tests/_markdown.py", "tests/test_i18n.py",
+                     "docs/monitoring.md", "babel.cfg", "README.md"):
+            shutil.copy(os.path.join(ROOT, name), os.path.join(copy, name))
+        return copy
+
+    def _follow(self, copy: str, command: str) -> str:
+        """A command of the guide, for the dummy language, in the copy. -> what it printed."""
+        argv = command.replace(f" {self.EXAMPLE}", f" {self.DUMMY}").split()
+        if argv[0] == ".venv/bin/trial":  # the checks of every language (not this class again)
+            checks = ("test_the_template_holds_every_message_the_code_uses", "test_compiled_catalogs_match_their_sources",
+                      "test_every_shipped_language_translates_every_message_and_keeps_what_it_must",
+                      "test_each_language_goes_in_its_scripts_direction")
+            argv = [sys.executable, "-m", "twisted.trial", "tests.test_i18n.StatusTableTests.test_the_readme_table_is_current",
+                    *(f"tests.test_i18n.CatalogTests.{name}" for name in checks)]
+        env = {**os.environ, "PYTHON": sys.executable}
+        done = subprocess.run(argv, cwd=copy, env=env, capture_output=True, text=True, timeout=120)
+        said = done.stdout + done.stderr
+        self.assertEqual(done.returncode, 0, f"{command}:\n{said}")
+        return said
+
+    def _translate(self, path: str) -> int:
+        """Step 2, as a translator would (every message, plural forms too). -> how many."""
+        from babel.messages.pofile import write_po
+
+        catalog = catalogs.read(path, self.DUMMY)
+        for message in catalog:
+            if message.id:
+                ids = message.id if isinstance(message.id, tuple) else (message.id,)
+                forms = [f"⟦{ids[min(i, len(ids) - 1)]}⟧" for i in range(catalog.num_plurals)]
+                message.string = tuple(forms) if isinstance(message.id, tuple) else forms[0]
+        with open(path, "wb") as f:
+            write_po(f, catalog, no_location=True)
+        return sum(1 for m in catalog if m.id)
+
+    def test_the_guide_takes_a_new_language_from_nothing_to_shipped(self):
+        with open(self.GUIDE, encoding="utf-8") as f:
+            guide = f.read()
+        commands = [line for block in re.findall(r"```sh\n(.*?)```", guide, re.S) for line in block.splitlines()]
+        self.assertEqual(commands, ["scripts/i18n init am", "scripts/i18n check am", "scripts/i18n compile",
+                                    "scripts/i18n compile", ".venv/bin/trial tests.test_i18n",
+                                    "scripts/i18n extract"])
+        [entry] = re.findall(r"```python\n(.*?)\n```", guide, re.S)
+        copy = self._copy_of_the_checkout()
+        po = catalogs.po_path(self.DUMMY, os.path.join(copy, "deaddrop", "web", "source", "locales"))
+
+        self._follow(copy, commands[0])  # 1. start the language
+        self.assertTrue(os.path.exists(po))
+        total = self._translate(po)  # 2. translate
+        said = self._follow(copy, commands[1])  # 3. check
+        self.assertIn(f"{self.DUMMY}: {total} of {total} messages translated (100%), no problems", said)
+        self._follow(copy, commands[2])  # 4. compile
+        self.assertTrue(os.path.exists(po[:-2] + "mo"))
+        row = f"| `{self.DUMMY}` | {total} of {total} (100%) | not yet | not yet (docs/translating.md, step 5) |"
+        self.assertIn(row, self._readme(copy))
+        self._ship(copy, entry)  # 5. ship it: the line in deaddrop/languages.py
+        self._follow(copy, commands[3])
+        self.assertIn(f"| `{self.DUMMY}` | {total} of {total} (100%) | not yet | yes |", self._readme(copy))
+        self._follow(copy, commands[4])
+        page = self._index_page(copy)
+        self.assertIn(f'<html lang="{self.DUMMY}" dir="ltr">', page)
+        self.assertIn("⟦How to stay safe⟧", page)
+        self.assertIn(f'hreflang="{self.DUMMY}" aria-current="true">Esperanto</a>', page)
+
+        # When the pages change: a new message reaches the file untranslated, and the checks say so.
+        source = os.path.join(copy, "deaddrop", "web", "source", "messages.py")
+        with open(source, "a", encoding="utf-8") as f:
+            f.write('\nADDED = N_("A message added after the translation.")\n')
+        self._follow(copy, commands[5])
+        done = subprocess.run([sys.executable, "-m", "deaddrop.web.source.catalogs", "check", self.DUMMY], cwd=copy,
+                              capture_output=True, text=True)
+        self.assertEqual(done.returncode, 1)
+        self.assertIn("not translated: 'A message added after the translation.'", done.stdout)
+
+    def _ship(self, copy: str, entry: str) -> None:
+        path = os.path.join(copy, "deaddrop", "languages.py")
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        line = entry.replace(f'"{self.EXAMPLE}"', f'"{self.DUMMY}"').replace("አማርኛ", "Esperanto")
+        last = text.index("\n}\n", text.index("LANGUAGES"))  # after the last language listed
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text[:last] + "\n" + line + text[last:])
+
+    def _readme(self, copy: str) -> str:
+        with open(os.path.join(copy, "README.md"), encoding="utf-8") as f:
+            return f.read()
+
+    def _index_page(self, copy: str) -> str:
+        render = ("from deaddrop.web._common.pages import render_sync; from deaddrop.web.source import i18n, pages; "
+                  f"print(render_sync(pages.index(pages.PageContext(lang=i18n.language({self.DUMMY!r}), "
+                  "site_name='X'))).decode())")
+        done = subprocess.run([sys.executable, "-c", render], cwd=copy, capture_output=True, text=True, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        return done.stdout
+
+
+class ScriptsTests(unittest.TestCase):
+    """Issue 31 item 2: nothing in the pages' CSS or markup stands in the way of a script."""
+
+    STYLESHEET = os.path.join(ROOT, "deaddrop", "web", "static", "style.css")
+
+    def test_the_stylesheet_uses_logical_properties_and_nothing_that_breaks_a_script(self):
+        with open(self.STYLESHEET, encoding="utf-8") as f:
+            css = re.sub(r"/\*.*?\*/", "", f.read(), flags=re.S)
+        physical = re.findall(r"(?:margin|padding|border)-(?:left|right)\b|(?<![\w-])(?:left|right)\s*:"
+                              r"|text-align\s*:\s*(?:left|right)|float\s*:\s*(?:left|right)", css)
+        self.assertEqual(physical, [], "use logical properties (margin-inline-start, text-align: start...)")
+        # letter-spacing breaks Arabic joining; text-transform and word-break: break-all change
+        # or cut words in scripts they were not made for; a web font would load from the page.
+        for breaking in ("letter-spacing", "text-transform", "break-all", "@font-face", "url("):
+            self.assertNotIn(breaking, css)
+
+    def test_the_document_and_everything_a_source_types_carry_a_direction(self):
+        from deaddrop.web._common.pages import render_sync
+        from deaddrop.web.source import pages
+
+        for code in ("ar", "fa", "en"):
+            ctx = pages.PageContext(lang=i18n.language(code), site_name="X", csrf_token="t")
+            name, direction = i18n.LANGUAGES[code]
+            for page in (pages.lookup(ctx, [], message="typed"), pages.login(ctx, carried="typed", codename="a b"),
+                         pages.error(ctx, "t", "m", kept="typed")):
+                html = render_sync(page).decode()
+                self.assertIn(f'<html lang="{code}" dir="{direction}">', html)
+                for textarea in re.findall(r"<textarea[^>]*>", html):
+                    # The codename is English words, left to right; a message is whatever was typed.
+                    wanted = 'dir="ltr"' if 'id="codename"' in textarea else 'dir="auto"'
+                    self.assertIn(wanted, textarea)

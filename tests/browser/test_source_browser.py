@@ -500,20 +500,19 @@ class SourceLanguagesBrowserTests(unittest.TestCase):
         return results
 
     @inlineCallbacks
-    def test_every_source_page_passes_axe_in_english_spanish_and_arabic(self):
+    def test_a_real_visit_passes_axe_and_loads_nothing_from_elsewhere(self):
+        """One visit through the pages, driven as a source does (the codename panel opened by a
+        click), in English; every state in more languages is audited by
+        tests/browser/test_every_language_browser.py."""
         # axe-core needs timers and promises, which a JavaScript-off page does not run. The
         # pages carry no script at all (test_source_pages checks it), so they are the same
         # documents with JavaScript on; axe is injected by WebDriver, not by the page (CSP).
         driver = yield self._driver(javascript=True)
-        found = {}
-        for code in ("en", "es", "ar"):
-            results = yield deferToThread(self._audit_every_page, driver, code)
-            found.update({f"{code}/{page}": v for page, v in results.items()})
-            yield deferToThread(driver.delete_all_cookies)
-        _log.info("axe-core WCAG 2.1 AA: {n} source pages audited (en, es, ar), violations: {v}",
+        found = yield deferToThread(self._audit_every_page, driver, "en")
+        _log.info("axe-core WCAG 2.1 AA: {n} source pages audited in a visit, violations: {v}",
                   n=len(found), v={k: v for k, v in found.items() if v} or "none")
         self.assertEqual({k: v for k, v in found.items() if v}, {})
-        self.assertGreaterEqual(len(found), 36)
+        self.assertGreaterEqual(len(found), 12)
 
     @inlineCallbacks
     def test_axe_does_find_violations(self):

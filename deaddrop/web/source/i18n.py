@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable
 
-from deaddrop.languages import DEFAULT, LANGUAGES
+from deaddrop.languages import DEFAULT, INCOMPLETE, LANGUAGES
 
 LOCALE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "locales")
 DOMAIN = "messages"
@@ -24,6 +24,10 @@ TRANSLATED = tuple(code for code in LANGUAGES if code != DEFAULT)
 # Accept-Language is attacker-controlled: read a bounded prefix and a bounded number of entries.
 _MAX_HEADER_CHARS = 512
 _MAX_ENTRIES = 20
+# Language subtags browsers still send for languages whose code changed (ISO 639 withdrew them).
+_OLD_SUBTAGS = {"iw": "he", "in": "id", "ji": "yi"}
+# Chinese is written in two scripts: a tag that names neither says it through its region.
+_TRADITIONAL_REGIONS = frozenset({"tw", "hk", "mo"})
 
 
 def N_(message: str) -> str:
@@ -52,12 +56,23 @@ class Counted:
         sentences = []
         for part in self.parts:
             if isinstance(part, str):
-                sentences.append(lang.gettext(part).format(**shown))
+                sentences.append(fill(lang.gettext(part), part, shown))
                 continue
             (singular, plural), key = part
             count = values[key]
-            sentences.append(lang.ngettext(singular, plural, count).format(**shown, n=number(count)))
+            english = singular if count == 1 else plural
+            sentences.append(fill(lang.ngettext(singular, plural, count), english, {**shown, "n": number(count)}))
         return " ".join(sentences)
+
+
+def fill(translated: str, english: str, values: dict[str, Any]) -> str:
+    """``translated`` with its placeholders filled in; the English message if it cannot be (a
+    catalog whose placeholders differ from the code's: ``scripts/i18n compile`` refuses one, and
+    tests/test_i18n.py fails, but a page must never fail for it)."""
+    try:
+        return translated.format(**values)
+    except (KeyError, IndexError, ValueError, AttributeError):
+        return english.format(**values)
 
 
 def _is_count(value: Any) -> bool:
@@ -70,6 +85,16 @@ class Language:
     name: str
     direction: str
     translations: Any  # gettext.NullTranslations
+
+    @property
+    def tag(self) -> str:
+        """The code as HTML's ``lang`` wants it (BCP 47: ``zh-Hans``, not gettext's ``zh_Hans``)."""
+        return bcp47(self.code)
+
+    @property
+    def complete(self) -> bool:
+        """Every message translated (else the menu says so: ``languages.INCOMPLETE``)."""
+        return self.code not in INCOMPLETE
 
     def gettext(self, message: str) -> str:
         return self.translations.gettext(message)
@@ -92,10 +117,30 @@ def language(code: str) -> Language:
     return Language(code, name, direction, translations)
 
 
+def bcp47(code: str) -> str:
+    """A gettext code as a BCP 47 language tag (``zh_Hans`` -> ``zh-Hans``)."""
+    return code.replace("_", "-")
+
+
+def code_for_tag(tag: str) -> str | None:
+    """The code of ``LANGUAGES`` a browser's language tag asks for, or None.
+
+    ``pt-BR`` is ``pt``; ``iw`` (an old code) is ``he``. Chinese goes by its script: ``zh-Hant``,
+    ``zh-TW``, ``zh-HK`` and ``zh-MO`` are Traditional, any other ``zh`` Simplified.
+    """
+    subtags = tag.strip().lower().replace("_", "-").split("-")
+    primary = _OLD_SUBTAGS.get(subtags[0], subtags[0])
+    if primary == "zh":
+        rest = set(subtags[1:])
+        traditional = "hant" in rest or ("hans" not in rest and bool(rest & _TRADITIONAL_REGIONS))
+        primary = "zh_Hant" if traditional else "zh_Hans"
+    return primary if primary in LANGUAGES else None
+
+
 def from_accept_language(header: str | None) -> str | None:
     """The best of ``LANGUAGES`` for an ``Accept-Language`` value, or None.
 
-    ``pt-BR`` matches ``pt``; entries keep their order among equal quality values.
+    Each entry is read by ``code_for_tag``; entries keep their order among equal quality values.
     """
     if not header:
         return None
@@ -109,9 +154,9 @@ def from_accept_language(header: str | None) -> str | None:
                 quality = float(params[2:])
             except ValueError:
                 continue
-        primary = tag.strip().lower().split("-")[0]
-        if quality > 0 and primary in LANGUAGES:
-            ranked.append((-quality, index, primary))
+        code = code_for_tag(tag)
+        if quality > 0 and code is not None:
+            ranked.append((-quality, index, code))
     return min(ranked)[2] if ranked else None
 
 

@@ -7,7 +7,7 @@ numbers where there is one, that nothing was stored, and where the typed message
 from __future__ import annotations
 
 from deaddrop.web.source import numerals
-from deaddrop.web.source.i18n import N_, Counted, Language, Np_
+from deaddrop.web.source.i18n import N_, Counted, Language, Np_, fill
 
 # -- titles ------------------------------------------------------------------------------------
 T_TRY_AGAIN = N_("Please try again")
@@ -103,12 +103,12 @@ def received(lang: Language, message: bool, documents: int) -> str:
     if not documents:
         return lang.gettext("Thank you. We received your message.")
     if message:
-        text = lang.ngettext("Thank you. We received your message and {n} document.",
-                             "Thank you. We received your message and {n} documents.", documents)
+        forms = Np_("Thank you. We received your message and {n} document.",
+                    "Thank you. We received your message and {n} documents.")
     else:
-        text = lang.ngettext("Thank you. We received {n} document.", "Thank you. We received {n} documents.",
-                             documents)
-    return text.format(n=numerals.number(documents, lang.code))
+        forms = Np_("Thank you. We received {n} document.", "Thank you. We received {n} documents.")
+    english = forms[0] if documents == 1 else forms[1]
+    return fill(lang.ngettext(*forms, documents), english, {"n": numerals.number(documents, lang.code)})
 
 FILES_NOT_CARRIED = N_("Your message was kept. Files cannot be carried over to another language: please choose "
                        "them again.")

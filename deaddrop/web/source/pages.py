@@ -15,7 +15,8 @@ from twisted.web.template import Tag, tags
 
 from deaddrop.web._common.pages import head
 from deaddrop.web.source import numerals
-from deaddrop.web.source.i18n import LANGUAGES, N_, Counted, Language, Np_
+from deaddrop.web.source import i18n
+from deaddrop.web.source.i18n import LANGUAGES, N_, Counted, Language, Np_, fill
 
 HONEYPOT_FIELD = "website"
 # Each submission form's own one-time token (see web/source/_submission_forms.py).
@@ -39,6 +40,9 @@ REPLIES_GONE = N_("You have deleted the replies you received. If our journalists
                   "will appear here.")
 FILES_STAY_BEHIND = N_("Files cannot be carried over to another language: if you change the language, choose them "
                        "again afterwards.")
+# TRANSLATORS: a language's entry in the menu while some of its messages are still in English;
+# {language} is the language's name, and this is said in that language, for its readers.
+INCOMPLETE_ENTRY = N_("{language} (incomplete)")
 
 
 @dataclass
@@ -75,8 +79,8 @@ class PageContext:
         text = self.lang.gettext(message)
         if not values:
             return text
-        return text.format(**{k: self.number(v) if isinstance(v, int) and not isinstance(v, bool) else v
-                              for k, v in values.items()})
+        return fill(text, message, {k: self.number(v) if isinstance(v, int) and not isinstance(v, bool) else v
+                                    for k, v in values.items()})
 
     def number(self, n: float) -> str:
         """``n`` in the language's digits and separators (Persian digits in Farsi: ``numerals``)."""
@@ -120,6 +124,14 @@ def _error(message: str | None) -> Tag | str:
 
 # -- the frame -------------------------------------------------------------------------------
 
+def menu_name(code: str) -> str:
+    """A language's entry in the menu: its own name, in its own language, and whether it is
+    incomplete, said in that language too (a reader of that language is choosing it)."""
+    name = LANGUAGES[code][0]
+    lang = i18n.language(code)
+    return name if lang.complete else fill(lang.gettext(INCOMPLETE_ENTRY), INCOMPLETE_ENTRY, {"language": name})
+
+
 def _language_menu(ctx: PageContext, carry: tuple[str, str] | None = None) -> Tag:
     if carry is not None:
         return _language_buttons(ctx, *carry)
@@ -128,8 +140,9 @@ def _language_menu(ctx: PageContext, carry: tuple[str, str] | None = None) -> Ta
     # in the other language (it is encrypted, bound to this browser's cookie, and expires).
     keep = f"&keep={quote(ctx.csrf_token, safe='')}" if back == "/generate" and ctx.csrf_token else ""
     items = []
-    for code, (name, _direction) in LANGUAGES.items():
-        link = tags.a(name, href=f"/language/{code}?next={back}{keep}", lang=code, hreflang=code)
+    for code in LANGUAGES:
+        tag = i18n.bcp47(code)
+        link = tags.a(menu_name(code), href=f"/language/{code}?next={back}{keep}", lang=tag, hreflang=tag)
         if code == ctx.lang.code:
             link(**{"aria-current": "true"})
         items.append(tags.li(link))
@@ -144,10 +157,10 @@ def _language_buttons(ctx: PageContext, form_id: str, back: str) -> Tag:
     The buttons come before the form in the page, so a text input in it would make the first
     of them the form's default button: these forms have none (a textarea takes Enter itself)."""
     items = []
-    for code, (name, _direction) in LANGUAGES.items():
-        button = tags.button(name, type="submit", form=form_id, formaction=f"/language/{code}?next={back}",
+    for code in LANGUAGES:
+        button = tags.button(menu_name(code), type="submit", form=form_id, formaction=f"/language/{code}?next={back}",
                              formmethod="post", formenctype="application/x-www-form-urlencoded",
-                             formnovalidate="", lang=code, class_="link")
+                             formnovalidate="", lang=i18n.bcp47(code), class_="link")
         if code == ctx.lang.code:
             button(**{"aria-current": "true"})
         items.append(tags.li(button))
@@ -175,12 +188,12 @@ def _frame(ctx: PageContext, title: str, body: list[Any], body_class: str = "",
     nav = [tags.a(ctx._("How to stay safe"), href="/safety")]
     if ctx.logged_in:
         nav.append(tags.a(ctx._("Log out"), href="/logout", class_="button secondary"))
-    brand = [tags.a(href="/")(
+    brand = [tags.a(href="/", dir="auto")(
         tags.img(src=ctx.custom.logo_url, alt="", class_="logo") if ctx.custom.logo_url else "",
         ctx.site_name,
     )]
     flashes = [tags.p(message, class_=f"flash flash-{category}", role="status") for category, message in ctx.flashes]
-    return tags.html(lang=ctx.lang.code, dir=ctx.lang.direction)(
+    return tags.html(lang=ctx.lang.tag, dir=ctx.lang.direction)(
         head(f"{title} · {ctx.site_name}"),
         tags.body(class_=("source " + body_class).strip())(
             tags.header(class_="top")(
@@ -370,7 +383,7 @@ def login(ctx: PageContext, error: str | None = None, notice: str | None = None,
     if carried:
         form(
             tags.label(_("Your message, kept for you"), for_="msg"),
-            tags.textarea(carried, name="msg", id="msg", maxlength=str(MAX_MESSAGE_CHARS)),
+            tags.textarea(carried, name="msg", id="msg", maxlength=str(MAX_MESSAGE_CHARS), dir="auto"),
             tags.p(_("It will be sent as soon as you log in. Files cannot be kept: choose them again after "
                      "logging in."), class_="hint"),
         )
@@ -392,8 +405,8 @@ def lookup(ctx: PageContext, replies: list[ShownReply] | None, *, message: str =
     new = sum(1 for r in replies or () if r.new)
     body: list[Any] = [tags.h1(_("Send more and read replies"))]
     if new:
-        body.append(tags.p(tags.a(ctx.lang.ngettext("{n} new reply", "{n} new replies", new).format(n=ctx.number(new)),
-                                  href="#replies"), class_="flash flash-ok", id="new-replies"))
+        body.append(tags.p(tags.a(ctx._(_NEW_REPLIES, count=new), href="#replies"), class_="flash flash-ok",
+                           id="new-replies"))
     if codename:
         body.append(tags.details(class_="card reveal")(
             tags.summary(_("Show my codename")),
@@ -432,6 +445,9 @@ def lookup(ctx: PageContext, replies: list[ShownReply] | None, *, message: str =
             _csrf(ctx), tags.button(_("Delete all replies"), type="submit", class_="danger"),
         ))
     return _frame(ctx, _("Send more and read replies"), body, carry=SUBMISSION_FORM)
+
+
+_NEW_REPLIES = Counted((Np_("{n} new reply", "{n} new replies"), "count"))
 
 
 def _iso_day(timestamp: float) -> str:
@@ -478,7 +494,7 @@ def _submission_form(ctx: PageContext, message: str, error: str | None, form_tok
         tags.label(_("Message"), for_="msg"),
         # autocomplete off: a browser does not put a sent message back in the box on Back.
         tags.textarea(message, name="msg", id="msg", maxlength=str(MAX_MESSAGE_CHARS), autocomplete="off",
-                      **{"aria-describedby": "limits"}),
+                      dir="auto", **{"aria-describedby": "limits"}),
     )
     if ctx.allow_uploads:
         form(

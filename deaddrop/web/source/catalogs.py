@@ -1,0 +1,233 @@
+"""The translation catalogs as files: where they are, how much is translated, what is wrong.
+
+``scripts/i18n`` (check, init, compile) and tests/test_i18n.py read the ``.po`` files through
+this module; pages only ever read the compiled ``.mo`` files (``i18n``). A catalog is one
+``locales/<code>/LC_MESSAGES/messages.po`` (gettext's standard layout); the template every
+catalog is merged from is ``locales/messages.pot``.
+
+    python -m deaddrop.web.source.catalogs check [CODE...]   # what to fix, in plain words
+    python -m deaddrop.web.source.catalogs init CODE         # a new language's catalog
+"""
+from __future__ import annotations
+
+import datetime
+import gettext
+import os
+import re
+import string
+import sys
+from dataclasses import dataclass
+from typing import Iterable
+
+from babel import Locale, UnknownLocaleError
+from babel.messages.catalog import Catalog, Message
+from babel.messages.plurals import get_plural
+from babel.messages.pofile import read_po, write_po
+
+from deaddrop.languages import INCOMPLETE, LANGUAGES
+
+LOCALE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "locales")
+TEMPLATE = "messages.pot"
+# The line of the .po file's opening comment that a native speaker sets after reading the whole
+# catalog: the day, and a name or handle if they like ("2027-01-15, Amina"); "no" until then.
+# (A comment, not a header field: gettext's tools drop header fields they do not know.)
+REVIEW_LINE = "Native-speaker review:"
+NOT_REVIEWED = "no"
+_REVIEW = re.compile(r"^#\s*" + re.escape(REVIEW_LINE) + r"[ \t]*(.*)$", re.MULTILINE)
+
+# What a translation must keep exactly as the English has it: addresses, the names of things a
+# source types or looks for, and the file type they are told to make.
+_KEPT_TOKENS = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+|\b[\w-]+\.(?:org|com|net|onion)\b|\bzip\b|\btor2web\b"
+                          r"|\bDeadDrop\b|\bTor\b")
+_MARKUP = re.compile(r"<[^<>]*>|&#?\w+;")
+# Plural forms are tried for the counts 0 to this, to learn which forms stand for one count only.
+_COUNTS_TRIED = 1000
+
+
+def po_path(code: str, locale_dir: str = LOCALE_DIR) -> str:
+    return os.path.join(locale_dir, code, "LC_MESSAGES", "messages.po")
+
+
+def read(path: str, code: str | None = None) -> Catalog:
+    with open(path, "rb") as f:
+        return read_po(f, locale=code)
+
+
+def template(locale_dir: str = LOCALE_DIR) -> Catalog:
+    return read(os.path.join(locale_dir, TEMPLATE))
+
+
+def catalog_codes(locale_dir: str = LOCALE_DIR) -> list[str]:
+    """Every language with a catalog, shipped or not, in the menu's order, then by code."""
+    found = {name for name in os.listdir(locale_dir) if os.path.isfile(po_path(name, locale_dir))}
+    return [c for c in LANGUAGES if c in found] + sorted(found - set(LANGUAGES))
+
+
+def must_be_complete(code: str) -> bool:
+    """A shipped language not marked incomplete: every message must be translated."""
+    return code in LANGUAGES and code not in INCOMPLETE
+
+
+def _key(message: Message) -> str:
+    return message.id[0] if isinstance(message.id, tuple) else message.id
+
+
+def _forms(message: Message) -> tuple[str, ...]:
+    return message.string if isinstance(message.string, tuple) else (message.string,)
+
+
+def _translated(message: Message | None) -> bool:
+    return message is not None and not message.fuzzy and all(_forms(message))
+
+
+@dataclass(frozen=True)
+class Progress:
+    translated: int
+    total: int
+
+    @property
+    def complete(self) -> bool:
+        return self.translated == self.total
+
+    @property
+    def percent(self) -> int:
+        """Rounded down: 99.7% is not 100%."""
+        return 100 * self.translated // self.total if self.total else 100
+
+
+def progress(catalog: Catalog, messages: Catalog) -> Progress:
+    """How many of the template's ``messages`` ``catalog`` translates (fuzzy ones do not count:
+    gettext leaves them out of the compiled file)."""
+    keys = [_key(m) for m in messages if m.id]
+    return Progress(sum(1 for k in keys if _translated(catalog.get(k))), len(keys))
+
+
+def review(catalog: Catalog) -> str:
+    """What the catalog's review line says: a day (and maybe a name), or ``NOT_REVIEWED``."""
+    found = _REVIEW.search(catalog.header_comment or "")
+    return (found.group(1).strip() if found else "") or NOT_REVIEWED
+
+
+def _fields(text: str) -> list[str] | None:
+    """The ``{placeholders}`` of ``text`` as written (name, conversion and format), sorted; None
+    if ``text`` is not a valid format string (a lone brace)."""
+    try:
+        parsed = list(string.Formatter().parse(text))
+    except ValueError:
+        return None
+    return sorted("{" + name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") + "}"
+                  for _literal, name, spec, conv in parsed if name is not None)
+
+
+def _single_count_forms(catalog: Catalog) -> set[int]:
+    """The plural forms that stand for one count only (Arabic's "one" and "two", Hebrew's "two"):
+    they may say their number in words instead of ``{n}``. Hindi's "one" stands for 0 and 1, so
+    it must keep ``{n}``."""
+    choose = gettext.c2py(catalog.plural_expr)
+    counts: dict[int, set[int]] = {}
+    for n in range(_COUNTS_TRIED + 1):
+        counts.setdefault(choose(n), set()).add(n)
+    return {form for form, ns in counts.items() if len(ns) == 1}
+
+
+def problems(catalog: Catalog, messages: Catalog, complete: bool) -> list[str]:
+    """What is wrong with ``catalog`` against the template's ``messages``, one line each, in
+    words a translator can act on. ``complete``: untranslated messages are problems too."""
+    found = []
+    expected = get_plural(str(catalog.locale))
+    if (catalog.num_plurals, catalog.plural_expr) != (expected.num_plurals, expected.plural_expr):
+        found.append(f"the header's Plural-Forms is not Babel's for this language: {expected.plural_forms}")
+    single = _single_count_forms(catalog)
+    for wanted in messages:
+        if not wanted.id:
+            continue
+        key = _key(wanted)
+        message = catalog.get(key)
+        if message is None:
+            found.append(f"missing (run scripts/i18n extract): {key!r}")
+            continue
+        if message.fuzzy:
+            found.append(f"marked fuzzy (check it, then delete the '#, fuzzy' line): {key!r}")
+        forms = _forms(message)
+        if isinstance(wanted.id, tuple) and len(forms) != catalog.num_plurals:
+            found.append(f"{len(forms)} plural forms instead of {catalog.num_plurals}: {key!r}")
+        if complete and not all(forms):
+            found.append(f"not translated: {key!r}")
+        english = wanted.id[-1] if isinstance(wanted.id, tuple) else wanted.id
+        for index, form in enumerate(forms):
+            if form:
+                found += [f"{p}: {key!r} -> {form!r}" for p in form_problems(english, form, index in single)]
+    return found
+
+
+def form_problems(english: str, translated: str, count_in_words: bool = False) -> list[str]:
+    """What a translation changed that it must keep: placeholders, markup, addresses and names.
+    ``count_in_words``: a plural form for one count only, which may leave ``{n}`` out."""
+    out = []
+    fields, wanted = _fields(translated), _fields(english)
+    if fields is None:
+        out.append("a brace { or } that is not a placeholder (write placeholders exactly as in English)")
+    elif fields != wanted and not (count_in_words and [f for f in wanted if f != "{n}"] == fields):
+        out.append(f"placeholders {fields} instead of {wanted}")
+    if sorted(_MARKUP.findall(translated)) != sorted(_MARKUP.findall(english)):
+        out.append("markup differs from the English")
+    missing = [t for t in _KEPT_TOKENS.findall(english) if t not in _KEPT_TOKENS.findall(translated)]
+    if missing:
+        out.append(f"must keep {missing} as written in English")
+    return out
+
+
+def init(code: str, locale_dir: str = LOCALE_DIR) -> str:
+    """Start the catalog of a new language from the template. -> its path."""
+    try:
+        locale = Locale.parse(code)
+    except (ValueError, UnknownLocaleError) as e:
+        raise SystemExit(f"{code!r} is not a language code Babel knows ({e}); see docs/translating.md") from e
+    path = po_path(code, locale_dir)
+    if os.path.exists(path):
+        raise SystemExit(f"{path} already exists")
+    name = locale.get_display_name("en")
+    catalog = Catalog(locale=locale, project="DeadDrop", version="", msgid_bugs_address="",
+                      creation_date=datetime.datetime.now(datetime.timezone.utc), fuzzy=False,
+                      header_comment=f"# {name} ({code}) translation of DeadDrop's source interface.\n"
+                                     "# This file is distributed under the same license as the DeadDrop project.\n"
+                                     f"# {REVIEW_LINE} {NOT_REVIEWED}")
+    catalog.update(template(locale_dir), no_fuzzy_matching=True)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        write_po(f, catalog, omit_header=False, no_location=True, ignore_obsolete=True)
+    return path
+
+
+def check(codes: Iterable[str], locale_dir: str = LOCALE_DIR, errors_only: bool = False) -> int:
+    """Print each catalog's problems. -> how many there were. ``errors_only``: leave out
+    untranslated messages (they are shown in English, so a catalog with some still compiles)."""
+    messages = template(locale_dir)
+    total = 0
+    for code in codes:
+        catalog = read(po_path(code, locale_dir), code)
+        found = problems(catalog, messages, complete=must_be_complete(code) and not errors_only)
+        done = progress(catalog, messages)
+        print(f"{code}: {done.translated} of {done.total} messages translated ({done.percent}%), "
+              f"{len(found) or 'no'} problem{'' if len(found) == 1 else 's'}")
+        for line in found:
+            print(f"  {line}")
+        total += len(found)
+    return total
+
+
+def main(argv: list[str]) -> int:
+    command, args = (argv[0], argv[1:]) if argv else ("", [])
+    if command == "init" and len(args) == 1:
+        print(f"wrote {init(args[0])}")
+        return 0
+    if command == "check":
+        errors_only = "--errors-only" in args
+        codes = [a for a in args if a != "--errors-only"] or catalog_codes()
+        return 1 if check(codes, errors_only=errors_only) else 0
+    print(__doc__.split("\n\n")[-1], file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
