@@ -22,6 +22,7 @@ from twisted.python.failure import Failure
 
 from deaddrop import codenames
 from deaddrop.crypto.admission import Admission, AdmissionQueue, Pace, Ticket
+from deaddrop.crypto.answer_grid import AnswerGrid
 from deaddrop.crypto.gpg import Keyring
 from deaddrop.crypto.kdf import CodenameKdf, Derived, unwrap_passphrase, wrap_passphrase
 from deaddrop.crypto.pool import WorkerPool
@@ -87,6 +88,9 @@ MAX_WAIT = 4.0
 PATIENCE = 20.0
 # Until the first Argon2id run was timed: about a run at the default cost.
 FIRST_PACE_GUESS = 0.25
+# Argon2id runs timed one after another at start-up; their median is the run time that sets
+# when login and create answers leave (``AnswerGrid``).
+CALIBRATION_RUNS = 3
 # A returning source logs in a few times a visit. Its logins beyond this many in
 # RETURNING_WINDOW seconds (counted per login tag, successful logins only: a wrong codename
 # whose tag collides cannot use up a source's) wait behind new codenames: codenames of one's own,
@@ -117,6 +121,8 @@ class SourceQueues:
     decrypt: AdmissionQueue  # key: source id; a logged-in source's replies
     messages: AdmissionQueue  # key: source id; text-only parts, on their own pool
     uploads: UploadSlots  # key: source id (and its circuit); a slot is held for an upload's whole life
+    # When /login and /create answers leave: on a grid from each request's arrival.
+    answers: AnswerGrid
 
     @classmethod
     def build(cls, crypto_pool: Any, crypto_slots: int, message_pool: Any, message_slots: int,
@@ -130,6 +136,8 @@ class SourceQueues:
         patient = int(PATIENCE / FIRST_PACE_GUESS) * crypto_slots
         argon2id = Pace(FIRST_PACE_GUESS)  # logins and creations run the same Argon2id: one pace
         messages = Admission(message_pool, message_slots)
+        # Runs at once: one per slot, but no more than the cores (more slots share them).
+        parallel = min(crypto_slots, os.cpu_count() or 1)
         return cls(
             # Served in this order when a crypto slot frees: what a logged-in source is waiting
             # for first; then fresh Argon2id, a returning source's login before a new codename
@@ -152,6 +160,7 @@ class SourceQueues:
             # room for a newcomer when all are taken (see upload_slots).
             uploads=UploadSlots(Admission(stream_pool, upload_slots), per_key=uploads_per_identity,
                                 per_circuit=max(uploads_per_identity, upload_slots // 16)),
+            answers=AnswerGrid(FIRST_PACE_GUESS, parallel, timer),
         )
 
 
@@ -203,11 +212,6 @@ class Newsroom(SourceReplies):
     _source_deleted_hooks: list[Callable[[int], None]] = field(default_factory=list)
     _streams: "weakref.WeakSet[StreamEncryption]" = field(default_factory=lambda: weakref.WeakSet())
 
-    def __post_init__(self) -> None:
-        # A codename turned away by its tag waits as long as a check takes now: when no run
-        # was timed for a minute, the first such decoy has one run timed (admission.STALE_AFTER).
-        self.queues.argon2id.calibrate = self._calibration_run
-
     def _calibration_run(self) -> Any:
         """One Argon2id run on a throwaway input, to time it (on a pool thread)."""
         return self.kdf.derive(os.urandom(16).hex())
@@ -218,17 +222,19 @@ class Newsroom(SourceReplies):
         """Make a source for a freshly generated codename. -> (SourceIdentity, passphrase).
 
         Waits in the creation queue, after every login (cancellable while it waits; fails with
-        ``Busy`` when full). A pending source is a row only: its folder and key pair are made at
-        its first submission, and beyond ``max_pending_sources`` the oldest pending one goes.
+        ``Busy`` at once when full). Answered on the grid from its arrival (``queues.answers``),
+        like a login. A pending source is a row only: its folder and key pair are made at its
+        first submission, and beyond ``max_pending_sources`` the oldest pending one goes.
         """
         tag = self.kdf.login_tag(codename)
-        d = self.queues.creates.admit(circuit, lambda ticket: self._create(ticket, codename, tag))
 
         def made(result: Any) -> Any:
             self._evict_pending()
             return result
 
-        return d.addCallback(made)
+        return self.queues.answers.answer(
+            lambda: self.queues.creates.admit(circuit, lambda ticket: self._create(ticket, codename, tag))
+            .addCallback(made))
 
     @inlineCallbacks
     def _create(self, ticket: Ticket, codename: str, tag: int):
@@ -290,9 +296,12 @@ class Newsroom(SourceReplies):
     def login(self, codename: str, circuit: Any = None) -> Deferred:
         """-> (SourceIdentity, passphrase) or None; raises ``LoginThrottled`` or ``Busy``.
 
+        Every answer but ``Busy`` leaves on the grid from its arrival (``queues.answers``): its
+        time tells nothing of other requests' runs, nor whether an Argon2id run was made.
+
         First the codename's login tag (microseconds): if no source has it, and every source has
-        a tag, it belongs to nobody and the answer is None, given on a timer as late as an
-        Argon2id check would give it (``AdmissionQueue.decoy``). Else one Argon2id run, in the
+        a tag, it belongs to nobody and the answer is None, with no run (``AdmissionQueue.decoy``
+        holds its circuit's place as long as a run would). Else one Argon2id run, in the
         login queue of ``circuit``, ahead of every new codename (which is owed one slot in
         ``CREATE_SHARE``), unless that tag logged in more than ``RETURNING_LOGINS`` times lately,
         then after new codenames; a codename whose tag matches
@@ -302,7 +311,8 @@ class Newsroom(SourceReplies):
         is migrated then (a third run, once per source, for its old key passphrase). A source
         without a tag gets one at its login.
         """
-        return self._login_by_tag(codename, self.kdf.login_tag(codename), circuit)
+        tag = self.kdf.login_tag(codename)
+        return self.queues.answers.answer(lambda: self._login_by_tag(codename, tag, circuit))
 
     @inlineCallbacks
     def _login_by_tag(self, codename: str, tag: int, circuit: Any):
@@ -317,7 +327,7 @@ class Newsroom(SourceReplies):
             found = yield queue.admit(circuit, lambda ticket: self._login(ticket, codename, tag))
             return found
         self.login_decoys += 1
-        yield self.queues.argon2id.decoy(circuit)
+        yield self.queues.argon2id.decoy(circuit, self.queues.answers.run_seconds)
         return None
 
     @inlineCallbacks
@@ -345,9 +355,24 @@ class Newsroom(SourceReplies):
             self.ensure_key(identity, passphrase)
         return identity, passphrase
 
-    def calibrate(self) -> Deferred:
-        """Time one Argon2id run at start-up, so that the first decoys take as long as a check."""
-        return self.queues.argon2id.run(None, self._calibration_run)
+    @inlineCallbacks
+    def calibrate(self):
+        """Time ``CALIBRATION_RUNS`` Argon2id runs one after another at start-up (throwaway
+        inputs, through the login queue): their median is the run time that sets when login and
+        create answers leave (``queues.answers``), for the life of the process. -> that time."""
+        took = []
+        for _ in range(CALIBRATION_RUNS):
+            seconds = yield self.queues.argon2id.admit(None, self._timed_calibration_run)
+            took.append(seconds)
+        run_seconds = sorted(took)[len(took) // 2]
+        self.queues.answers.calibrate(run_seconds)
+        return run_seconds
+
+    def _timed_calibration_run(self, ticket: Ticket) -> Deferred:
+        """One calibration run on ``ticket``'s slot. -> the seconds it took."""
+        clock = self.queues.argon2id.admission.clock
+        started = clock()
+        return ticket.run(self._calibration_run).addCallback(lambda _: clock() - started)
 
     @inlineCallbacks
     def _migrate_legacy(self, ticket: Ticket, codename: str, derived: Derived):

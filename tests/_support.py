@@ -132,7 +132,7 @@ class RunningServer:
         # Start-up blocks (gpg import, SQLite): off the reactor thread, as twistd does before run().
         self.service = yield deferToThread(build_service, self.config, reactor)
         self.service.startService()
-        yield self.service.calibrated  # its one Argon2id run, before a test counts runs
+        yield self.service.calibrated  # its timed Argon2id runs, before a test counts runs
         port = yield self.service.source_listener.when_listening()
         self.source_url = f"http://127.0.0.1:{port.getHost().port}"
         return self

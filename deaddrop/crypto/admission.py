@@ -30,15 +30,13 @@ one at once, waits in a bounded queue, or is refused at once with ``Busy``:
 * a ``fifo`` queue serves its keys in arrival order (new sources among themselves) rather than
   round-robin by standing;
 * a waiting request whose client went away is cancelled and leaves the queue;
-* ``decoy`` answers as late as a real request admitted now would be answered, holding no slot
-  and using no CPU: what a codename that cannot match any source gets, so its answer looks like
-  that of one that was checked. It takes its place in the queue's order like a real request
-  (so it waits exactly as long for its turn), and at its turn, instead of a slot, waits on a
-  timer as long as a run has taken lately (``Pace``: the last runs of the last minute). When no
-  run has been timed for ``stale_after`` seconds, a decoy first has one calibration run made
-  with ``calibrate`` (at most one at a time, so at most one per ``stale_after`` while decoys are
-  asked and nothing else runs), and a decoy whose turn comes during it is answered when it ends:
-  the time of a check follows the machine as it is now, not as it was in the last busy spell.
+* ``decoy`` stands in for a real request, holding no slot and using no CPU: what a codename
+  that cannot match any source gets. It is refused where a real request would be, takes its
+  place in the queue's order like one (so it waits exactly as long for its turn), and at its
+  turn, instead of a slot, holds its key's place for the given run time (a fixed figure timed
+  at start-up, never one taken from other requests' runs), then fires. When its answer leaves
+  is the caller's to say (``answer_grid``: on a grid from the request's arrival, alike for
+  both).
 
 Keys are only held in memory as dictionary keys; nothing here logs them.
 """
@@ -46,9 +44,8 @@ from __future__ import annotations
 
 import collections
 import itertools
-import random
 import time
-from typing import Any, Callable, Hashable, Optional, Sequence, TypeVar
+from typing import Any, Callable, Hashable, Optional, TypeVar
 
 from twisted.internet.defer import CancelledError, Deferred, fail, maybeDeferred, succeed
 from twisted.python.failure import Failure
@@ -58,12 +55,9 @@ T = TypeVar("T")
 RETRY_AFTER_SECONDS = 60
 # The pace is the mean of at most this many of the latest runs, none more than PACE_WINDOW
 # seconds older than the latest: a busy spell's slow runs are forgotten once runs are quick again.
+# (It sizes the queues, never an answer's time.)
 PACE_RUNS = 8
 PACE_WINDOW = 60.0
-# A decoy asked when no run was timed for this long has a calibration run made first (a run
-# of Argon2id, about 0.25 s of one core, at most once per this long while decoys come and
-# nothing else runs: at most 0.4% of a core).
-STALE_AFTER = 60.0
 STANDING_FADES_AFTER = 2.0  # seconds of waiting that make up for one point of standing
 BUSY_TITLE = "The drop box is busy"
 BUSY_MESSAGE = "The drop box is busy. Nothing was lost; please try again in a minute."
@@ -116,31 +110,19 @@ class _Waiter:
 
 class Pace:
     """How long a granted slot has been held lately: the mean of the last ``PACE_RUNS`` runs,
-    leaving out those more than ``PACE_WINDOW`` seconds older than the latest. Several queues
-    doing the same work (Argon2id for logins and for creations) may share one."""
+    leaving out those more than ``PACE_WINDOW`` seconds older than the latest. It says how much
+    work a queue may hold (``max_wait``); no answer waits for it. Several queues doing the same
+    work (Argon2id for logins and for creations) may share one."""
 
-    def __init__(self, guess: float | None = None,
-                 choose: Callable[[Sequence[float]], float] = random.SystemRandom().choice) -> None:
+    def __init__(self, guess: float | None = None) -> None:
         self.mean = guess  # the guess stands until the first run is timed
-        self.timed_at: float | None = None  # when the latest run ended (None: none yet)
         self._runs: collections.deque[tuple[float, float]] = collections.deque(maxlen=PACE_RUNS)
-        self._choose = choose
-
-    def sample(self) -> float:
-        """How long a run took, drawn from the recent runs: what a decoy waits. Run times are
-        skewed (a few slow runs pull the mean up), so a decoy waiting the mean never came back
-        as fast as a quick real check, and the fastest of a few tries told a tag hit from a
-        miss (security review: 0.331 s against 0.433 s)."""
-        if not self._runs:
-            return self.mean or 0.0
-        return self._choose([held for _, held in self._runs])
 
     def record(self, held_for: float, at: float = 0.0) -> None:
         self._runs.append((at, held_for))
         while self._runs[0][0] < at - PACE_WINDOW:
             self._runs.popleft()
         self.mean = sum(held for _, held in self._runs) / len(self._runs)
-        self.timed_at = at
 
 
 class Admission:
@@ -160,11 +142,7 @@ class Admission:
 
     @property
     def timer(self) -> Any:
-        if self._timer is None:
-            from twisted.internet import reactor
-
-            return reactor
-        return self._timer
+        return timer_or_reactor(self._timer)
 
     def queue(self, name: str, *, priority: int, per_key: int, max_waiting: int,
               max_wait: float | None = None, fifo: bool = False, pace: Pace | None = None,
@@ -234,11 +212,6 @@ class AdmissionQueue:
         # Waiting this long makes up for one point of standing: a source that mistyped once
         # is served after clean newcomers for a moment, never starved by a stream of them.
         self.standing_fades_after = STANDING_FADES_AFTER
-        # The blocking work a calibration run does (a real check's, on a throwaway input);
-        # None: decoys never ask for one.
-        self.calibrate: Optional[Callable[[], Any]] = None
-        self.stale_after = STALE_AFTER
-        self._calibrating: Optional[Deferred] = None
 
     # -- public
 
@@ -246,21 +219,13 @@ class AdmissionQueue:
         """Requests of ``key`` waiting or running in this queue."""
         return self._held.get(key, 0)
 
-    def expected_time(self) -> float:
-        """How long a request admitted now would take to be answered: its wait behind every
-        request queued ahead of it (in this queue and those served before it), then its run."""
-        run = self.pace.mean or 0.0
-        if self.admission._has_free_slot():
-            return run
-        return self._work_ahead() / self.admission.slots + run
-
-    def decoy(self, key: Hashable) -> "Deferred[None]":
-        """Answer ``key`` as a real request admitted now would be answered, and when: ``KeyBusy``
-        or ``Busy`` at once where it would be refused, else None once its turn in this queue
-        came and a run's time (``pace``) passed after it. It holds one of the key's places
-        meanwhile (so a key's concurrent requests are refused alike) and a place in the queue's
-        order, but no slot and no room in the queue (it adds no work: those behind it do not
-        wait for it), and uses no CPU."""
+    def decoy(self, key: Hashable, run_seconds: float) -> "Deferred[None]":
+        """Stand in for a real request of ``key``: ``KeyBusy`` or ``Busy`` at once where it would
+        be refused, else None once its turn in this queue came and ``run_seconds`` passed after
+        it (what a run is taken to take: a fixed figure, not the pace of other requests). It
+        holds one of the key's places meanwhile (so a key's concurrent requests are refused
+        alike) and a place in the queue's order, but no slot and no room in the queue (it adds
+        no work: those behind it do not wait for it), and uses no CPU."""
         if self._held[key] >= self.per_key:
             if not self._held[key]:
                 del self._held[key]
@@ -269,7 +234,6 @@ class AdmissionQueue:
             if not self._held[key]:
                 del self._held[key]
             return fail(Busy(self.name))
-        calibrating = self._calibrate_if_stale()
         self._held[key] += 1
         state: dict[str, Any] = {"call": None, "waiter": None, "done": False}
 
@@ -280,12 +244,9 @@ class AdmissionQueue:
                 d.callback(None)
 
         def turn() -> None:
-            # Its turn: a run's time from now, or when the calibration run under way ends.
+            # Its turn: it holds its key's place for as long as its run would.
             state["waiter"] = None
-            if self._calibrating is not None:
-                self._calibrating.addBoth(lambda result: (answer(), None)[1])
-            else:
-                state["call"] = self.admission.timer.callLater(self.pace.sample(), answer)
+            state["call"] = self.admission.timer.callLater(run_seconds, answer)
 
         def cancel(_: Deferred) -> None:
             state["done"] = True
@@ -297,33 +258,14 @@ class AdmissionQueue:
                 state["call"].cancel()
 
         d: Deferred = Deferred(cancel)
-        if calibrating or self.admission._has_free_slot():
-            turn()  # its run is the calibration; or nobody waits anywhere: its turn is now
+        if self.admission._has_free_slot():
+            turn()  # nobody waits anywhere: its turn is now
             return d
         waiter = _Waiter(key, d, self.admission.clock(), next(self._arrivals), decoy=turn)
         state["waiter"] = waiter
         self._waiting.setdefault(key, collections.deque()).append(waiter)
         self._turns.setdefault(key, None)
         return d
-
-    def _calibrate_if_stale(self) -> bool:
-        """No run timed for ``stale_after`` seconds: time one now (one at a time). -> started?"""
-        if self.calibrate is None or self._calibrating is not None:
-            return False
-        timed_at = self.pace.timed_at
-        if timed_at is not None and self.admission.clock() - timed_at < self.stale_after:
-            return False
-        calibrating = self.run(_CALIBRATION, self.calibrate)
-        if calibrating.called:
-            return False  # refused at once (the queue is full of real work: its runs will do)
-        self._calibrating = calibrating
-
-        def done(result: Any) -> None:
-            self._calibrating = None
-            return None  # a failed calibration leaves the pace as it was
-
-        calibrating.addBoth(done)
-        return True
 
     def try_acquire(self, key: Hashable) -> Ticket:
         """A slot now or never: raises ``KeyBusy`` or ``Busy`` instead of waiting."""
@@ -537,8 +479,13 @@ class AdmissionQueue:
         self.admission._dispatch()
 
 
-# The key calibration runs are admitted under (no circuit has it).
-_CALIBRATION = object()
+def timer_or_reactor(timer: Any) -> Any:
+    """``timer`` (an IReactorTime; tests give a Clock), or the global reactor when None."""
+    if timer is None:
+        from twisted.internet import reactor
+
+        return reactor
+    return timer
 
 
 def is_busy(failure_or_error: Any) -> bool:
@@ -547,4 +494,4 @@ def is_busy(failure_or_error: Any) -> bool:
 
 
 __all__ = ["Admission", "AdmissionQueue", "Busy", "KeyBusy", "Pace", "Ticket", "CancelledError", "BUSY_MESSAGE",
-           "BUSY_TITLE", "RETRY_AFTER_SECONDS", "is_busy"]
+           "BUSY_TITLE", "RETRY_AFTER_SECONDS", "is_busy", "timer_or_reactor"]

@@ -63,32 +63,29 @@ class LoginTagTests(unittest.TestCase):
     @inlineCallbacks
     def test_a_codename_whose_tag_no_source_has_costs_no_argon2id_run_and_is_answered_on_a_timer(self):
         yield self.browser().create_source()
-        queue = self.newsroom.queues.argon2id
+        queues = self.newsroom.queues
         clock = Clock()
-        self.patch(queue.admission, "_timer", clock)
-        for _ in range(8):  # Argon2id checks have been taking 0.7 s lately
-            queue.pace.record(0.7, queue.admission.clock())
+        self.patch(queues.argon2id.admission, "_timer", clock)
+        self.patch(queues.answers, "_timer", clock)
         runs = count_argon2id_runs(self)
         answer = self.browser().login(codenames.generate_codename(7))
         yield wait_until(lambda: clock.getDelayedCalls())
-        (call,) = clock.getDelayedCalls()
-        # The answer waits as long as a check admitted now would take: here, a run.
-        self.assertAlmostEqual(call.getTime(), 0.7)
-        self.assertAlmostEqual(queue.expected_time(), 0.7)
-        clock.advance(0.69)
+        (hold,) = clock.getDelayedCalls()
+        # It holds its circuit's place as long as a run timed at start-up, then waits for
+        # its step of the grid: one delay after it came.
+        self.assertAlmostEqual(hold.getTime(), queues.answers.run_seconds)
+        clock.advance(queues.answers.run_seconds)
+        (step,) = clock.getDelayedCalls()
+        self.assertAlmostEqual(step.getTime(), queues.answers.delay)
+        clock.advance(queues.answers.delay - queues.answers.run_seconds - 0.001)
         yield deferLater(reactor, 0.2, lambda: None)
         self.assertFalse(answer.called)
-        clock.advance(0.01)
+        clock.advance(0.001)
         response, html = yield answer
         self.assertEqual(response.code, 403)
         self.assertIn(NOT_RECOGNIZED, html)
         self.assertEqual(runs, [])
         self.assertEqual((self.newsroom.login_decoys, self.newsroom.login_runs), (1, 0))
-        # While the check would wait behind others, so does the answer.
-        queue.pace.mean = 0.5
-        self.patch(queue.admission, "running", queue.admission.slots)  # every slot taken
-        self.patch(queue, "waiting", 3)
-        self.assertEqual(queue.expected_time(), (3 * 0.5) / queue.admission.slots + 0.5)
 
     @inlineCallbacks
     def test_a_tag_match_with_a_wrong_codename_gets_the_same_answer_as_a_tag_miss(self):
