@@ -468,6 +468,10 @@ class CircuitThrottleTests(unittest.TestCase):
         def held_derive(name):
             gate.wait(30)
             derived.append(name)
+            # A run takes a moment, as a real one does: with runs of microseconds, slots freed
+            # faster than a loaded machine starts the threads they were granted to, and the
+            # order runs started in was no longer the order they were granted in.
+            time.sleep(0.05)
             return real(name)
 
         self.patch(newsroom.kdf, "derive", held_derive)
