@@ -41,7 +41,7 @@ from deaddrop import codenames
 from deaddrop.crypto.kdf import KdfCost
 from deaddrop.crypto.pool import WorkerPool, forbid_reactor_thread
 from deaddrop.events import EventGate, SecurityEvents
-from deaddrop.second_factor import hotp
+from deaddrop.second_factor import api_codes, hotp, policy
 from deaddrop.second_factor.codes import accept_hotp
 from deaddrop.store import factor_queries as fq
 from deaddrop.store import journalist_queries as jq
@@ -79,6 +79,16 @@ class LoginFailed(Exception):
         super().__init__(reason)
         self.reason = reason
         self.throttled = throttled
+
+
+class SecurityKeyNeeded(LoginFailed):
+    """The passphrase was right and the account logs in with a security key: the login goes on
+    with a touch of one (``second_factor.key_login``). A caller that cannot ask for one (a
+    re-check with a code) sees it as the ``LoginFailed`` it is."""
+
+    def __init__(self, journalist: "Journalist") -> None:
+        super().__init__("security_key_needed")
+        self.journalist = journalist
 
 
 @dataclass(frozen=True)
@@ -193,6 +203,7 @@ def create_account_blocking(conn: sqlite3.Connection, username: str, is_admin: b
                                    time.time() if now is None else now)
         if hotp_secret is not None:
             fq.reset_to_hotp(conn, jid, secret, hotp_secret.hex())
+        policy.grant_grace(conn, jid, time.time() if now is None else now)
         return jid
 
     try:
@@ -273,14 +284,24 @@ class Accounts:
             return False
         return verify_passphrase(stored_hash, passphrase)
 
-    @inlineCallbacks
-    def authenticate(self, username: Any, passphrase: Any, code: Any):
+    def authenticate(self, username: Any, passphrase: Any, code: Any, api: bool = False) -> Deferred:
         """-> ``Journalist``; raises ``LoginFailed``. All three factors, every time.
+
+        An account with security keys raises ``SecurityKeyNeeded`` once its passphrase is right
+        (the web login goes on to a key); for the API (``api``) its code must be a one-time API
+        code from its account page instead.
+        """
+        return self.attempt(username, lambda key: self._check(key, passphrase, code, api))
+
+    @inlineCallbacks
+    def attempt(self, username: Any, check: Callable[[str], Deferred]):
+        """Run ``check(account key)`` as one login attempt of ``username``: -> what it returns.
 
         The attempt is counted, and marked in flight, before anything is looked at and in the
         same reactor turn as the check: concurrent attempts on one account cannot race the
         limit, and only one at a time is ever checked (sixty logins sent at once with a known
-        passphrase check one code, not sixty).
+        passphrase check one code, not sixty). A check that raises counts as a failure, except
+        ``SecurityKeyNeeded``, which is half a login.
         """
         key = username.strip().lower() if isinstance(username, str) else ""
         if not valid_username(key):
@@ -301,7 +322,10 @@ class Accounts:
             raise LoginFailed("throttled", throttled=True)
         self._in_flight.add(key)
         try:
-            journalist = yield self._check(key, passphrase, code)
+            journalist = yield check(key)
+        except SecurityKeyNeeded:
+            reservation.cancel()
+            raise
         except BaseException:
             reservation.failed()
             raise
@@ -312,7 +336,7 @@ class Accounts:
         return journalist
 
     @inlineCallbacks
-    def _check(self, key: str, passphrase: Any, code: Any):
+    def _check(self, key: str, passphrase: Any, code: Any, api: bool):
         row = (yield self.db.run(jq.journalist_by_username, key)) if key else None
         name = row["username"] if row is not None else None
         if isinstance(passphrase, str) and len(passphrase) > MAX_PASSPHRASE_CHARS:
@@ -321,13 +345,30 @@ class Accounts:
             ok = yield self.crypto_pool.run(self._verify, row["password_hash"] if row is not None else None, passphrase)
         if not ok:
             self._failed(name, "unknown_user" if row is None else "bad_passphrase")
+        has_keys = yield self.db.run(fq.key_count, row["id"])
+        if has_keys and api:  # its clients cannot touch a key: a one-time code from the account page
+            used = yield self.db.run(api_codes.use, row["id"], code, self.clock())
+            if not used:
+                self._failed(name, "bad_api_code")
+            self.events.emit("journalist.api_code.used", username=name)
+            return (yield self.logged_in(row["id"], name))
+        if has_keys:
+            raise SecurityKeyNeeded(Journalist.from_row(row))
+        keys = yield self.db.run(policy.load)
+        if keys.code_login_refused(bool(row["is_admin"]), row["keys_enrol_by"], self.clock()):
+            self._failed(name, "keys_required")
         if row["hotp_secret"]:
             yield self._check_hotp(row, name, code)
         else:
             yield self._check_totp(row, name, code)
-        yield self.db.run(jq.record_login, row["id"], self.clock())
+        return (yield self.logged_in(row["id"], name))
+
+    @inlineCallbacks
+    def logged_in(self, journalist_id: int, name: str):
+        """Every factor was right: record it. -> the account as it is now."""
+        yield self.db.run(jq.record_login, journalist_id, self.clock())
         self.events.emit("journalist.login.ok", username=name)
-        fresh = yield self.db.run(jq.journalist_by_id, row["id"])
+        fresh = yield self.db.run(jq.journalist_by_id, journalist_id)
         return Journalist.from_row(fresh)
 
     @inlineCallbacks
@@ -353,9 +394,12 @@ class Accounts:
             self.events.emit("journalist.hotp.reused", username=name)
             self._failed(name, "hotp_reused")
 
-    def _failed(self, name: str | None, reason: str) -> None:
+    def refuse(self, name: str | None, reason: str) -> None:
+        """Log the failed login and raise ``LoginFailed``."""
         self.events.emit("journalist.login.fail", username=name, reason=reason)
         raise LoginFailed(reason)
+
+    _failed = refuse
 
     # -- account management
 
@@ -370,6 +414,7 @@ class Accounts:
                                     is_admin, self.clock())
         except sqlite3.IntegrityError:
             raise DuplicateUsername(f"a journalist named {username!r} already exists") from None
+        yield self.db.run(policy.grant_grace, jid, self.clock())
         journalist = yield self.get(jid)
         return Credentials(journalist, passphrase, secret, totp_uri(secret, username, self.issuer()))
 
@@ -390,6 +435,7 @@ class Accounts:
         epoch = yield self.db.run(fq.reset_to_totp, journalist_id, secret)
         if epoch is None:
             raise UnknownJournalist("no such journalist")
+        yield self.db.run(policy.grant_grace, journalist_id, self.clock())
         journalist = yield self.get(journalist_id)
         return Credentials(journalist, totp_secret=secret,
                            totp_uri=totp_uri(secret, journalist.username, self.issuer()))

@@ -401,7 +401,7 @@ class RouteGuardTests(unittest.TestCase):
         from deaddrop.web.journalist.app import JournalistInterface
 
         # save_source_logo checks its login itself: the CSRF token is in the streamed multipart body.
-        self.assertEqual(self._unguarded(JournalistInterface, {"index", "login_form", "login", "logout", "api_branch", "api_branch_branch", "robots", "static", "save_source_logo"}), set())
+        self.assertEqual(self._unguarded(JournalistInterface, {"index", "login_form", "login", "login_key_form", "login_key", "login_recovery", "logout", "api_branch", "api_branch_branch", "robots", "static", "save_source_logo"}), set())
 
     def test_journalist_api_routes(self):
         from deaddrop.web.journalist.api import JournalistAPI

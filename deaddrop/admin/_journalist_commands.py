@@ -26,7 +26,7 @@ from deaddrop.journalists import (
     AccountError, Journalist, create_account_blocking, generate_passphrase, hash_passphrase, new_totp_secret,
     totp_uri,
 )
-from deaddrop.second_factor import hotp
+from deaddrop.second_factor import hotp, policy
 from deaddrop.store import factor_queries as fq
 from deaddrop.store import journalist_queries as jq
 from deaddrop.store import queries
@@ -209,6 +209,7 @@ def _reset_2fa_impl(instance: _Instance, args: argparse.Namespace, out: Output) 
         instance.run(fq.reset_to_hotp, j.id, secret, args.hotp_secret.hex())
     else:
         instance.run(fq.reset_to_totp, j.id, secret)
+    instance.run(policy.grant_grace, j.id, time.time())  # if keys are required: time to enrol one
     instance.events.emit("admin.journalist.2fa_reset", target=j.username)
     if had_keys:
         instance.events.emit("admin.journalist.keys_reset", target=j.username)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from deaddrop.admin import (_backup_commands, _ca_commands, _digest_commands, _journalist_commands, _source_commands,
-                            _status_commands, _tor_commands)
+from deaddrop.admin import (_backup_commands, _ca_commands, _digest_commands, _journalist_commands,
+                            _settings_commands, _source_commands, _status_commands, _tor_commands)
 
 
 def registrars() -> list[Callable[[Any, Any], None]]:
@@ -20,4 +20,5 @@ def registrars() -> list[Callable[[Any, Any], None]]:
         _backup_commands.register,  # backup, restore
         _source_commands.register,  # sources retire-untagged
         _digest_commands.register,  # digest test
+        _settings_commands.register,  # settings require-security-keys
     ]

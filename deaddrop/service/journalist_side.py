@@ -24,6 +24,7 @@ from deaddrop.certificates import (
 from deaddrop.config import Config
 from deaddrop.journalist_desk import Desk
 from deaddrop.journalists import Accounts
+from deaddrop.second_factor.key_login import SecurityKeys
 from deaddrop.service.tree import DeadDropService
 from deaddrop.sources import Newsroom
 from deaddrop.transport.connections import ConnectionLimits
@@ -165,7 +166,10 @@ def add_journalist_interface(top: DeadDropService, config: Config, reactor: Any)
     interface = JournalistInterface(accounts=accounts, desk=desk, sessions=sessions, settings=top.settings,
                                     events=top.events, api=api, source_texts=top.source_texts,
                                     cert_issue_command=_cert_issue_command(config, ca_path),
-                                    certificate_status=_certificate_status(newsroom, tls, ca_path, reactor))
+                                    certificate_status=_certificate_status(newsroom, tls, ca_path, reactor),
+                                    security_keys=SecurityKeys(accounts, top.events,
+                                                               lambda: top.settings.organisation_name),
+                                    key_hosts=tls.server_names)
     top.journalist = interface
     top.journalist_sessions = sessions
     # Its own share of the process's connections: the source listener leaves it a reserve

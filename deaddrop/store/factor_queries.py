@@ -58,3 +58,57 @@ def reset_to_hotp(conn: sqlite3.Connection, journalist_id: int, totp_secret: str
 
 def key_count(conn: sqlite3.Connection, journalist_id: int) -> int:
     return int(conn.execute("SELECT COUNT(*) FROM security_keys WHERE journalist_id = ?", (journalist_id,)).fetchone()[0])
+
+
+def insert_key(conn: sqlite3.Connection, journalist_id: int, credential_id: bytes, rp_id: str, credential_data: bytes,
+               sign_count: int, aaguid: str, name: str, now: float) -> int:
+    """Raises ``sqlite3.IntegrityError`` for a credential id already registered."""
+    cur = conn.execute(
+        "INSERT INTO security_keys(journalist_id, credential_id, rp_id, public_key, sign_count, aaguid, name, created_at)"
+        " VALUES (?,?,?,?,?,?,?,?)", (journalist_id, credential_id, rp_id, credential_data, sign_count, aaguid, name, now))
+    return int(cur.lastrowid)
+
+
+def keys_of(conn: sqlite3.Connection, journalist_id: int) -> list[Row]:
+    return conn.execute("SELECT id, name, aaguid, rp_id, created_at, last_used_at FROM security_keys"
+                        " WHERE journalist_id = ? ORDER BY id", (journalist_id,)).fetchall()
+
+
+def keys_for_login(conn: sqlite3.Connection, journalist_id: int, rp_id: str) -> list[Row]:
+    return conn.execute("SELECT * FROM security_keys WHERE journalist_id = ? AND rp_id = ? ORDER BY id",
+                        (journalist_id, rp_id)).fetchall()
+
+
+def credential_ids(conn: sqlite3.Connection, journalist_id: int, rp_id: str) -> list[bytes]:
+    """Each key's credential data (for the browser's list of keys it may use or must not register again)."""
+    return [bytes(r["public_key"]) for r in keys_for_login(conn, journalist_id, rp_id)]
+
+
+def key_used(conn: sqlite3.Connection, key_id: int, sign_count: int, now: float) -> None:
+    conn.execute("UPDATE security_keys SET sign_count = ?, last_used_at = ? WHERE id = ?", (sign_count, now, key_id))
+
+
+def remove_key(conn: sqlite3.Connection, journalist_id: int, key_id: int, keep_one: bool) -> str | None:
+    """Remove one of the account's keys; with ``keep_one`` never its last. -> its name, or None
+    (no such key of this account, or the last one kept). The last key gone, its recovery codes go too."""
+    row = conn.execute("SELECT name FROM security_keys WHERE id = ? AND journalist_id = ?",
+                       (key_id, journalist_id)).fetchone()
+    if row is None or (keep_one and key_count(conn, journalist_id) <= 1):
+        return None
+    conn.execute("DELETE FROM security_keys WHERE id = ?", (key_id,))
+    if key_count(conn, journalist_id) == 0:
+        conn.execute("DELETE FROM recovery_codes WHERE journalist_id = ?", (journalist_id,))
+        conn.execute("DELETE FROM api_codes WHERE journalist_id = ?", (journalist_id,))
+    return str(row["name"])
+
+
+def second_factors(conn: sqlite3.Connection) -> dict[int, str]:
+    """Account id -> how it logs in, for the users page: "app", "YubiKey (HOTP)", "N security keys"."""
+    out = {}
+    for row in conn.execute("SELECT j.id, j.hotp_secret IS NOT NULL AS hotp,"
+                            " (SELECT COUNT(*) FROM security_keys k WHERE k.journalist_id = j.id) AS keys"
+                            " FROM journalists j"):
+        keys = int(row["keys"])
+        out[row["id"]] = (f"{keys} security key{'s' if keys != 1 else ''}" if keys
+                          else "YubiKey (HOTP)" if row["hotp"] else "app")
+    return out

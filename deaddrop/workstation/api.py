@@ -64,9 +64,9 @@ class JournalistApi:
         os.replace(tmp, self._session_file)
 
     @inlineCallbacks
-    def log_in(self, credentials_factory: Callable[[], Credentials]):
-        """Reuse a saved, still valid token (a TOTP code is accepted once); else log in."""
-        saved = self._load_saved_token()
+    def log_in(self, credentials_factory: Callable[[], Credentials], reuse: bool = True):
+        """Reuse a saved, still valid token (a one-time code is accepted once); else log in."""
+        saved = self._load_saved_token() if reuse else None
         if saved:
             self.token = saved
             try:

@@ -43,7 +43,8 @@ def _common_options(suppress: bool) -> argparse.ArgumentParser:
     add("--ca", default=os.environ.get("DEADDROP_CA"), help="the server's certificate or its CA (PEM)")
     add("--username", default=os.environ.get("DEADDROP_USERNAME"))
     add("--password-file", help="file holding your passphrase (default: ask)")
-    add("--totp", help="the current six-digit code (default: ask)")
+    add("--totp", help="the current one-time code: six digits from your app or YubiKey, or, for an account with "
+                       "security keys, the API code from your account page (default: ask)")
     add("--totp-secret-file", help="compute codes from this TOTP secret (automation only)")
     add("--session-file", default=DEFAULT_SESSION, help="where the API token is cached (0600)")
     return common
@@ -63,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("designation", help='the source\'s designation, e.g. "amber quiet lantern" or amber_quiet_lantern')
     p.add_argument("--message-file", required=True, help="the reply text (UTF-8); '-' for standard input")
     sub.add_parser("sources", parents=[common], help="a table of sources")
+    sub.add_parser("login", parents=[common],
+                   help="log in now and cache the API token (with security keys: give the API code from your "
+                        "account page as the one-time code)")
     sub.add_parser("logout", parents=[common], help="revoke the cached token")
     return parser
 
@@ -87,7 +91,7 @@ def credentials_from(args: Any) -> Credentials:
             import pyotp
 
             return pyotp.TOTP(_read_first_line(args.totp_secret_file, "--totp-secret-file")).now()
-        return input("One-time code: ").strip()
+        return input("One-time code (or the API code from your account page): ").strip()
 
     return Credentials(args.username, passphrase, code)
 
@@ -158,6 +162,12 @@ def run(reactor: Any, args: Any, out=sys.stdout):
             api.token = api._load_saved_token()
             yield api.log_out()
             out.write("logged out\n")
+            return 0
+        if args.command == "login":  # a new token whatever is cached: the one-time code is used now
+            yield api.log_in(lambda: credentials_from(args), reuse=False)
+            user = yield api.get_json("/user")
+            out.write(f"logged in as {user['username']}; the token is cached in {args.session_file} "
+                      f"until it expires ('logout' ends it)\n")
             return 0
         yield api.log_in(lambda: credentials_from(args))
         if args.command == "sync":

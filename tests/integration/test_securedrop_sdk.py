@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
+import re
 import shutil
 import tempfile
 import uuid as uuidlib
@@ -24,8 +25,9 @@ from twisted.internet.defer import inlineCallbacks
 from twisted.internet.threads import deferToThread
 from twisted.trial import unittest
 
+from tests._soft_key import SoftKey, enrol, log_in_with_key
 from tests._support import (
-    Browser, TotpDevice, add_journalist, issue_client_cert, security_events, start_journalist_server, test_svs,
+    Browser, JournalistBrowser, TotpDevice, add_journalist, issue_client_cert, security_events, start_journalist_server, test_svs,
 )
 from tests.integration.test_journalist_api import ClientKeyring, db_rows
 from tests.integration.test_source_pagination import seed_sources
@@ -51,7 +53,7 @@ class SecureDropSdkTests(unittest.TestCase):
     @inlineCallbacks
     def setUp(self):
         self.server = yield start_journalist_server(self)
-        key_pem, cert_pem = issue_client_cert(self.server, "alice")
+        key_pem, cert_pem = self.client = issue_client_cert(self.server, "alice")
         self.account = yield add_journalist(self.server, "alice")
         yield add_journalist(self.server, "bob")
         self.device = TotpDevice(self.server, self.account.totp_secret)
@@ -94,12 +96,39 @@ class SecureDropSdkTests(unittest.TestCase):
         with open(os.path.join(self.server.data_dir, "store", fid, filename), "rb") as f:
             return f.read()
 
-    @inlineCallbacks
     def test_every_call_of_the_sdk_works_over_mutual_tls(self):
+        """A TOTP account: the SDK's one-time code is the app's."""
+        return self.every_call(self.device.code())
+
+    @inlineCallbacks
+    def test_every_call_of_the_sdk_works_for_an_account_with_security_keys(self):
+        """Issue 30: an account with keys takes a one-time API code from its account page, after
+        a key login, and the SDK logs in with it, unchanged; the code works once."""
+        port = int(self.server.journalist_url.rsplit(":", 1)[1])
+        browser = JournalistBrowser(self.server, self.client)
+        self.addCleanup(browser.close)
+        yield browser.log_in(self.account, self.device)
+        key = SoftKey(f"https://localhost:{port}")
+        yield enrol(browser, port, key, "blue YubiKey")
+        response, html = yield browser.post("/logout", data={"csrf_token": browser.csrf()})
+        with self.assertRaises(AuthError):  # the app's codes no longer work for it
+            yield deferToThread(API(self.server.journalist_url + "/", "alice", self.account.passphrase,
+                                    self.device.code()).authenticate)
+        response, html = yield log_in_with_key(browser, port, "alice", self.account.passphrase, key)
+        response, html = yield browser.post("/account/api-code", data={"csrf_token": browser.csrf(html)})
+        [code] = re.findall(r'<li class="codename">([A-Z2-7-]{19})</li>', html)
+        yield self.every_call(code)
+        events = [e["event"] for e in security_events(self.server) if e["event"].startswith("journalist.api_code")]
+        self.assertEqual(events, ["journalist.api_code.issued", "journalist.api_code.used"])
+        with self.assertRaises(AuthError):  # once only
+            yield deferToThread(API(self.server.journalist_url + "/", "alice", self.account.passphrase, code).authenticate)
+
+    @inlineCallbacks
+    def every_call(self, one_time_code: str):
         document = os.urandom(150_000)
         first = yield self.new_source("SDK-MESSAGE-ONE", [("plans.pdf", document)])
         second = yield self.new_source("SDK-MESSAGE-TWO")
-        api = self.sdk()
+        api = API(self.server.journalist_url + "/", self.account.username, self.account.passphrase, one_time_code)
         self.assertTrue((yield self.call(api, "authenticate")))
         self.assertEqual(api.token_journalist_uuid, self.account.uuid)
 

@@ -1,4 +1,5 @@
-"""The few static files (one stylesheet), served from the package with fixed types.
+"""The few static files (one stylesheet; for the journalist side, the one WebAuthn script),
+served from the package with fixed types.
 
 The stylesheet is linked under a name that carries a hash of its content
 (``/static/style.<hash>.css``), so browsers may cache it for a year while pages stay
@@ -6,13 +7,17 @@ The stylesheet is linked under a name that carries a hash of its content
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 from functools import lru_cache
 from typing import Any
 
 _STATIC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "static")
-_TYPES = {"style.css": b"text/css; charset=utf-8"}
+_TYPES = {"style.css": b"text/css; charset=utf-8", "webauthn.js": b"text/javascript; charset=utf-8"}
+# What each interface serves: the source side has no script to serve at all.
+SHARED = frozenset({"style.css"})
+JOURNALIST = SHARED | {"webauthn.js"}
 _CACHE_FOREVER = b"public, max-age=31536000, immutable"
 
 
@@ -36,9 +41,14 @@ def hashed_url(name: str) -> str:
     return "/static/" + next(h for h, n in hashed_names().items() if n == name)
 
 
-def serve_static(request: Any, name: str) -> bytes:
+def integrity(name: str) -> str:
+    """The file's Subresource Integrity value (``sha384-...``)."""
+    return "sha384-" + base64.b64encode(hashlib.sha384(_read(name)).digest()).decode("ascii")
+
+
+def serve_static(request: Any, name: str, served: frozenset[str] = SHARED) -> bytes:
     hashed = hashed_names().get(name)
-    if hashed is None and name not in _TYPES:  # an allow-list: no path is ever built from the URL
+    if hashed not in served and name not in served:  # an allow-list: no path is ever built from the URL
         request.setResponseCode(404)
         request.setHeader(b"content-type", b"text/plain; charset=utf-8")
         return b"Not found\n"

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from deaddrop.journalists import LoginFailed
+from deaddrop.journalists import LoginFailed, SecurityKeyNeeded
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg
 from deaddrop.web._common.guards import login_required, login_route
 from deaddrop.web._common.routes import Routes
 from deaddrop.web.journalist import pages
 from deaddrop.web.journalist._login import JournalistLogin
+from deaddrop.web.journalist.key_login import LOGIN_FACTOR
+from deaddrop.web.journalist.keys import account_page
 
 
 routes = Routes()
@@ -21,7 +23,7 @@ routes = Routes()
 @routes.route("/account", methods=["GET"])
 @login_required
 def account(self: Any, request: Any, login: JournalistLogin):
-    return self._html(request, pages.account(self._name, login.session, login.journalist))
+    return account_page(self, request, login)
 
 
 @login_route(routes, "/account/new-passphrase", "POST")
@@ -30,15 +32,20 @@ def new_passphrase(self: Any, request: Any, login: JournalistLogin):
     try:
         yield shield(self.accounts.verify_again(journalist, form_arg(request, "passphrase", 1024),
                                                 form_arg(request, "one_time_code", 16)))
+    except SecurityKeyNeeded:
+        # The passphrase was right; an account with keys is confirmed by a session its key began.
+        if session.data.get(LOGIN_FACTOR) != "key":
+            message = "Log out and log in again with your security key first. Nothing was changed."
+            return (yield account_page(self, request, login, error=message, status=403))
     except LoginFailed as failure:
         message = pages.THROTTLED_LOGIN_ERROR if failure.throttled else \
             "That passphrase or one-time code was wrong. Nothing was changed."
-        return (yield self._html(request, pages.account(self._name, session, journalist, error=message), 403))
+        return (yield account_page(self, request, login, error=message, status=403))
     creds = yield shield(self.accounts.reset_passphrase(journalist.id))
     self._end_other_sessions(session, creds.journalist)
     self.events.emit("journalist.password.changed", username=journalist.username)
-    page = pages.account(self._name, session, creds.journalist, new_passphrase=creds.passphrase)
-    return (yield self._html(request, page))
+    fresh = JournalistLogin(session, creds.journalist)
+    return (yield account_page(self, request, fresh, new_passphrase=creds.passphrase))
 
 
 def register(cls: Any) -> None:

@@ -6,9 +6,10 @@ CSRF token, and every request re-reads the account: a deleted account, or one wh
 passphrase or two-factor secret changed since the session began, is logged out at once.
 
 ``JournalistInterface`` holds what every page shares; each feature adds its routes with
-``register``: ``auth`` (log in and out), ``sources`` (the list, triage, a source's page,
-replies), ``downloads``, ``account`` (one's own), ``users`` and ``settings`` (administrators),
-``source_texts`` (what sources see).
+``register``: ``auth`` (log in and out) and ``key_login`` (its security key step), ``sources``
+(the list, triage, a source's page, replies), ``downloads``, ``account`` (one's own) and ``keys``
+(one's security keys) and ``key_codes`` (API and recovery codes), ``users`` and ``settings`` (administrators), ``source_texts`` (what
+sources see).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from twisted.internet.defer import Deferred, inlineCallbacks
 from deaddrop.events import SecurityEvents
 from deaddrop.journalist_desk import Desk
 from deaddrop.journalists import Accounts, Journalist
+from deaddrop.second_factor.key_login import SecurityKeys
 from deaddrop.settings import InstanceSettings
 from deaddrop.source_texts import SourceTexts
 from deaddrop.transport.connections import ConnectionLimits
@@ -30,8 +32,9 @@ from deaddrop.web._common.responses import HtmlResponses
 from deaddrop.web._common.session_cookie import SessionCookie
 from deaddrop.web.sessions import Session, SessionStore
 from deaddrop.web._common.site import BodyPolicy, DeadDropSite, log_failure_safely
-from deaddrop.web._common.static import serve_static
-from deaddrop.web.journalist import account, auth, downloads, settings, source_texts, sources, users
+from deaddrop.web._common.static import JOURNALIST as JOURNALIST_STATIC, serve_static
+from deaddrop.web.journalist import (account, auth, downloads, key_codes, key_login, keys, settings, source_texts,
+                                     sources, users)
 from deaddrop.web.journalist._login import JournalistLogin
 from deaddrop.web.journalist.api import JournalistAPI
 from deaddrop.web.journalist.cert_binding import issued_for
@@ -53,6 +56,9 @@ class JournalistInterface(HtmlResponses):
     cert_issue_command: str = "deaddrop-admin cert issue {name} --out {name}.p12"
     # -> Deferred[username -> CertificateStatus], for the users page (see service.journalist_side); None: unknown.
     certificate_status: Callable[[], Deferred] | None = None
+    security_keys: SecurityKeys | None = None  # keys.py, key_login.py
+    # The host names the server's certificate carries: the relying parties security keys may use.
+    key_hosts: Callable[[], list[str]] = list
 
     cookie: SessionCookie = field(init=False)
 
@@ -121,7 +127,7 @@ class JournalistInterface(HtmlResponses):
 
     @app.route("/static/<path:name>", methods=["GET"])
     def static(self, request: Any, name: str) -> bytes:
-        return serve_static(request, name)
+        return serve_static(request, name, JOURNALIST_STATIC)
 
     @app.handle_errors(Exception)
     def _errors(self, request: Any, failure: Any) -> bytes:
@@ -148,5 +154,5 @@ class JournalistInterface(HtmlResponses):
         )
 
 
-for _feature in (auth, sources, downloads, account, users, settings, source_texts):
+for _feature in (auth, key_login, key_codes, sources, downloads, account, keys, users, settings, source_texts):
     _feature.register(JournalistInterface)

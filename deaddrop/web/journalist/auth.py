@@ -1,18 +1,20 @@
 """Logging in (passphrase and one-time code, over the journalist's own certificate) and out.
+An account with security keys goes on to a key after its passphrase (``key_login``).
 
 The routes are added to ``JournalistInterface`` by ``register``.
 """
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from twisted.internet.defer import inlineCallbacks
 
-from deaddrop.journalists import LoginFailed
+from deaddrop.journalists import LoginFailed, SecurityKeyNeeded
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg
 from deaddrop.web._common.routes import Routes
-from deaddrop.web.journalist import pages
+from deaddrop.web.journalist import key_login, pages
 from deaddrop.web.journalist.cert_binding import refuse_mismatch
 
 
@@ -52,12 +54,17 @@ def login(self: Any, request: Any):
     try:
         journalist = yield shield(self.accounts.authenticate(
             username, form_arg(request, "passphrase", 1024), form_arg(request, "one_time_code", 16)))
+    except SecurityKeyNeeded as needed:
+        key_login.start(session, needed.journalist)
+        return self._redirect(request, "/login/key")
     except LoginFailed as failure:
         status, message = (429, pages.THROTTLED_LOGIN_ERROR) if failure.throttled else (403, login_error(failure))
         return (yield self._html(request, pages.login(self._name, session, message, username[:64]), status))
-    _, fresh = self.cookie.start(request, replacing=session)
-    self._bind(fresh, journalist)
-    return self._redirect(request, "/sources")
+    due = yield self.security_keys.enrol_before(journalist)
+    if due is not None:
+        session.flash(f"Your newsroom requires a security key for this account: register one on your Account "
+                      f"page before {time.strftime('%Y-%m-%d', time.gmtime(due))}.", "warning")
+    return key_login.finish(self, request, session, journalist, "code", "/sources")
 
 
 @routes.route("/logout", methods=["POST"])

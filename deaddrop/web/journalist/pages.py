@@ -108,8 +108,11 @@ def login(site_name: str, session: Session, error: str | None, username: str = "
             tags.input(type="password", name="passphrase", id="passphrase", autocomplete="current-password",
                        maxlength="1024", required=""),
             tags.label("One-time code", for_="one_time_code"),
+            # Not required: an account with security keys leaves it empty and touches a key next.
             tags.input(type="text", name="one_time_code", id="one_time_code", autocomplete="one-time-code",
-                       inputmode="numeric", pattern="[0-9 ]{6,7}", maxlength="7", required=""),
+                       inputmode="numeric", pattern="[0-9 ]{6,7}", maxlength="7",
+                       **{"aria-describedby": "code-hint"}),
+            tags.p("From your app or YubiKey. With a security key, leave it empty.", id="code-hint", class_="hint"),
             tags.div(class_="actions")(tags.button("Log in", type="submit")),
         ),
     ], session)
@@ -395,7 +398,9 @@ def confirm_delete_selected(site_name: str, session: Session, journalist: Journa
 # -- account ------------------------------------------------------------------------------
 
 def account(site_name: str, session: Session, journalist: Journalist, *, new_passphrase: str | None = None,
-            error: str | None = None) -> Tag:
+            error: str | None = None, code_field: bool = True, extra: Iterable[Any] = ()) -> Tag:
+    """``code_field``: the re-check asks for a one-time code (an account with keys has none);
+    ``extra``: more sections (the security keys, see ``key_pages``)."""
     body: list[Any] = [tags.h1("Your account"), _error(error),
                        tags.p(f"Username: {journalist.username}", " (administrator)" if journalist.is_admin else "")]
     if new_passphrase:
@@ -411,11 +416,12 @@ def account(site_name: str, session: Session, journalist: Journalist, *, new_pas
         tags.label("Current passphrase", for_="passphrase"),
         tags.input(type="password", name="passphrase", id="passphrase", maxlength="1024", required="",
                    autocomplete="current-password"),
-        tags.label("One-time code", for_="one_time_code"),
-        tags.input(type="text", name="one_time_code", id="one_time_code", inputmode="numeric", maxlength="7",
-                   required="", autocomplete="one-time-code"),
+        *([tags.label("One-time code", for_="one_time_code"),
+           tags.input(type="text", name="one_time_code", id="one_time_code", inputmode="numeric", maxlength="7",
+                      required="", autocomplete="one-time-code")] if code_field else []),
         tags.div(class_="actions")(tags.button("Generate a new passphrase", type="submit")),
     ))
+    body.extend(extra)
     return _page(site_name, "Account", body, session, journalist)
 
 
@@ -442,8 +448,10 @@ def certificate_text(status: CertificateStatus, now: datetime.datetime) -> tuple
 
 
 def users(site_name: str, session: Session, journalist: Journalist, accounts: list[Journalist],
-          error: str | None = None, certificates: Any = None, now: datetime.datetime | None = None) -> Tag:
-    """``certificates``: username -> ``CertificateStatus`` (see ``deaddrop.certificates``), or None."""
+          error: str | None = None, certificates: Any = None, now: datetime.datetime | None = None,
+          factors: dict[int, str] | None = None) -> Tag:
+    """``certificates``: username -> ``CertificateStatus`` (see ``deaddrop.certificates``), or None;
+    ``factors``: account id -> how it logs in ("app", "YubiKey (HOTP)", "2 security keys")."""
     now = now or datetime.datetime.now(datetime.timezone.utc)
     rows = []
     unknown = certificates is None
@@ -460,6 +468,7 @@ def users(site_name: str, session: Session, journalist: Journalist, accounts: li
         unknown = unknown or status is None or status.state == "unknown"
         text, css = certificate_text(status, now) if status is not None else ("unknown", "warn")
         rows.append(tags.tr(tags.td(a.username, *role, class_="lead"),
+                            tags.td((factors or {}).get(a.id, "app"), **{"data-label": "Second factor"}),
                             tags.td(when(a.last_login_at), **{"data-label": "Last login"}),
                             tags.td(tags.span(text, class_=f"cert cert-{css}"), **{"data-label": "Certificate"}),
                             tags.td(actions)))
@@ -467,7 +476,8 @@ def users(site_name: str, session: Session, journalist: Journalist, accounts: li
         tags.h1("Users"),
         _error(error),
         tags.table(class_="rows")(
-            tags.thead(tags.tr(tags.th("Username"), tags.th("Last login"), tags.th("Certificate"), tags.th(""))),
+            tags.thead(tags.tr(tags.th("Username"), tags.th("Second factor"), tags.th("Last login"),
+                               tags.th("Certificate"), tags.th(""))),
             tags.tbody(*rows)),
     ]
     if unknown:
@@ -501,8 +511,9 @@ ACCOUNT_ACTIONS = {
                        "Yes, make a new passphrase"),
     "reset-2fa": ("A new two-factor secret for {name}?",
                   "A new secret is generated and shown to you once; {name} must add it to their "
-                  "authenticator app. Codes from the old one stop working, and every session and API token "
-                  "of the account ends at once.",
+                  "authenticator app. Codes from the old one stop working, their YubiKey (HOTP) and security "
+                  "keys no longer log them in, their recovery codes stop working, and every session and API "
+                  "token of the account ends at once. Do this for someone who lost their key.",
                   "Yes, make a new two-factor secret"),
 }
 

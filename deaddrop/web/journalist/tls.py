@@ -203,6 +203,14 @@ class JournalistTLS:
         self._check_crl_expiry()
         return True
 
+    def server_names(self) -> list[str]:
+        """The host names (DNS entries, not addresses) of the server certificate in force."""
+        try:
+            names = self._cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        except x509.ExtensionNotFound:
+            return []
+        return names.get_values_for_type(x509.DNSName)
+
     def revoked_serials(self) -> set[str] | None:
         """Lower-case hex serials the CRL in force revokes (ca.py's spelling); None without a CRL."""
         if self._crl_path is None:

@@ -11,6 +11,7 @@ from twisted.internet.defer import inlineCallbacks
 
 from deaddrop.journalist_desk import valid_uuid
 from deaddrop.journalists import AccountError, Journalist
+from deaddrop.store import factor_queries as fq
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg
 from deaddrop.web._common.guards import Refused, admin_required, admin_route
@@ -32,7 +33,8 @@ def users(self: Any, request: Any, login: JournalistLogin):
 def _users_page(self: Any, request: Any, login: JournalistLogin, status: int = 200, error: str | None = None):
     accounts = yield self.accounts.list()
     certificates = (yield self.certificate_status()) if self.certificate_status is not None else None
-    page = pages.users(self._name, login.session, login.journalist, accounts, error, certificates)
+    factors = yield self.accounts.db.run(fq.second_factors)
+    page = pages.users(self._name, login.session, login.journalist, accounts, error, certificates, factors=factors)
     return (yield self._html(request, page, status))
 
 
@@ -88,10 +90,13 @@ def reset_credentials(self: Any, request: Any, login: JournalistLogin, uuid: str
         return (yield unconfirmed)
     passphrase = action == "reset-password"
     reset = self.accounts.reset_passphrase if passphrase else self.accounts.reset_totp
+    had_keys = not passphrase and (yield self.accounts.db.run(fq.key_count, target.id))
     creds = yield shield(reset(target.id))
     self._end_other_sessions(session if target.id == admin.id else None, creds.journalist)
     self.events.emit("admin.journalist.password_reset" if passphrase else "admin.journalist.2fa_reset",
                      username=admin.username, target=target.username)
+    if had_keys:  # the journalist lost their key: its reset is an event of its own
+        self.events.emit("admin.journalist.keys_reset", username=admin.username, target=target.username)
     page = pages.credentials(self._name, session, admin, target.username,
                              passphrase=creds.passphrase if passphrase else None,
                              totp_secret=None if passphrase else creds.totp_secret,

@@ -34,8 +34,9 @@ def token(self: Any, request: Any):
         raise ApiError(403, "Forbidden", "Token authentication failed: this client certificate was issued "
                                          "for another user.")
     try:
+        # An account with security keys gives a one-time API code from its account page here.
         journalist = yield shield(self.accounts.authenticate(
-            body.get("username"), body.get("passphrase"), body.get("one_time_code")))
+            body.get("username"), body.get("passphrase"), body.get("one_time_code"), api=True))
     except LoginFailed as failure:
         if failure.throttled:
             raise ApiError(429, "Too Many Requests", "Too many failed attempts for this account; wait a minute.")

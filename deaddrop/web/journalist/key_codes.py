@@ -1,0 +1,88 @@
+"""Codes for an account with security keys (issue 30, items 4 and 5): a one-time code for the
+API, printed recovery codes, and logging in with one of those in place of a key. Codes are
+made only in a session that began with a key, and shown once.
+
+The routes are added to ``JournalistInterface`` by ``register``.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from twisted.internet.defer import inlineCallbacks
+
+from deaddrop.journalists import LoginFailed
+from deaddrop.web._common.deferreds import shield
+from deaddrop.web._common.forms import form_arg
+from deaddrop.web._common.guards import login_route
+from deaddrop.web._common.routes import Routes
+from deaddrop.web.journalist import key_login, key_pages, pages
+from deaddrop.web.journalist._login import JournalistLogin
+from deaddrop.web.journalist.keys import account_page
+
+routes = Routes()
+
+RECOVERY_ERROR = "That recovery code was wrong, or already used."
+
+
+@inlineCallbacks
+def _after_a_key_login(self: Any, request: Any, login: JournalistLogin):
+    """None when this session began with a key; else the account page saying so."""
+    keys = yield self.security_keys.keys(login.journalist.id)
+    if keys and login.session.data.get(key_login.LOGIN_FACTOR) == "key":
+        return None
+    message = ("Log out and log in again with your security key first." if keys
+               else "Register a security key first.")
+    return (yield account_page(self, request, login, error=message, status=403))
+
+
+@login_route(routes, "/account/api-code", "POST")
+def api_code(self: Any, request: Any, login: JournalistLogin):
+    refused = yield _after_a_key_login(self, request, login)
+    if refused is not None:
+        return refused
+    code, expires = yield shield(self.security_keys.issue_api_code(login.journalist))
+    until = time.strftime("%H:%M UTC", time.gmtime(expires))
+    page = key_pages.codes_shown(self._name, login.session, login.journalist, "Your one-time API code", [code], [
+        f"Type it where deaddrop-journalist or another API client asks for the one-time code, with your "
+        f"passphrase. It works once, until {until}; asking for another one ends this one."])
+    return (yield self._html(request, page))
+
+
+@login_route(routes, "/account/recovery-codes", "POST")
+def recovery_codes(self: Any, request: Any, login: JournalistLogin):
+    refused = yield _after_a_key_login(self, request, login)
+    if refused is not None:
+        return refused
+    codes = yield shield(self.security_keys.make_recovery_codes(login.journalist))
+    page = key_pages.codes_shown(self._name, login.session, login.journalist, "Your recovery codes", codes, [
+        "Print them, or write them down, and keep them apart from your keys: they are shown only now. Each "
+        "logs you in once in place of a key, if you lose your keys. Your earlier recovery codes no longer work."])
+    return (yield self._html(request, page))
+
+
+@routes.route("/login/recovery", methods=["POST"])
+@inlineCallbacks
+def login_recovery(self: Any, request: Any):
+    """At the key step: a recovery code in place of the key."""
+    session = self.cookie.lookup(request)
+    if session is None or not session.check_csrf(form_arg(request, "csrf_token")):
+        return self._redirect(request, "/login")
+    waiting = key_login.pending(session)
+    journalist = (yield self.accounts.get(waiting["journalist_id"])) if waiting is not None else None
+    if journalist is None:
+        return self._redirect(request, "/login")
+    try:
+        journalist = yield shield(self.security_keys.recover(journalist, form_arg(request, "recovery_code", 64)))
+    except LoginFailed as failure:
+        message = pages.THROTTLED_LOGIN_ERROR if failure.throttled else RECOVERY_ERROR
+        return (yield key_login.key_page(self, request, session, waiting, message, 429 if failure.throttled else 403))
+    left = yield self.security_keys.recovery_codes_left(journalist.id)
+    session.flash(f"You logged in with a recovery code ({left} left). Register a new security key now, and remove "
+                  "the one you lost.", "warning")
+    return key_login.finish(self, request, session, journalist, "recovery", "/account/keys/new")
+
+
+def register(cls: Any) -> None:
+    """Add the API code and recovery code routes to the journalist interface class ``cls``."""
+    routes.register(cls)
