@@ -189,6 +189,15 @@ class SecurityKeyBrowserTests(unittest.TestCase):
             self._log_out(driver)
             self._key_login(driver, shot="login-key")
             self.assertEqual(_path(driver), "/sources")
+            # After a key login: recovery codes and an API code, each shown once.
+            driver.get(self.url + "/account")
+            follow(driver, "form[action='/account/recovery-codes'] button")
+            self.assertEqual(len(driver.find_elements(By.CSS_SELECTOR, "#codes li")), 10)
+            self._page(driver, "recovery-codes")
+            driver.get(self.url + "/account")
+            follow(driver, "form[action='/account/api-code'] button")
+            self.assertEqual(len(driver.find_elements(By.CSS_SELECTOR, "#codes li")), 1)
+            self._page(driver, "api-code")
             [blue] = driver.get_credentials()
             return blue
 
@@ -258,7 +267,7 @@ class SecurityKeyBrowserTests(unittest.TestCase):
             "username": "alice", "passphrase": self.alice.passphrase, "one_time_code": self.device.code()})
         self.assertEqual(status, 403)
         self.assertEqual({name: found for name, found in self.violations.items() if found}, {})
-        self.assertEqual(len(self.violations), 5)
+        self.assertEqual(len(self.violations), 7)
 
     @inlineCallbacks
     def test_an_assertion_made_on_another_origin_is_refused(self):
