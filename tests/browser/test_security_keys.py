@@ -218,7 +218,7 @@ class SecurityKeyBrowserTests(unittest.TestCase):
             self.assertEqual(_text(driver, "h1"), "Remove blue YubiKey?")
             self._page(driver, "remove-confirm")
             follow(driver, "main form button.danger")
-            self.assertIn("Removed blue YubiKey.", _text(driver, ".flashes"))
+            self.assertIn("Removed blue YubiKey. Your other sessions have ended.", _text(driver, ".flashes"))
             self.assertEqual([r.text.split("\n")[0] for r in
                               driver.find_elements(By.CSS_SELECTOR, "#security-keys tbody tr td.lead")],
                              ["backup key"])

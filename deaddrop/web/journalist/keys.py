@@ -83,7 +83,9 @@ def remove(self: Any, request: Any, login: JournalistLogin, key_id: int):
         yield shield(self.security_keys.remove(login.journalist, key_id))
     except KeyRemovalRefused as refused:
         return (yield account_page(self, request, login, error=str(refused), status=400))
-    login.session.flash(f"Removed {key.name}.", "ok")
+    # A key removed may be a key lost: whatever logged in elsewhere (with it, say) is logged out.
+    self._end_other_sessions(login.session, login.journalist)
+    login.session.flash(f"Removed {key.name}. Your other sessions have ended.", "ok")
     return self._redirect(request, "/account")
 
 
