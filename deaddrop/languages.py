@@ -1,20 +1,29 @@
 """The languages the source interface speaks (its pages and the admin's per-language texts).
 
 A language is shipped once it is listed here and its catalog is compiled (docs/translating.md);
-the menu lists them in this order. The codes are gettext's (the folder names under
+the menu lists them in the order below. The codes are gettext's (the folder names under
 ``deaddrop/web/source/locales``, such as ``zh_Hans``); pages write them as BCP 47 tags
 (``zh-Hans``: ``i18n.Language.tag``).
 """
 
 # code -> (name in its own language, text direction). English is the source language.
+# The menu's order: Latin script, then Cyrillic, then right to left, then the scripts of South
+# and Southeast Asia, then Chinese and Korean.
 LANGUAGES: dict[str, tuple[str, str]] = {
     "en": ("English", "ltr"),
     "es": ("Español", "ltr"),
     "fr": ("Français", "ltr"),
     "de": ("Deutsch", "ltr"),
+    "it": ("Italiano", "ltr"),
     "pt": ("Português", "ltr"),
-    "ru": ("Русский", "ltr"),
+    "nl": ("Nederlands", "ltr"),
+    "pl": ("Polski", "ltr"),
     "tr": ("Türkçe", "ltr"),
+    "id": ("Bahasa Indonesia", "ltr"),
+    "vi": ("Tiếng Việt", "ltr"),
+    "sw": ("Kiswahili", "ltr"),
+    "ru": ("Русский", "ltr"),
+    "uk": ("Українська", "ltr"),
     "ar": ("العربية", "rtl"),
     "fa": ("فارسی", "rtl"),
 }

@@ -80,7 +80,8 @@ class CatalogTests(unittest.TestCase):
     def test_the_codename_word_is_the_same_throughout_each_language(self):
         """The word for "codename" (as on the generate page) appears wherever English says codename."""
         word = {"es": "nombre en clave", "fr": "nom de code", "de": "codename", "pt": "nome de código",
-                "ru": "кодов", "tr": "kod ad", "ar": "اسم", "fa": "نام رمز"}
+                "ru": "кодов", "tr": "kod ad", "ar": "اسم", "fa": "نام رمز", "it": "in codice", "nl": "codenaam",
+                "pl": "kryptonim", "uk": "кодов", "id": "nama sandi", "vi": "mật danh", "sw": "siri"}
         for code in i18n.TRANSLATED:
             self.assertIn(code, word, f"add {code}'s word for codename (as on the generate page) to this table")
             catalog = _catalog(code)
@@ -123,6 +124,10 @@ class NegotiationTests(unittest.TestCase):
             "es-MX,es;q=0.9,en;q=0.5": "es", "pt-BR": "pt", "en-US,en;q=0.9,ar;q=0.8": "en",
             "de;q=0.2, fa;q=0.9": "fa", "ar;q=0, fr": "fr", "FR-ca": "fr", "ru;q=bad, tr": "tr",
             "zh-CN, tr;q=0.4, *;q=0.1": "tr",
+            "it-IT,it;q=0.9": "it", "nl-BE": "nl", "pl": "pl", "uk-UA,ru;q=0.5": "uk", "id-ID": "id", "vi": "vi",
+            "sw-KE,en;q=0.5": "sw",
+            # Codes ISO 639 withdrew, which browsers may still send.
+            "in": "id",
         }
         for header, expected in cases.items():
             self.assertEqual(i18n.from_accept_language(header), expected, header)
@@ -267,6 +272,20 @@ class CountsTests(unittest.TestCase):
         self.assertIn("1 Minute nach", de._(messages.INACTIVE, minutes=1))
         self.assertIn("Dieses Wort steht nicht", de._(messages.NOT_IN_LIST, words="abacsu", count=1))
         self.assertIn("Diese Wörter stehen nicht", de._(messages.NOT_IN_LIST, words="a, b", count=2))
+        pl = pages.PageContext(lang=i18n.language("pl"), site_name="x")
+        self.assertIn("{n} minutę po".format(n=1), pl._(messages.INACTIVE, minutes=1))
+        self.assertIn("22 minuty po", pl._(messages.INACTIVE, minutes=22))
+        self.assertIn("25 minut po", pl._(messages.INACTIVE, minutes=25))
+        self.assertIn("12 minut po", pl._(messages.INACTIVE, minutes=12))
+        uk = pages.PageContext(lang=i18n.language("uk"), site_name="x")
+        self.assertIn("через 21 хвилину після", uk._(messages.INACTIVE, minutes=21))
+        self.assertIn("через 3 хвилини після", uk._(messages.INACTIVE, minutes=3))
+        self.assertIn("через 11 хвилин після", uk._(messages.INACTIVE, minutes=11))
+        it = pages.PageContext(lang=i18n.language("it"), site_name="x")
+        self.assertIn("1 minuto dopo", it._(messages.INACTIVE, minutes=1))
+        self.assertIn("5 minuti dopo", it._(messages.INACTIVE, minutes=5))
+        # CLDR's "many" in Italian: "un milione di minuti".
+        self.assertIn("1.000.000 di minuti dopo", it._(messages.INACTIVE, minutes=1_000_000))
         en = pages.PageContext(lang=i18n.language("en"), site_name="x")
         self.assertEqual(en._(messages.REPLIES_DELETED, count=1), "1 reply deleted.")
         self.assertEqual(en._(messages.REPLIES_DELETED, count=1200), "1,200 replies deleted.")
@@ -353,17 +372,17 @@ class StatusTableTests(unittest.TestCase):
             template = f.read()
         with open(os.path.join(locales, "messages.pot"), "wb") as f:
             f.write(template)
-        catalogs.init("sw", locales)  # a language that is not in the menu
-        path = catalogs.po_path("sw", locales)
-        catalog = catalogs.read(path, "sw")
-        catalog.get("Log out").string = "Toka"
+        catalogs.init("am", locales)  # a language that is not in the menu
+        path = catalogs.po_path("am", locales)
+        catalog = catalogs.read(path, "am")
+        catalog.get("Log out").string = "ውጣ"
         catalog.header_comment = catalog.header_comment.replace("review: no", "review: 2027-01-15, Amina")
         from babel.messages.pofile import write_po
         with open(path, "wb") as f:
             write_po(f, catalog)
         total = sum(1 for m in catalogs.template(locales) if m.id)
         row = translation_status.table(locales).splitlines()[-1]
-        self.assertEqual(row, f"| Kiswahili (Swahili) | `sw` | 1 of {total} (0%) | 2027-01-15, Amina "
+        self.assertEqual(row, f"| አማርኛ (Amharic) | `am` | 1 of {total} (0%) | 2027-01-15, Amina "
                               "| not yet (docs/translating.md, step 5) |")
 
 

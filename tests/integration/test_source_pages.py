@@ -13,7 +13,6 @@ from twisted.logger import Logger
 from twisted.trial import unittest
 
 from deaddrop import png
-from deaddrop.web.source import i18n
 from tests._support import Browser, multipart_body, start_server
 
 _log = Logger()
@@ -120,19 +119,6 @@ class SourcePagesTests(_SourceServerTest):
         self.assertEqual(response.headers.getRawHeaders(b"location"), [b"/"])
         response, _ = yield self.browser.get("/language/xx", follow=False)
         self.assertIsNone(response.headers.getRawHeaders(b"set-cookie"))
-
-    @inlineCallbacks
-    def test_every_page_in_every_language_uses_its_catalog(self):
-        for code in i18n.TRANSLATED:
-            browser = Browser(self.server.source_url)
-            self.addCleanup(browser.close)
-            pages, _ = yield self._every_page(browser, code)
-            name, direction = i18n.LANGUAGES[code]
-            for page, (response, html) in pages.items():
-                self.assertIn(f'<html lang="{code}" dir="{direction}">', html, page)
-                # The English of the frame is not there: it went through the catalog.
-                self.assertNotIn(">How to stay safe<", html, f"{code}/{page}")
-                self.assertNotIn(">Log in<", html, f"{code}/{page}")
 
     @inlineCallbacks
     def test_guidance_limits_and_the_tor_browser_banner(self):
