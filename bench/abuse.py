@@ -96,7 +96,7 @@ from _tor_client import (CLOSED_STATUS, INTRODUCTIONS, MAX_STREAMS, CircuitHTTPC
                          fresh_circuit)
 from _tor_like import CLOSED_LOG  # noqa: E402
 
-from deaddrop import codenames  # noqa: E402
+from deaddrop.newsroom import codenames  # noqa: E402
 
 VENV_BIN = os.path.dirname(sys.executable)
 LEGIT_FILE_BYTES = 5 * 1000 * 1000

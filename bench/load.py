@@ -389,7 +389,7 @@ def tls_context(data: str, key_pem: str, cert_pem: str, password: str) -> ssl.SS
 
 
 def totp_now(secret: str, last_step: list[int]) -> str:
-    from deaddrop.journalists import TOTP_INTERVAL, totp_code
+    from deaddrop.newsroom.accounts import TOTP_INTERVAL, totp_code
 
     step = max(int(time.time() // TOTP_INTERVAL), last_step[0] + 1)
     if step > int(time.time() // TOTP_INTERVAL) + 1:

@@ -88,7 +88,7 @@ class Config:
     codename_words: int = _option(7, "Words in a new codename.")
     max_upload_size: int = _option(MAX_UPLOAD_SIZE, "Largest accepted upload, in bytes.")
     # Kept free on the store's file system: uploads that would eat into it are refused at once.
-    # The larger of 2 GB and 5% (see deaddrop.store.disk_space).
+    # The larger of 2 GB and 5% (see deaddrop.admission.disk_space).
     disk_reserve: str = _option("2GB,5%", "Free space uploads never take: a size (2GB, 500MB), a share of the disk "
                                 "(5%), or both (the larger is kept).")
     crypto_threads: int = _option(_default_crypto_threads, "Threads for Argon2id and GnuPG work.", coerce=int)
@@ -158,7 +158,7 @@ class Config:
     def validated(self) -> "Config":
         if not 4 <= self.codename_words <= 16:
             raise ConfigError("--codename-words must be between 4 and 16")
-        from deaddrop.codenames import WordListError, check_word_lists
+        from deaddrop.newsroom.codenames import WordListError, check_word_lists
 
         try:
             check_word_lists(self.codename_words)
@@ -172,7 +172,7 @@ class Config:
             raise ConfigError("--retention-days must be between 1 and 36500")
         if self.max_upload_size < 1024:
             raise ConfigError("--max-upload-size must be at least 1024 bytes")
-        from deaddrop.store.disk_space import DiskReserve
+        from deaddrop.admission.disk_space import DiskReserve
 
         try:
             DiskReserve.parse(self.disk_reserve)
@@ -219,7 +219,7 @@ class Config:
                        submission_key=os.path.abspath(submission_key))
 
     def _check_smtp(self) -> None:
-        from deaddrop._smtp import TLS_MODES, is_loopback, parse_server, valid_address
+        from deaddrop.digest.smtp import TLS_MODES, is_loopback, parse_server, valid_address
 
         if not 1 <= self.notify_interval_minutes <= 31 * 24 * 60:
             raise ConfigError("--notify-interval-minutes must be between 1 and 44640 (31 days)")
@@ -247,7 +247,7 @@ class Config:
         self._check_smtp_login()
 
     def _check_smtp_login(self) -> None:
-        from deaddrop._smtp import read_password_file
+        from deaddrop.digest.smtp import read_password_file
 
         if (self.smtp_username is None) != (self.smtp_password_file is None):
             raise ConfigError("--smtp-username and --smtp-password-file go together (the login for the mail server)")

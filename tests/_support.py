@@ -328,7 +328,7 @@ def start_journalist_server(testcase: Any, **overrides: Any):
 
     Sets ``server.journalist_url``, ``server.ca_dir`` and ``server.server_cert``.
     """
-    from deaddrop import ca
+    from deaddrop.transport import ca
 
     data_dir = overrides.pop("data_dir", None) or short_tempdir()
     if not os.path.exists(os.path.join(data_dir, "ca", "ca.pem")):
@@ -351,7 +351,7 @@ def journalist_url(server: RunningServer):
 
 def issue_client_cert(server: RunningServer, name: str) -> tuple[str, str]:
     """A client certificate from the server's demo CA: -> (key PEM path, cert PEM path)."""
-    from deaddrop import ca
+    from deaddrop.transport import ca
 
     out_dir = os.path.join(server.data_dir, "clients")
     os.makedirs(out_dir, exist_ok=True)
@@ -395,7 +395,7 @@ class TotpDevice:
         self.last_step = -1
 
     def code(self) -> str:
-        from deaddrop.journalists import TOTP_INTERVAL, totp_code
+        from deaddrop.newsroom.accounts import TOTP_INTERVAL, totp_code
 
         accounts = self.server.service.accounts
         now_step = int(accounts.clock() // TOTP_INTERVAL)

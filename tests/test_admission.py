@@ -3,7 +3,7 @@ from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
-from deaddrop.crypto.admission import Admission, Busy, KeyBusy
+from deaddrop.admission.queues import Admission, Busy, KeyBusy
 
 
 class ManualPool:
@@ -295,7 +295,7 @@ class DecoyTests(unittest.TestCase):
     RUN = 1.0  # the run time a decoy is given (in the service: timed at start-up)
 
     def setUp(self):
-        from deaddrop.crypto.admission import Pace
+        from deaddrop.admission.queues import Pace
 
         self.clock = Clock()
         self.admission = Admission(ClockPool(self.clock, 1.0), slots=1, clock=self.clock.seconds, timer=self.clock)

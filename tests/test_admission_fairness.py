@@ -10,7 +10,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
-from deaddrop.sources import CREATE_SHARE, SourceQueues
+from deaddrop.newsroom.newsroom import CREATE_SHARE, SourceQueues
 
 RUN = 0.25
 SLOTS = 2

@@ -9,9 +9,9 @@ from twisted.internet.defer import CancelledError, Deferred, fail, succeed
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
-from deaddrop.crypto.admission import Busy, KeyBusy
-from deaddrop.crypto.answer_grid import MIN_DELAY, AnswerGrid, answer_delay
-from deaddrop.sources import SourceQueues
+from deaddrop.admission.queues import Busy, KeyBusy
+from deaddrop.admission.answer_grid import MIN_DELAY, AnswerGrid, answer_delay
+from deaddrop.newsroom.newsroom import SourceQueues
 
 
 def run_until(clock: Clock, when: float) -> None:

@@ -1,4 +1,4 @@
-"""The offline CA (deaddrop.ca) and its deaddrop-admin commands."""
+"""The offline CA (deaddrop.transport.ca) and its deaddrop-admin commands."""
 from __future__ import annotations
 
 import io
@@ -17,9 +17,9 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key, p
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from twisted.trial import unittest
 
-from deaddrop import ca
+from deaddrop.transport import ca
 from deaddrop.admin import cli
-from deaddrop.ca import CAError
+from deaddrop.transport.ca import CAError
 
 
 def _mode(path: str) -> int:

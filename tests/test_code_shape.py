@@ -101,6 +101,25 @@ def _domain_into_web(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
             and not any(_within(m, c) for c in _COMPOSITION)}
 
 
+def _across_interfaces(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """Imports of the source interface's code from the journalist interface's."""
+    return {(m, i) for m, imports in graph.items() if _within(m, "deaddrop.web.journalist")
+            for i in imports if _within(i, "deaddrop.web.source")}
+
+
+# The domain: what the newsroom does, who may start costly work, the digest it mails and the
+# journalists' second factors. It is given what it needs when the composition builds it, so it
+# never reaches up for it.
+_DOMAIN = ("deaddrop.newsroom", "deaddrop.admission", "deaddrop.digest", "deaddrop.second_factor")
+_ABOVE_THE_DOMAIN = ("deaddrop.web", "deaddrop.service", "deaddrop.admin", "deaddrop.config", "deaddrop.tap")
+
+
+def _domain_reaching_up(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """Imports, from the domain, of the web layer, the composition, the admin tool or the options."""
+    return {(m, i) for m, imports in graph.items() if any(_within(m, d) for d in _DOMAIN)
+            for i in imports if any(_within(i, a) for a in _ABOVE_THE_DOMAIN)}
+
+
 def _into_admin(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
     """Imports of the admin command line (an offline tool) from anything else, the server included."""
     return {(m, i) for m, imports in graph.items() for i in imports
@@ -184,10 +203,25 @@ class ImportTests(unittest.TestCase):
 
     def test_the_domain_does_not_import_the_web_layer(self):
         self.assertEqual(_domain_into_web(_import_graph()), set())
-        self.assertEqual(_domain_into_web({"deaddrop.sources": {"deaddrop.web._common.site"},
+        self.assertEqual(_domain_into_web({"deaddrop.newsroom.newsroom": {"deaddrop.web._common.site"},
                                            "deaddrop.service.build": {"deaddrop.web.sessions"},
                                            "deaddrop.web.source.app": {"deaddrop.web.sessions"}}),
-                         {("deaddrop.sources", "deaddrop.web._common.site")})
+                         {("deaddrop.newsroom.newsroom", "deaddrop.web._common.site")})
+
+    def test_the_domain_imports_neither_web_service_admin_nor_config(self):
+        graph = _import_graph()
+        for package in _DOMAIN:
+            self.assertIn(package, graph)
+        self.assertEqual(_domain_reaching_up(graph), set())
+        self.assertEqual(_domain_reaching_up({
+            "deaddrop.newsroom.newsroom": {"deaddrop.config", "deaddrop.store.db"},
+            "deaddrop.newsroom.desk": {"deaddrop.web.sessions"},
+            "deaddrop.admission.queues": {"deaddrop.service.tree"},
+            "deaddrop.digest.schedule": {"deaddrop.admin.cli", "deaddrop.crypto.gpg"},
+            "deaddrop.service.build": {"deaddrop.config", "deaddrop.newsroom.newsroom"},
+            "deaddrop.newsroomish": {"deaddrop.config"},
+        }), {("deaddrop.newsroom.newsroom", "deaddrop.config"), ("deaddrop.newsroom.desk", "deaddrop.web.sessions"),
+             ("deaddrop.admission.queues", "deaddrop.service.tree"), ("deaddrop.digest.schedule", "deaddrop.admin.cli")})
 
     def test_the_web_layer_does_not_import_the_composition(self):
         example = {"deaddrop.web.journalist.wiring": {"deaddrop.service.tree"}, "deaddrop.tap": {"deaddrop.service"},
@@ -202,27 +236,27 @@ class ImportTests(unittest.TestCase):
         self.assertEqual(_service_builders(sources), set())
         self.assertEqual(_service_builders({
             "deaddrop.web.journalist.wiring": "def add(top): pass\nfrom deaddrop.service.tree import DeadDropService\n",
-            "deaddrop.retention": "import deaddrop.service\n",
+            "deaddrop.newsroom.retention": "import deaddrop.service\n",
             "deaddrop.admin.cli": "from deaddrop import service\nservice.build_service(config)\n",
-            "deaddrop.digest": "from deaddrop import service\n",
+            "deaddrop.digest.schedule": "from deaddrop import service\n",
             "deaddrop.tor": "def f(config):\n    return DeadDropService(config, None)\n",
             "deaddrop.service.build": "def build_service(config):\n    return DeadDropService(config, None)\n",
             "deaddrop.tap": "from deaddrop.service import build_service\nbuild_service(config)\n",
             "deaddrop.tac": "makeService(options)\n",
-        }), {"deaddrop.web.journalist.wiring", "deaddrop.retention", "deaddrop.admin.cli", "deaddrop.digest",
+        }), {"deaddrop.web.journalist.wiring", "deaddrop.newsroom.retention", "deaddrop.admin.cli", "deaddrop.digest.schedule",
              "deaddrop.tor"})
 
     def test_nothing_but_the_admin_cli_imports_it(self):
         self.assertEqual(_into_admin(_import_graph()), set())
-        self.assertEqual(_into_admin({"deaddrop.service.journalist_side": {"deaddrop.ca"},
+        self.assertEqual(_into_admin({"deaddrop.service.journalist_side": {"deaddrop.transport.ca"},
                                       "deaddrop.service.build": {"deaddrop.admin.backup"},
-                                      "deaddrop.admin.cli": {"deaddrop.admin._output", "deaddrop.ca"}}),
+                                      "deaddrop.admin.cli": {"deaddrop.admin._output", "deaddrop.transport.ca"}}),
                          {("deaddrop.service.build", "deaddrop.admin.backup")})
 
     def test_private_modules_are_used_within_their_package(self):
         self.assertEqual(_private_across_packages(_import_graph()), set())
         self.assertEqual(_private_across_packages({
-            "deaddrop.admin.backup": {"deaddrop.store._atomic", "deaddrop._smtp"},
+            "deaddrop.admin.backup": {"deaddrop.store._atomic", "deaddrop.digest.smtp"},
             "deaddrop.store.files": {"deaddrop.store._atomic"},
             "deaddrop.web.source.app": {"deaddrop.web._common.site"},
             "deaddrop.service.build": {"deaddrop.web._common.circuits"},
@@ -247,10 +281,10 @@ class ImportTests(unittest.TestCase):
         self.assertEqual([m for m in loaded if m.split(".")[0] in ("nacl", "twisted") or m == "deaddrop.config"], [])
 
     def test_web_code_does_not_import_across_interfaces(self):
-        graph = _import_graph()
-        for module, imports in graph.items():
-            if module.startswith("deaddrop.web.journalist"):
-                self.assertFalse({m for m in imports if m.startswith("deaddrop.web.source")}, module)
+        self.assertEqual(_across_interfaces(_import_graph()), set())
+        self.assertEqual(_across_interfaces({"deaddrop.web.journalist.app": {"deaddrop.web.source.i18n"},
+                                             "deaddrop.web.source.app": {"deaddrop.web._common.site"}}),
+                         {("deaddrop.web.journalist.app", "deaddrop.web.source.i18n")})
 
 
 def _own_durable_writers(sources: dict[str, str]) -> set[str]:
@@ -282,19 +316,20 @@ class DurableWriteTests(unittest.TestCase):
                          {"m.w"})
 
 
+def _crl_readers(sources: dict[str, str]) -> set[str]:
+    """Paths whose code parses a CRL or keeps its own expiry warning."""
+    return {path for path, text in sources.items()
+            if "load_pem_x509_crl" in text or "load_der_x509_crl" in text or "CRL_WARNING_DAYS" in text}
+
+
 class CertificateFactsTests(unittest.TestCase):
     def test_one_module_reads_crls(self):
         # The server's listener and ``deaddrop-admin status`` once parsed CRLs apart (PEM told by a
         # different test) and warned of their expiry with constants of their own.
-        readers = set()
-        for folder, _dirs, files in os.walk(_ROOT):
-            for name in files:
-                if name.endswith(".py"):
-                    with open(os.path.join(folder, name), encoding="utf-8") as f:
-                        text = f.read()
-                    if "load_pem_x509_crl" in text or "load_der_x509_crl" in text or "CRL_WARNING_DAYS" in text:
-                        readers.add(os.path.relpath(os.path.join(folder, name), _ROOT))
-        self.assertEqual(readers, {"certificates.py"})
+        self.assertEqual(_crl_readers(_sources_under("")), {"deaddrop/transport/certificates.py"})
+        self.assertEqual(_crl_readers({"a.py": "x509.load_pem_x509_crl(data)", "b.py": "CRL_WARNING_DAYS = 7",
+                                       "c.py": "from deaddrop.transport.certificates import load_crl"}),
+                         {"a.py", "b.py"})
 
 
 def _sources_under(package: str) -> dict[str, str]:

@@ -4,8 +4,8 @@ import re
 from hypothesis import given, settings, strategies as st
 from twisted.trial import unittest
 
-from deaddrop import codenames
-from deaddrop.filenames import MAX_NAME_BYTES, sanitise_filename
+from deaddrop.newsroom import codenames
+from deaddrop.newsroom.filenames import MAX_NAME_BYTES, sanitise_filename
 
 
 class WordlistTests(unittest.TestCase):

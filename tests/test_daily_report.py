@@ -10,7 +10,7 @@ from twisted.internet.defer import inlineCallbacks
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
-from deaddrop.daily_report import DailyReport, DayCounts, SourceActivity
+from deaddrop.newsroom.daily_report import DailyReport, DayCounts, SourceActivity
 from deaddrop.events import SecurityEvents
 from tests._support import RunningServer, short_tempdir
 

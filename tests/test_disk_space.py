@@ -11,7 +11,7 @@ from twisted.python import usage
 from twisted.trial import unittest
 
 from deaddrop.config import Config, ConfigError
-from deaddrop.store.disk_space import ALLOWANCE, HORIZON, TEXT_ROOM, DiskReserve, DiskSpace, NoRoom
+from deaddrop.admission.disk_space import ALLOWANCE, HORIZON, TEXT_ROOM, DiskReserve, DiskSpace, NoRoom
 from deaddrop.tap import Options
 from tests._support import test_svs
 

@@ -6,7 +6,7 @@ import io
 from twisted.trial import unittest
 from twisted.web.test.requesthelper import DummyRequest
 
-from deaddrop.journalist_desk import Download
+from deaddrop.newsroom.desk import Download
 from deaddrop.web.journalist._files import FileResponse
 
 

@@ -1,4 +1,4 @@
-"""File times cut to the day (``deaddrop.file_times``): what one run does, on a real file system,
+"""File times cut to the day (``deaddrop.store.file_times``): what one run does, on a real file system,
 and when runs happen (a ``Clock``). The whole server, with a source's visit, is
 tests/integration/test_file_times.py."""
 from __future__ import annotations
@@ -13,9 +13,9 @@ from twisted.internet.task import Clock
 from twisted.internet.threads import deferToThread
 from twisted.trial import unittest
 
-from deaddrop import file_times
+from deaddrop.store import file_times
 from deaddrop.day_times import unread_atime_ns
-from deaddrop.file_times import DAY, FileTimeNormaliser, normalise_times
+from deaddrop.store.file_times import DAY, FileTimeNormaliser, normalise_times
 from tests._support import short_tempdir
 
 EXACT = 1_700_000_000.123456  # 2023-11-14T22:13:20.123456Z: a time of day, to the microsecond

@@ -9,9 +9,9 @@ import os
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
-from deaddrop.daily_report import DailyReport, SourceActivity
+from deaddrop.newsroom.daily_report import DailyReport, SourceActivity
 from deaddrop.events import FloodGate, SecurityEvents
-from deaddrop.throttle import FailureThrottle
+from deaddrop.admission.throttle import FailureThrottle
 from deaddrop.transport.circuits import Circuit, NoCloser
 from deaddrop.web.source.defence import FLOOD_THRESHOLD, FLOOD_WINDOW, FloodDefence
 from tests._support import LogCapture, short_tempdir

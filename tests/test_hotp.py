@@ -6,7 +6,7 @@ from __future__ import annotations
 from twisted.internet.defer import inlineCallbacks
 from twisted.trial import unittest
 
-from deaddrop.journalists import LoginFailed
+from deaddrop.newsroom.accounts import LoginFailed
 from deaddrop.second_factor import hotp
 from deaddrop.store import factor_queries as fq
 from tests import test_journalists
@@ -77,7 +77,7 @@ class HotpAccountTests(unittest.TestCase):
 
     @inlineCallbacks
     def test_a_hotp_account_takes_no_totp_code_and_is_throttled_as_totp_is(self):
-        from deaddrop.journalists import TOTP_INTERVAL, totp_code
+        from deaddrop.newsroom.accounts import TOTP_INTERVAL, totp_code
 
         creds = yield self.yubikey_account()
         step = int(self.now // TOTP_INTERVAL)
@@ -95,7 +95,7 @@ class HotpAccountTests(unittest.TestCase):
 
     @inlineCallbacks
     def test_resetting_to_totp_forgets_the_yubikey(self):
-        from deaddrop.journalists import TOTP_INTERVAL, totp_code
+        from deaddrop.newsroom.accounts import TOTP_INTERVAL, totp_code
 
         creds = yield self.yubikey_account()
         new = yield self.accounts.reset_totp(creds.journalist.id)

@@ -507,7 +507,7 @@ class TranslatorWorkflowTests(unittest.TestCase):
         self.assertTrue(os.path.exists(po[:-2] + "mo"))
         row = f"| `{self.DUMMY}` | {total} of {total} (100%) | not yet | not yet (docs/translating.md, step 5) |"
         self.assertIn(row, self._readme(copy))
-        self._ship(copy, entry)  # 5. ship it: the line in deaddrop/languages.py
+        self._ship(copy, entry)  # 5. ship it: the line in deaddrop/newsroom/languages.py
         self._follow(copy, commands[3])
         self.assertIn(f"| `{self.DUMMY}` | {total} of {total} (100%) | not yet | yes |", self._readme(copy))
         self._follow(copy, commands[4])
@@ -527,7 +527,7 @@ class TranslatorWorkflowTests(unittest.TestCase):
         self.assertIn("not translated: 'A message added after the translation.'", done.stdout)
 
     def _ship(self, copy: str, entry: str) -> None:
-        path = os.path.join(copy, "deaddrop", "languages.py")
+        path = os.path.join(copy, "deaddrop", "newsroom", "languages.py")
         with open(path, encoding="utf-8") as f:
             text = f.read()
         line = entry.replace(f'"{self.EXAMPLE}"', f'"{self.DUMMY}"').replace("አማርኛ", "Esperanto")

@@ -10,16 +10,16 @@ from twisted.internet.defer import inlineCallbacks
 from twisted.internet.task import Clock, deferLater
 from twisted.trial import unittest
 
-from deaddrop import codenames, journalists
+from deaddrop.newsroom import accounts, codenames
 from deaddrop.crypto.kdf import KdfCost
 from deaddrop.crypto.pool import WorkerPool
 from deaddrop.events import EventGate, SecurityEvents
-from deaddrop.journalists import (
+from deaddrop.newsroom.accounts import (
     TOTP_BAD, TOTP_INTERVAL, TOTP_REUSED, Accounts, AccountError, DuplicateUsername, LoginFailed, match_totp,
     totp_code,
 )
 from deaddrop.store.db import Database
-from deaddrop.throttle import FailureThrottle
+from deaddrop.admission.throttle import FailureThrottle
 
 FAST = KdfCost.parse("insecure-fast")
 
@@ -30,7 +30,7 @@ class PassphraseTests(unittest.TestCase):
         self.assertEqual(len(words), 7776)
         seen = set()
         for _ in range(50):
-            passphrase = journalists.generate_passphrase()
+            passphrase = accounts.generate_passphrase()
             parts = passphrase.split(" ")
             self.assertEqual(len(parts), 7)
             self.assertTrue(set(parts) <= words)
@@ -38,30 +38,30 @@ class PassphraseTests(unittest.TestCase):
         self.assertEqual(len(seen), 50)
 
     def test_hash_is_argon2id_and_verifies_only_the_right_passphrase(self):
-        stored = journalists.hash_passphrase("correct horse battery staple", FAST)
+        stored = accounts.hash_passphrase("correct horse battery staple", FAST)
         self.assertTrue(stored.startswith("$argon2id$"))
-        self.assertTrue(journalists.verify_passphrase(stored, "correct horse battery staple"))
+        self.assertTrue(accounts.verify_passphrase(stored, "correct horse battery staple"))
         for wrong in ["correct horse battery stapl", "", None, 42, "Correct horse battery staple"]:
-            self.assertFalse(journalists.verify_passphrase(stored, wrong), wrong)
-        self.assertFalse(journalists.verify_passphrase("not a hash", "x"))
+            self.assertFalse(accounts.verify_passphrase(stored, wrong), wrong)
+        self.assertFalse(accounts.verify_passphrase("not a hash", "x"))
 
     def test_over_long_input_is_refused_without_hashing(self):
-        stored = journalists.hash_passphrase("p" * 128, FAST)
-        self.assertTrue(journalists.verify_passphrase(stored, "p" * 128))
+        stored = accounts.hash_passphrase("p" * 128, FAST)
+        self.assertTrue(accounts.verify_passphrase(stored, "p" * 128))
         calls = []
         self.patch(argon2id, "verify", lambda *a: calls.append(a) or True)
         self.patch(argon2id, "str", lambda *a, **kw: calls.append(a) or b"$argon2id$")
-        self.assertFalse(journalists.verify_passphrase(stored, "p" * 129))
-        self.assertFalse(journalists.verify_passphrase(stored, "p" * 10_000_000))
+        self.assertFalse(accounts.verify_passphrase(stored, "p" * 129))
+        self.assertFalse(accounts.verify_passphrase(stored, "p" * 10_000_000))
         with self.assertRaises(AccountError):
-            journalists.hash_passphrase("p" * 129, FAST)
+            accounts.hash_passphrase("p" * 129, FAST)
         self.assertEqual(calls, [])
 
     def test_usernames(self):
         for good in ["alice", "Bob.Smith", "a", "x" * 64, "j-1_2"]:
-            self.assertTrue(journalists.valid_username(good), good)
+            self.assertTrue(accounts.valid_username(good), good)
         for bad in ["", " alice", "-alice", "x" * 65, "al ice", "élise", "a/b", None, 3]:
-            self.assertFalse(journalists.valid_username(bad), bad)
+            self.assertFalse(accounts.valid_username(bad), bad)
 
 
 class TotpTests(unittest.TestCase):
@@ -191,8 +191,8 @@ class AccountsTests(unittest.TestCase):
         creds = yield self.accounts.create("alice")
         yield self.accounts.create("bob")
         checked = []
-        real = journalists.match_totp
-        self.patch(journalists, "match_totp", lambda *a: checked.append(a[1]) or real(*a))
+        real = accounts.match_totp
+        self.patch(accounts, "match_totp", lambda *a: checked.append(a[1]) or real(*a))
         attempts = [self.accounts.authenticate("alice", creds.passphrase, f"{n:06d}") for n in range(60)]
         results = yield DeferredList(attempts, consumeErrors=True)
         self.assertEqual(len(checked), 1)
@@ -215,8 +215,8 @@ class AccountsTests(unittest.TestCase):
     @inlineCallbacks
     def test_unknown_names_are_not_logged_and_cost_a_hash(self):
         verified = []
-        real = journalists.verify_passphrase
-        self.patch(journalists, "verify_passphrase", lambda h, p: verified.append(h) or real(h, p))
+        real = accounts.verify_passphrase
+        self.patch(accounts, "verify_passphrase", lambda h, p: verified.append(h) or real(h, p))
         with self.assertRaises(LoginFailed) as ctx:
             yield self.accounts.authenticate("my secret passphrase", "x", "123456")
         with self.assertRaises(LoginFailed):
@@ -237,7 +237,7 @@ class AccountsTests(unittest.TestCase):
         with self.assertRaises(AccountError):
             yield self.accounts.create("not valid!")
         token, expires = yield self.accounts.issue_token(creds.journalist)
-        self.assertEqual(expires, self.now + journalists.TOKEN_LIFETIME)
+        self.assertEqual(expires, self.now + accounts.TOKEN_LIFETIME)
         self.assertEqual((yield self.accounts.journalist_for_token(token)).username, "alice")
         self.assertIsNone((yield self.accounts.journalist_for_token(token + "x")))
         new = yield self.accounts.reset_passphrase(creds.journalist.id)
@@ -248,6 +248,6 @@ class AccountsTests(unittest.TestCase):
         self.assertIsNone((yield self.accounts.journalist_for_token(token)))
         fresh = yield self.accounts.get(creds.journalist.id)
         token, _ = yield self.accounts.issue_token(fresh)
-        self.now += journalists.TOKEN_LIFETIME
+        self.now += accounts.TOKEN_LIFETIME
         self.assertIsNone((yield self.accounts.journalist_for_token(token)))
         self.assertEqual((yield self.accounts.purge_tokens()), 1)

@@ -89,7 +89,7 @@ class KdfTests(unittest.TestCase):
         import subprocess
         import sys
 
-        code = ("import sys, deaddrop.crypto.kdf, deaddrop.crypto.admission; "
+        code = ("import sys, deaddrop.crypto.kdf, deaddrop.admission.queues; "
                 "print(sorted(m for m in sys.modules if m.startswith('deaddrop.store') or m.startswith('deaddrop.web')))")
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
         self.assertEqual(out.strip(), "[]")

@@ -15,7 +15,7 @@ from twisted.internet.defer import inlineCallbacks
 from twisted.python import usage
 from twisted.trial import unittest
 
-from deaddrop import codenames
+from deaddrop.newsroom import codenames
 from deaddrop.config import Config, ConfigError
 from deaddrop.tap import Options, argv_from_environment
 from tests._markdown import table_rows

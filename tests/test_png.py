@@ -6,7 +6,7 @@ import zlib
 
 from twisted.trial import unittest
 
-from deaddrop import png
+from deaddrop.newsroom import png
 
 
 def chunk(kind: bytes, body: bytes) -> bytes:

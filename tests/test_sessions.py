@@ -3,7 +3,7 @@ import base64
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
-from deaddrop.throttle import FailureThrottle
+from deaddrop.admission.throttle import FailureThrottle
 from deaddrop.web._common.form_tokens import FormTokens
 from deaddrop.web.sessions import SessionStore
 

@@ -6,7 +6,7 @@ from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.trial import unittest
 
-from deaddrop._smtp_client import MAX_LINE, Reply, SmtpFailure, _Wire
+from deaddrop.digest.smtp_client import MAX_LINE, Reply, SmtpFailure, _Wire
 
 
 class WireTests(unittest.TestCase):

@@ -5,11 +5,11 @@ import os
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
-from deaddrop.crypto.admission import Admission, KeyBusy
-from deaddrop.crypto.upload_slots import UploadSlots
-from deaddrop.daily_report import SourceActivity
-from deaddrop.source_uploads import UploadHold
-from deaddrop.store.disk_space import DiskReserve, DiskSpace
+from deaddrop.admission.queues import Admission, KeyBusy
+from deaddrop.admission.upload_slots import UploadSlots
+from deaddrop.newsroom.daily_report import SourceActivity
+from deaddrop.newsroom.uploads import UploadHold
+from deaddrop.admission.disk_space import DiskReserve, DiskSpace
 
 KIB, MB, GB = 1024, 10**6, 10**9
 

@@ -2,7 +2,7 @@
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
-from deaddrop.throttle import FailureThrottle
+from deaddrop.admission.throttle import FailureThrottle
 
 
 class FailureThrottleTests(unittest.TestCase):

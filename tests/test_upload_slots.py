@@ -2,8 +2,8 @@
 from twisted.internet.task import Clock
 from twisted.trial import unittest
 
-from deaddrop.crypto.admission import Admission, Busy, KeyBusy
-from deaddrop.crypto.upload_slots import UploadSlots
+from deaddrop.admission.queues import Admission, Busy, KeyBusy
+from deaddrop.admission.upload_slots import UploadSlots
 
 KIB = 1024
 

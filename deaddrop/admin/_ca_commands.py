@@ -11,7 +11,7 @@ import os
 import sqlite3
 from typing import Any
 
-from deaddrop import ca
+from deaddrop.transport import ca
 from deaddrop.admin._output import AdminError, Output
 
 _CA_DIR_HELP = (

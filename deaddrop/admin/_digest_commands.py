@@ -41,7 +41,7 @@ def register(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
 
 
 def _server_target(data_dir: str) -> Any:
-    from deaddrop._smtp import SmtpTarget
+    from deaddrop.digest.smtp import SmtpTarget
 
     server = server_status(data_dir)
     if not server["running"]:
@@ -74,13 +74,13 @@ def _recipient(data_dir: str, name: str) -> Any:
 
 def _compose(target: Any, recipient: Any, gpg_binary: str = "gpg") -> bytes | None:
     """The test mail, encrypted to the registered key; None if gpg refuses the key."""
-    from deaddrop import _digest_mail
+    from deaddrop.digest import mail
 
     home = tempfile.mkdtemp(prefix="dd-dt-")
     try:
-        return _digest_mail.compose_test(gpg_binary, home, target.from_addr, recipient.email, recipient.public_key,
+        return mail.compose_test(gpg_binary, home, target.from_addr, recipient.email, recipient.public_key,
                                          time.time())
-    except _digest_mail.EncryptionFailed:
+    except mail.EncryptionFailed:
         return None
     finally:
         shutil.rmtree(home, ignore_errors=True)
@@ -91,15 +91,15 @@ def _deliver(target: Any, to_addr: str, message: bytes) -> tuple[str | None, str
     from twisted.internet import reactor
     from twisted.internet.defer import maybeDeferred
 
-    from deaddrop import _smtp
+    from deaddrop.digest import smtp
 
     outcome: list[tuple[str | None, str]] = []
 
     def failed(f: Any) -> None:
-        outcome.append((_smtp.failure_reason(f), _smtp.failure_detail(f, target)))
+        outcome.append((smtp.failure_reason(f), smtp.failure_detail(f, target)))
 
     def go() -> None:
-        d = maybeDeferred(_smtp.send, reactor, target, to_addr, message)
+        d = maybeDeferred(smtp.send, reactor, target, to_addr, message)
         d.addCallbacks(lambda _: outcome.append((None, "")), failed)
         d.addBoth(lambda _: reactor.stop())
 

@@ -22,7 +22,7 @@ from deaddrop.admin._datadir import initialised_data_dir, open_database
 from deaddrop.admin._output import AdminError, Output
 from deaddrop.crypto.kdf import KdfCost
 from deaddrop.events import SecurityEvents
-from deaddrop.journalists import (
+from deaddrop.newsroom.accounts import (
     AccountError, Journalist, create_account_blocking, generate_passphrase, hash_passphrase, new_totp_secret,
     totp_uri,
 )
@@ -240,8 +240,8 @@ def _reset_password_impl(instance: _Instance, args: argparse.Namespace, out: Out
 
 
 def _notify_impl(instance: _Instance, args: argparse.Namespace, out: Output) -> int:
-    from deaddrop import _digest_mail
-    from deaddrop._smtp import valid_address
+    from deaddrop.digest import mail
+    from deaddrop.digest.smtp import valid_address
     from deaddrop.store import digest_queries as dq
 
     j = instance.journalist(args.name)
@@ -260,12 +260,12 @@ def _notify_impl(instance: _Instance, args: argparse.Namespace, out: Output) -> 
         raise AdminError(f"--email {args.email!r} is not a plain address like alice@example.org")
     try:
         with open(args.key, "rb") as f:
-            armored = f.read(_digest_mail.MAX_KEY_BYTES + 1).decode("utf-8", "replace")
+            armored = f.read(mail.MAX_KEY_BYTES + 1).decode("utf-8", "replace")
     except OSError as e:
         raise AdminError(f"--key {args.key}: {e.strerror}") from None
     try:
-        fingerprint = _digest_mail.check_key(armored)
-    except _digest_mail.KeyProblem as e:
+        fingerprint = mail.check_key(armored)
+    except mail.KeyProblem as e:
         raise AdminError(f"--key {args.key}: {e}") from None
     instance.run(dq.register, j.id, args.email, armored, fingerprint)
     instance.events.emit("admin.journalist.notify_on", target=j.username, fingerprint=fingerprint)

@@ -3,7 +3,7 @@
 Read-only. Whether the server runs comes from the kernel's lock table (the server holds an
 exclusive lock on ``DATA/server.lock`` for its lifetime; reading ``/proc/locks`` never takes it,
 so a status call cannot make a starting server fail); what it runs with comes from the file it
-keeps up to date (``DATA/status.json``, see ``deaddrop.runtime_status``).
+keeps up to date (``DATA/status.json``, see ``deaddrop.store.runtime_status``).
 """
 from __future__ import annotations
 
@@ -22,10 +22,10 @@ from deaddrop.admin import _file_checks, _tor_commands
 from deaddrop.admin._atime_check import access_time_check
 from deaddrop.admin._datadir import initialised_data_dir
 from deaddrop.admin._output import Output
-from deaddrop.certificates import (
+from deaddrop.transport.certificates import (
     CERT_EXPIRY_WARNING, STATE_FILE, certificate_expiry, crl_expires_soon, crl_next_update, read_issued_list,
 )
-from deaddrop.runtime_status import status_path
+from deaddrop.store.runtime_status import status_path
 from deaddrop.store import migrations
 from deaddrop.submission_key import replacements
 

@@ -2,7 +2,7 @@
 
 Each ``_*_commands`` module exposes ``register(subparsers)`` which adds its sub-commands and
 sets ``func`` on each parser to a callable ``func(args, out) -> int`` where ``out`` is an
-``Output`` (text or ``--json``). Errors are raised as ``AdminError`` (the CA's, ``deaddrop.ca``, as
+``Output`` (text or ``--json``). Errors are raised as ``AdminError`` (the CA's, ``deaddrop.transport.ca``, as
 ``CAError``) and printed in one line. ``AdminError`` and ``Output`` live in ``_output``, so the
 command modules never import this module back.
 """
@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from deaddrop.admin import _registry
 from deaddrop.admin._output import AdminError, Output
-from deaddrop.ca import CAError
+from deaddrop.transport.ca import CAError
 
 __all__ = ["AdminError", "Output", "build_parser", "main"]
 

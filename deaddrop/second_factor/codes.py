@@ -2,7 +2,7 @@
 
 Runs on the database thread inside one transaction (``Database.run``): the counter is read, the
 code matched and the counter moved in that transaction, so two logins racing with the same code
-cannot both pass. (TOTP stays in ``deaddrop.journalists``, as before.)
+cannot both pass. (TOTP stays in ``deaddrop.newsroom.accounts``, as before.)
 """
 from __future__ import annotations
 

@@ -12,22 +12,22 @@ from typing import Any, Callable
 
 from twisted.logger import Logger
 
-from deaddrop.codenames import check_designation_space
+from deaddrop.newsroom.codenames import check_designation_space
 from deaddrop.config import Config, ConfigError
 from deaddrop.crypto.gpg import Keyring
 from deaddrop.crypto.kdf import CodenameKdf, Peppers
 from deaddrop.crypto.pool import WorkerPool
 from deaddrop.crypto.streaming import EncryptionTarget
-from deaddrop.daily_report import DailyReport, SourceActivity
+from deaddrop.newsroom.daily_report import DailyReport, SourceActivity
 from deaddrop.events import SecurityEvents
 from deaddrop.service.source_side import add_source_interface
 from deaddrop.service.tor_side import add_tor
 from deaddrop.service.tree import DeadDropService
-from deaddrop.settings import InstanceSettings
-from deaddrop.sources import Newsroom, SourceQueues
+from deaddrop.newsroom.settings import InstanceSettings
+from deaddrop.newsroom.newsroom import Newsroom, SourceQueues
 from deaddrop.store import queries
 from deaddrop.store.db import SCHEMA_VERSION, Database
-from deaddrop.store.disk_space import DiskReserve, DiskSpace
+from deaddrop.admission.disk_space import DiskReserve, DiskSpace
 from deaddrop.store.files import Store
 from deaddrop.submission_key import KEY_FILE as SUBMISSION_KEY_FILE, use_submission_key
 from deaddrop.transport.connections import ConnectionLimits, budget_for, raise_fd_limit
@@ -128,7 +128,7 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
     add_tor(top, config, reactor)
     _add_retention(top, reactor)
     if newsroom.disk is not None:
-        from deaddrop.disk_watch import DiskWatch
+        from deaddrop.admission.disk_watch import DiskWatch
 
         top.disk_watch = DiskWatch(reactor, newsroom.disk, settings, events)
         top.disk_watch.setServiceParent(top)
@@ -143,14 +143,14 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
 
 def _add_file_times(top: DeadDropService, config: Config, reactor: Any, io_pool: WorkerPool) -> None:
     """Every file and folder of the data dir cut to the day, now and after every midnight UTC."""
-    from deaddrop.file_times import FileTimeNormaliser
+    from deaddrop.store.file_times import FileTimeNormaliser
 
     top.file_times = FileTimeNormaliser(reactor, config.data_dir, io_pool)
     top.file_times.setServiceParent(top)
 
 
 def _add_retention(top: DeadDropService, reactor: Any) -> None:
-    from deaddrop.retention import Retention, retention_timer
+    from deaddrop.newsroom.retention import Retention, retention_timer
 
     top.retention = Retention(top.newsroom, top.settings, top.events)
     top.retention_timer = retention_timer(reactor, top.retention)
@@ -158,12 +158,12 @@ def _add_retention(top: DeadDropService, reactor: Any) -> None:
 
 
 def _add_digest(top: DeadDropService, config: Config, reactor: Any) -> None:
-    """The encrypted digest mail, when ``--smtp-server`` is given (see ``deaddrop.digest``)."""
+    """The encrypted digest mail, when ``--smtp-server`` is given (see ``deaddrop.digest.schedule``)."""
     top.digest = None
     if config.smtp_server is None:
         return
-    from deaddrop._smtp import SmtpTarget, parse_server, read_password_file
-    from deaddrop.digest import DigestService
+    from deaddrop.digest.smtp import SmtpTarget, parse_server, read_password_file
+    from deaddrop.digest.schedule import DigestService
 
     host, port = parse_server(config.smtp_server)
     assert config.smtp_from is not None  # validated
@@ -183,7 +183,7 @@ def _add_digest(top: DeadDropService, config: Config, reactor: Any) -> None:
 def _add_status_file(top: DeadDropService, config: Config, reactor: Any, io_pool: WorkerPool,
                      fingerprint: str) -> None:
     """``DATA/status.json`` for ``deaddrop-admin status`` (see ``runtime_status``)."""
-    from deaddrop.runtime_status import StatusFile
+    from deaddrop.store.runtime_status import StatusFile
     from deaddrop.service.journalist_side import find_ca
 
     found = find_ca(config)

@@ -18,21 +18,21 @@ from twisted.application.service import Service
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from deaddrop.certificates import (
+from deaddrop.transport.certificates import (
     SERVER_CERT_WARNING, STATE_FILE, certificate_statuses, expires_within, read_issued_list,
 )
 from deaddrop.config import Config
-from deaddrop.journalist_desk import Desk
-from deaddrop.journalists import Accounts
-from deaddrop.second_factor.key_login import SecurityKeys
+from deaddrop.newsroom.desk import Desk
+from deaddrop.newsroom.accounts import Accounts
+from deaddrop.newsroom.key_login import SecurityKeys
 from deaddrop.service.tree import DeadDropService
-from deaddrop.sources import Newsroom
+from deaddrop.newsroom.newsroom import Newsroom
 from deaddrop.transport.connections import ConnectionLimits
 from deaddrop.transport.listeners import ListenerService
 from deaddrop.web.journalist.api import JournalistAPI
 from deaddrop.web.journalist.app import COOKIE, JournalistInterface
 from deaddrop.web.journalist.gate import CertificateGate
-from deaddrop.web.journalist.tls import JournalistTLS, ensure_server_certificate, signed_by
+from deaddrop.transport.tls import JournalistTLS, ensure_server_certificate, signed_by
 from deaddrop.web.sessions import SessionStore
 
 _log = Logger()
@@ -64,7 +64,7 @@ def _server_certificate(config: Config, ca_path: str) -> tuple[str, str]:
     renew = (ca_here and os.path.isfile(cert_path) and signed_by(cert_path, ca_path)
              and expires_within(cert_path, SERVER_CERT_WARNING))
     if ca_here and (missing or renew):
-        from deaddrop import ca
+        from deaddrop.transport import ca
 
         os.makedirs(tls_dir, mode=0o700, exist_ok=True)
         # Issued beside the pair in use, then renamed over it: never a moment without one.

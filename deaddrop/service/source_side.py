@@ -12,10 +12,10 @@ from twisted.logger import Logger
 
 from deaddrop.config import Config
 from deaddrop.service.tree import DeadDropService
-from deaddrop.source_texts import SourceTexts
-from deaddrop.sources import Newsroom
+from deaddrop.newsroom.source_texts import SourceTexts
+from deaddrop.newsroom.newsroom import Newsroom
 from deaddrop.store import queries
-from deaddrop.throttle import FailureThrottle
+from deaddrop.admission.throttle import FailureThrottle
 from deaddrop.transport.circuits import CircuitCloser
 from deaddrop.transport.listeners import ListenerService
 from deaddrop.web.sessions import SessionStore

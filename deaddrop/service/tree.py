@@ -11,13 +11,13 @@ from twisted.logger import Logger
 
 from deaddrop.config import Config
 from deaddrop.crypto.pool import WorkerPool
-from deaddrop.daily_report import DailyReport
+from deaddrop.newsroom.daily_report import DailyReport
 from deaddrop.events import SecurityEvents
-from deaddrop.journalist_desk import Desk
-from deaddrop.journalists import Accounts
-from deaddrop.settings import InstanceSettings
-from deaddrop.source_texts import SourceTexts
-from deaddrop.sources import Newsroom
+from deaddrop.newsroom.desk import Desk
+from deaddrop.newsroom.accounts import Accounts
+from deaddrop.newsroom.settings import InstanceSettings
+from deaddrop.newsroom.source_texts import SourceTexts
+from deaddrop.newsroom.newsroom import Newsroom
 from deaddrop.store.db import Database
 from deaddrop.transport.circuits import CircuitCloser
 from deaddrop.transport.connections import ConnectionBudget, ConnectionLimits
@@ -25,14 +25,14 @@ from deaddrop.transport.listeners import ListenerService
 from deaddrop.web.sessions import SessionStore
 
 if TYPE_CHECKING:  # imported where they are built, and only when they are on
-    from deaddrop.digest import DigestService
-    from deaddrop.disk_watch import DiskWatch
-    from deaddrop.file_times import FileTimeNormaliser
-    from deaddrop.retention import Retention
-    from deaddrop.runtime_status import StatusFile
+    from deaddrop.digest.schedule import DigestService
+    from deaddrop.admission.disk_watch import DiskWatch
+    from deaddrop.store.file_times import FileTimeNormaliser
+    from deaddrop.newsroom.retention import Retention
+    from deaddrop.store.runtime_status import StatusFile
     from deaddrop.tor import TorOnionService
     from deaddrop.web.journalist.app import JournalistInterface
-    from deaddrop.web.journalist.tls import JournalistTLS
+    from deaddrop.transport.tls import JournalistTLS
     from deaddrop.web.source.app import SourceInterface
 
 _log = Logger()

@@ -488,7 +488,7 @@ class JournalistBrowserTests(unittest.TestCase):
     def test_an_over_size_logo_says_what_is_accepted_and_the_admin_tries_again(self):
         """Issue 17 §7: a logo too large (over the file limit, or over the whole body's limit and
         answered at its first byte) gets the settings page with the size accepted, not a dead end."""
-        from deaddrop import png
+        from deaddrop.newsroom import png
 
         driver = yield self._start(DESKTOP)
         code = self.device.code()

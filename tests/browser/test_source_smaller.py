@@ -10,8 +10,8 @@ from urllib.parse import urlparse
 
 from twisted.internet.defer import inlineCallbacks
 from twisted.internet.threads import deferToThread
-from deaddrop import codenames
-from deaddrop.crypto.admission import Busy
+from deaddrop.newsroom import codenames
+from deaddrop.admission.queues import Busy
 from deaddrop.web.source import i18n, pages
 from tests.browser._chromium import DESKTOP, follow, quit_driver, screenshot, start_driver
 from tests.browser.test_source_browser import KEPT, _BrowserServerTest, _asks_to_resubmit, _css, _text

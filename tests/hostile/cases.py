@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Callable
 from urllib.parse import quote_from_bytes
 
-from deaddrop import codenames
+from deaddrop.newsroom import codenames
 from deaddrop.web.source.app import NOT_RECOGNIZED
 from deaddrop.web.source.pages import MAX_FILES
 

@@ -18,7 +18,7 @@ from twisted.internet.threads import deferToThread
 from twisted.trial import unittest
 
 from deaddrop.admin.cli import main
-from deaddrop.journalists import verify_passphrase
+from deaddrop.newsroom.accounts import verify_passphrase
 from tests._support import (
     JournalistAccount, JournalistBrowser, TotpDevice, initialised_data_dir, issue_client_cert, short_tempdir,
     start_journalist_server,

@@ -17,12 +17,12 @@ from twisted.internet.task import LoopingCall, deferLater
 from twisted.trial import unittest
 
 import deaddrop.crypto.kdf as kdf_module
-from deaddrop import codenames
-from deaddrop.crypto.admission import BUSY_MESSAGE
+from deaddrop.newsroom import codenames
+from deaddrop.admission.queues import BUSY_MESSAGE
 from deaddrop.crypto.gpg import Keyring
 from deaddrop.crypto.kdf import CodenameKdf, KdfCost, Peppers
 from deaddrop.events import FloodGate
-from deaddrop.throttle import FailureThrottle
+from deaddrop.admission.throttle import FailureThrottle
 from deaddrop.transport.circuits import Circuit
 from deaddrop.web.source.app import REFUSALS_BEFORE_CLOSING
 from deaddrop.web.source.defence import FLOOD_THRESHOLD, FLOOD_WINDOW

@@ -15,7 +15,7 @@ from twisted.internet.defer import inlineCallbacks
 from twisted.internet.task import Clock, deferLater
 from twisted.trial import unittest
 
-from deaddrop import codenames
+from deaddrop.newsroom import codenames
 from deaddrop.web.source.app import NOT_RECOGNIZED
 from tests._support import Browser, start_server, wait_until
 from tests.integration.test_admission_flow import LOGGED_IN, count_argon2id_runs, hold_argon2id
@@ -152,7 +152,7 @@ class AnswerTimeTests(unittest.TestCase):
 
     @inlineCallbacks
     def test_start_up_times_three_runs_and_derives_the_delay_from_their_median(self):
-        from deaddrop.crypto.answer_grid import answer_delay
+        from deaddrop.admission.answer_grid import answer_delay
 
         runs = count_argon2id_runs(self)
         real, took = self.newsroom.kdf.derive, iter([0.3, 0.1, 0.2])

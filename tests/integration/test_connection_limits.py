@@ -16,7 +16,7 @@ import time
 from twisted.internet.threads import deferToThread
 from twisted.trial import unittest
 
-from deaddrop import ca
+from deaddrop.transport import ca
 from tests._process import ServerProcess, free_port
 from tests._support import client_pems, short_tempdir
 

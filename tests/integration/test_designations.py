@@ -4,8 +4,8 @@ from __future__ import annotations
 from twisted.internet.defer import inlineCallbacks
 from twisted.trial import unittest
 
-from deaddrop import codenames
-from deaddrop.codenames import WordListError
+from deaddrop.newsroom import codenames
+from deaddrop.newsroom.codenames import WordListError
 from tests._support import Browser, RunningServer, start_server
 
 

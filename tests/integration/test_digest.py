@@ -16,12 +16,12 @@ from twisted.internet.task import Clock
 from twisted.internet.threads import deferToThread
 from twisted.trial import unittest
 
-from deaddrop import _digest_mail
-from deaddrop._smtp import SmtpTarget
+from deaddrop.digest import mail as digest_mail
+from deaddrop.digest.smtp import SmtpTarget
 from deaddrop.admin import cli as admin_cli
 from deaddrop.admin._status_commands import format_status, instance_status
 from deaddrop.config import Config, ConfigError
-from deaddrop.digest import DigestService
+from deaddrop.digest.schedule import DigestService
 from tests._smtp_server import SmtpServer, throwaway_certificate
 from tests._support import (
     Browser, add_journalist, kill_gpg_agent, security_events, short_tempdir, start_server, test_svs, wait_until,
@@ -126,7 +126,7 @@ class DigestDeliveryTests(_DigestCase):
         self.assertEqual((first.count("submissions"), first.count("sources")), (1, 1))
         self.assertIn("2026-01-01", first.text)
         # Headers: constant subject, the slot as Date (not the moment of sending), a random id.
-        self.assertEqual(first.headers["Subject"], _digest_mail.SUBJECT)
+        self.assertEqual(first.headers["Subject"], digest_mail.SUBJECT)
         self.assertEqual(email.utils.parsedate_to_datetime(first.headers["Date"]).timestamp(), SLOT)
         self.assertRegex(first.headers["Message-ID"], r"^<[0-9a-f]{32}@newsroom\.example>$")
         # Nothing about the source: not its designation, not a uuid, no time finer than the day.
@@ -255,8 +255,8 @@ class ExpiredKeyTests(_DigestCase):
     @inlineCallbacks
     def test_an_expired_key_is_refused_and_an_expiring_one_reported_without_retries(self):
         old = expired_key(self)
-        with self.assertRaises(_digest_mail.KeyProblem) as e:
-            _digest_mail.check_key(old)
+        with self.assertRaises(digest_mail.KeyProblem) as e:
+            digest_mail.check_key(old)
         self.assertIn("cannot encrypt", str(e.exception))
         mail = self.smtp(tls=True)
         server = yield self.server_with_alice()
@@ -371,5 +371,5 @@ class OptionTests(unittest.TestCase):
 
 class MailShapeTests(unittest.TestCase):
     def test_padded_to_one_size_whatever_the_counts(self):
-        sizes = {len(_digest_mail.plaintext(SLOT, n, m)) for n, m in ((0, 0), (1, 1), (10 ** 9, 10 ** 6))}
-        self.assertEqual(sizes, {_digest_mail.PLAINTEXT_SIZE})
+        sizes = {len(digest_mail.plaintext(SLOT, n, m)) for n, m in ((0, 0), (1, 1), (10 ** 9, 10 ** 6))}
+        self.assertEqual(sizes, {digest_mail.PLAINTEXT_SIZE})

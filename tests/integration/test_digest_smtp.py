@@ -17,12 +17,12 @@ from twisted.internet.defer import inlineCallbacks
 from twisted.internet.task import Clock
 from twisted.internet.threads import deferToThread
 
-from deaddrop import _smtp
-from deaddrop._smtp import SmtpTarget
-from deaddrop._smtp_client import SmtpFailure, data_block
+from deaddrop.digest import smtp
+from deaddrop.digest.smtp import SmtpTarget
+from deaddrop.digest.smtp_client import SmtpFailure, data_block
 from deaddrop.admin._status_commands import format_status, instance_status
 from deaddrop.config import Config, ConfigError
-from deaddrop.digest import DigestService
+from deaddrop.digest.schedule import DigestService
 from tests._smtp_server import SmtpServer, throwaway_certificate
 from tests._support import Browser, LogCapture, security_events, short_tempdir, test_svs, wait_until
 from tests.integration.test_digest import SLOT, ReadDigest, _DigestCase
@@ -157,7 +157,7 @@ class ImplicitTlsTests(_SmtpCase):
         self.assertEqual(failure["reason"], "tls")
         self.assertEqual(starttls.messages(), [])
         # And the other way round: the port 465 server waits, silent, for a TLS hello; the admin is told why.
-        failure = yield self.assertFailure(_smtp.check(reactor, self.target(smtps.port, timeout=1)), SmtpFailure)
+        failure = yield self.assertFailure(smtp.check(reactor, self.target(smtps.port, timeout=1)), SmtpFailure)
         self.assertEqual(failure.reason, "timeout")
         self.assertIn("not even a greeting: a port 465 server wants --smtp-tls tls", failure.detail)
 
@@ -190,7 +190,7 @@ class AuthTests(_SmtpCase):
         self.assertEqual(digest.failing["alice"]["reason"], "auth")
         self.assertIsNotNone(digest.failing["alice"]["next_retry"])
         self.assertEqual(mail.messages(), [])
-        failure = yield self.assertFailure(_smtp.check(reactor, wrong), SmtpFailure)
+        failure = yield self.assertFailure(smtp.check(reactor, wrong), SmtpFailure)
         self.assertIn(f"refused the login as '{USER}': 535", failure.detail)
         self.assertNotIn("not it", repr(wrong))
 

@@ -23,7 +23,7 @@ import subprocess
 from twisted.internet.defer import inlineCallbacks
 from twisted.trial import unittest
 
-from deaddrop.daily_report import DayCounts
+from deaddrop.newsroom.daily_report import DayCounts
 from tests._support import Browser, LogCapture, RunningServer, short_tempdir, test_svs
 from tests.integration.test_source_flow import gunzip_with_name, stored_files
 

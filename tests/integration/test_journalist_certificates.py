@@ -8,7 +8,8 @@ from cryptography import x509
 from twisted.internet.defer import inlineCallbacks
 from twisted.trial import unittest
 
-from deaddrop.web.journalist import gate, tls
+from deaddrop.transport import tls
+from deaddrop.web.journalist import gate
 from tests._support import (
     ApiClient, JournalistBrowser, issue_client_cert, security_events, start_journalist_server,
 )
@@ -92,7 +93,7 @@ class ExplainMissingCertificateTests(_Server, unittest.TestCase):
 
     @inlineCallbacks
     def test_on_a_bad_certificate_is_still_refused_in_the_handshake(self):
-        from deaddrop import ca
+        from deaddrop.transport import ca
         from tests._support import client_pems
 
         yield self.start(journalist_explain_missing_cert=True)
@@ -157,7 +158,7 @@ class ServerOptionsTests(_Server, unittest.TestCase):
         from twisted.internet.task import deferLater
         from twisted.internet.threads import deferToThread
 
-        from deaddrop import ca
+        from deaddrop.transport import ca
         from tests._support import short_tempdir, wait_until
 
         data_dir = short_tempdir()

@@ -29,9 +29,9 @@ from twisted.web.resource import Resource
 from twisted.web.server import Site
 from zope.interface import implementer
 
-from deaddrop import ca
+from deaddrop.transport import ca
 from deaddrop.events import SecurityEvents
-from deaddrop.web.journalist import tls
+from deaddrop.transport import tls
 from tests._support import client_pems
 
 

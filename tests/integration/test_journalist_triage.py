@@ -19,7 +19,7 @@ import zipfile
 from twisted.internet.defer import inlineCallbacks
 from twisted.trial import unittest
 
-from deaddrop import ca
+from deaddrop.transport import ca
 from tests._support import (
     Browser, JournalistBrowser, TotpDevice, add_journalist, issue_client_cert, security_events,
     start_journalist_server, test_svs, wait_until,

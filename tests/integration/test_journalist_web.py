@@ -14,9 +14,9 @@ import zipfile
 from twisted.internet.defer import inlineCallbacks
 from twisted.trial import unittest
 
-from deaddrop.settings import InstanceSettings
+from deaddrop.newsroom.settings import InstanceSettings
 
-from deaddrop import ca
+from deaddrop.transport import ca
 from deaddrop.web.journalist import pages
 from tests._support import (
     Browser, JournalistBrowser, LogCapture, TotpDevice, add_journalist, issue_client_cert, client_pems, security_events,
@@ -332,7 +332,7 @@ class JournalistWebTests(unittest.TestCase):
     @inlineCallbacks
     def test_source_texts_and_logo_per_language_from_the_settings(self):
         """Issue 11: admins write what sources see, per language, and upload a checked PNG logo."""
-        from deaddrop import png
+        from deaddrop.newsroom import png
         from tests._support import multipart_body
 
         b = yield self.logged_in()
@@ -417,7 +417,7 @@ class JournalistWebTests(unittest.TestCase):
     @inlineCallbacks
     def test_a_two_word_designation_made_before_works_in_the_list_the_filter_and_zips(self):
         """Issue 17 §4: new designations have three words, and one made before keeps working."""
-        from deaddrop import codenames
+        from deaddrop.newsroom import codenames
         from deaddrop.svs._names import parse_submission_name
 
         drawn = codenames.generate_designation

@@ -22,7 +22,7 @@ from twisted.internet.protocol import ClientFactory, Protocol
 from twisted.internet.task import deferLater
 from twisted.trial import unittest
 
-from deaddrop.store.disk_space import TEXT_ROOM
+from deaddrop.admission.disk_space import TEXT_ROOM
 from tests._support import Browser, multipart_body, security_events, start_server, test_svs, wait_until
 from tests.integration.test_disk_full import fill, free_bytes, tmpfs
 from tests.integration.test_source_flow import gunzip_with_name, stored_files

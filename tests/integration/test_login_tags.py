@@ -15,7 +15,7 @@ from twisted.internet.task import Clock, deferLater
 from twisted.internet.threads import deferToThread
 from twisted.trial import unittest
 
-from deaddrop import codenames
+from deaddrop.newsroom import codenames
 from deaddrop.transport.circuits import LOCAL
 from deaddrop.web.source.app import NOT_RECOGNIZED
 from tests._circuits import CircuitBrowser, listen_as_tor
@@ -272,7 +272,7 @@ class ReturningSourcesFirstTests(unittest.TestCase):
         never fail), kept /create waiting for ever. Beyond RETURNING_LOGINS successful logins
         in RETURNING_WINDOW, a tag's logins wait behind new codenames; another source's first
         login still goes before them."""
-        from deaddrop.sources import RETURNING_LOGINS
+        from deaddrop.newsroom.newsroom import RETURNING_LOGINS
 
         server, browser = yield self.start(source_login_failures_per_minute=1000)
         busy = yield browser(1).create_source()

@@ -17,7 +17,7 @@ from twisted.internet import reactor
 from twisted.internet.defer import inlineCallbacks
 from twisted.trial import unittest
 
-from deaddrop import png
+from deaddrop.newsroom import png
 from deaddrop.web.journalist.api import JournalistAPI
 from deaddrop.web.journalist.app import JournalistInterface
 from deaddrop.web.source.app import SourceInterface

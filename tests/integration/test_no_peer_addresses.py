@@ -19,7 +19,7 @@ from twisted.internet import defer, protocol, reactor
 from twisted.internet.endpoints import TCP4ClientEndpoint, serverFromString
 from twisted.trial import unittest
 
-from deaddrop import ca
+from deaddrop.transport import ca
 from tests._process import ServerProcess, free_port
 from deaddrop.transport.quiet_ports import hide_peer_addresses
 from tests._support import short_tempdir, wait_until

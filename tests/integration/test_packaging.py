@@ -53,7 +53,7 @@ def _run(argv: list[str], **kw) -> subprocess.CompletedProcess:
 
 class OneSourceTests(unittest.TestCase):
     def test_the_package_reads_the_top_level_word_lists(self):
-        from deaddrop import codenames
+        from deaddrop.newsroom import codenames
 
         # deaddrop/wordlists is a link to wordlists/: the package data and the folder are one.
         self.assertEqual(Path(codenames.WORDLIST_DIR).resolve(), (ROOT / "wordlists").resolve())
@@ -117,7 +117,7 @@ class InstalledCopyTests(unittest.TestCase):
         def cli(*argv: str, cwd: Path = app) -> subprocess.CompletedProcess:
             return _run([str(venv / "bin" / argv[0]), *argv[1:]], cwd=cwd, env=env)
 
-        where = cli("python", "-c", "import deaddrop, deaddrop.codenames as c; print(deaddrop.__file__); "
+        where = cli("python", "-c", "import deaddrop, deaddrop.newsroom.codenames as c; print(deaddrop.__file__); "
                                     "print(c.WORDLIST_DIR)").stdout.split()
         for path in where:
             self.assertTrue(path.startswith(str(site)), f"{path} is not inside the installed copy")

@@ -10,7 +10,7 @@ import time
 from twisted.internet.defer import inlineCallbacks
 from twisted.trial import unittest
 
-from deaddrop.retention import DAY
+from deaddrop.newsroom.retention import DAY
 from tests._support import (
     Browser, JournalistBrowser, TotpDevice, add_journalist, issue_client_cert, security_events,
     start_journalist_server,

@@ -169,7 +169,7 @@ class SourceFlowTests(unittest.TestCase):
         codename = yield self.browser.create_source()
         yield self.browser.get("/logout")
         words = codename.split()
-        from deaddrop import codenames
+        from deaddrop.newsroom import codenames
 
         typo = next(t for t in (words[2][:-1] + c for c in "qzxj") if t not in codenames.codename_words())
         typed = " ".join(words[:2] + [typo] + words[3:]).upper()
@@ -205,7 +205,7 @@ class SourceFlowTests(unittest.TestCase):
         """Issue 27 item 7: refused once the body has arrived, a busy server answers with a
         redirect (Back and Forward never ask to resend); the form's page says 503 with
         Retry-After, and shows the form and the message even while the replies cannot be read."""
-        from deaddrop.crypto.admission import Busy
+        from deaddrop.admission.queues import Busy
 
         yield self.browser.create_source()
         newsroom = self.server.service.newsroom
@@ -349,7 +349,7 @@ class SourceFlowTests(unittest.TestCase):
     def test_a_reply_sent_while_the_key_is_being_made_is_not_lost(self):
         """The key pair is made at the first submission; a reply in that window waits for it."""
         newsroom = self.server.service.newsroom
-        from deaddrop import codenames
+        from deaddrop.newsroom import codenames
 
         codename = codenames.generate_codename(7)
         identity, passphrase = yield newsroom.create_source(codename)
@@ -454,7 +454,7 @@ class AbuseLimitTests(unittest.TestCase):
 
     @inlineCallbacks
     def test_well_formed_wrong_codenames_are_throttled(self):
-        from deaddrop import codenames
+        from deaddrop.newsroom import codenames
 
         statuses = []
         for _ in range(7):

@@ -12,7 +12,7 @@ from twisted.internet.defer import inlineCallbacks
 from twisted.logger import Logger
 from twisted.trial import unittest
 
-from deaddrop import png
+from deaddrop.newsroom import png
 from tests._support import Browser, multipart_body, start_server
 
 _log = Logger()

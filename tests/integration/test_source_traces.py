@@ -23,7 +23,7 @@ from twisted.internet.threads import deferToThread
 from twisted.logger import formatEventAsClassicLogText, globalLogPublisher
 from twisted.trial import unittest
 
-from deaddrop.daily_report import day_of
+from deaddrop.newsroom.daily_report import day_of
 from tests._process import RawClient, ServerProcess
 from tests._support import Browser, short_tempdir, start_server
 from tests._time_traces import find_in_bytes, find_in_tree, second_needles, wait_for_next_second

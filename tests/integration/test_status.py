@@ -9,8 +9,8 @@ from twisted.internet.threads import deferToThread
 from twisted.trial import unittest
 
 import deaddrop
-from deaddrop import ca
-from deaddrop.runtime_status import status_path
+from deaddrop.transport import ca
+from deaddrop.store.runtime_status import status_path
 from tests._mounts import own_tmpfs, remount
 from tests._support import (Browser, add_journalist, initialised_data_dir, short_tempdir, start_journalist_server,
                             test_svs)

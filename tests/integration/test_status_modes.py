@@ -17,7 +17,7 @@ from twisted.internet.defer import inlineCallbacks
 from twisted.internet.threads import deferToThread
 from twisted.trial import unittest
 
-from deaddrop import ca
+from deaddrop.transport import ca
 from deaddrop.admin._file_checks import private_path_checks
 from deaddrop.store import db
 from deaddrop.tor import keys

@@ -160,7 +160,7 @@ class WorkstationTests(unittest.TestCase):
     def test_two_word_designations_made_before_and_three_word_ones_go_through_the_whole_loop(self):
         """Issue 17 §4: new designations have three words; one made before ("amber lantern")
         keeps working in the API, file names, sync folders, the SVS and replies by designation."""
-        from deaddrop import codenames
+        from deaddrop.newsroom import codenames
 
         legacy = Browser(self.server.source_url)
         self.addCleanup(legacy.close)
@@ -259,7 +259,7 @@ class WorkstationTests(unittest.TestCase):
         with self.assertRaises(ws_cli.ApiError) as e:
             yield ws_cli.run(reactor, ws_cli.build_parser().parse_args(argv), out=io.StringIO())
         self.assertEqual(e.exception.status, 403)
-        from deaddrop import ca
+        from deaddrop.transport import ca
 
         other_ca = os.path.join(self.server.data_dir, "other-ca")  # not the CA that signed the server's certificate
         ca.init_ca(other_ca)

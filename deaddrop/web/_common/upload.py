@@ -14,7 +14,7 @@ from typing import Any, Callable, Protocol
 import multipart
 from twisted.internet.defer import Deferred, DeferredList
 
-from deaddrop.filenames import sanitise_filename
+from deaddrop.newsroom.filenames import sanitise_filename
 
 
 class FileSink(Protocol):

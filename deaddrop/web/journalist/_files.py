@@ -12,7 +12,7 @@ from twisted.web import server
 from twisted.web.resource import Resource
 from twisted.web.static import NoRangeStaticProducer, SingleRangeStaticProducer
 
-from deaddrop.journalist_desk import Download
+from deaddrop.newsroom.desk import Download
 
 
 def parse_range(header: bytes | None, size: int) -> tuple[int, int] | None | str:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deaddrop.journalists import Journalist
+from deaddrop.newsroom.accounts import Journalist
 from deaddrop.web.sessions import Session
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from deaddrop.journalists import LoginFailed, SecurityKeyNeeded
+from deaddrop.newsroom.accounts import LoginFailed, SecurityKeyNeeded
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg
 from deaddrop.web._common.guards import login_required, login_route

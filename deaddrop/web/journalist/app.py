@@ -20,11 +20,11 @@ from klein import Klein
 from twisted.internet.defer import Deferred, inlineCallbacks
 
 from deaddrop.events import SecurityEvents
-from deaddrop.journalist_desk import Desk
-from deaddrop.journalists import Accounts, Journalist
-from deaddrop.second_factor.key_login import SecurityKeys
-from deaddrop.settings import InstanceSettings
-from deaddrop.source_texts import SourceTexts
+from deaddrop.newsroom.desk import Desk
+from deaddrop.newsroom.accounts import Accounts, Journalist
+from deaddrop.newsroom.key_login import SecurityKeys
+from deaddrop.newsroom.settings import InstanceSettings
+from deaddrop.newsroom.source_texts import SourceTexts
 from deaddrop.transport.connections import ConnectionLimits
 from deaddrop.web._common.guards import Refused
 from deaddrop.web._common.pages import error_page_bytes, http_error_page_text

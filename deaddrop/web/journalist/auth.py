@@ -10,7 +10,7 @@ from typing import Any
 
 from twisted.internet.defer import inlineCallbacks
 
-from deaddrop.journalists import LoginFailed, SecurityKeyNeeded
+from deaddrop.newsroom.accounts import LoginFailed, SecurityKeyNeeded
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg
 from deaddrop.web._common.routes import Routes

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from deaddrop.events import SecurityEvents
-from deaddrop.journalists import valid_username
-from deaddrop.web.journalist.tls import peer_common_name
+from deaddrop.newsroom.accounts import valid_username
+from deaddrop.transport.tls import peer_common_name
 
 MISMATCH = "certificate_mismatch"
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from twisted.internet.defer import inlineCallbacks
 
-from deaddrop.journalist_desk import NotFound, SourceView
+from deaddrop.newsroom.desk import NotFound, SourceView
 from deaddrop.web._common.guards import Refused, login_route
 from deaddrop.web._common.routes import Routes
 from deaddrop.web.journalist._files import FileResponse

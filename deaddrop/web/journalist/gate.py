@@ -12,7 +12,7 @@ from typing import Any
 
 from twisted.web.resource import Resource
 
-from deaddrop.web.journalist.tls import peer_certificate
+from deaddrop.transport.tls import peer_certificate
 
 # Browsers remember for a year that this origin is HTTPS-only: no downgrade on a later visit.
 HSTS = b"max-age=31536000"

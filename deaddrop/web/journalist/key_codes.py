@@ -11,7 +11,7 @@ from typing import Any
 
 from twisted.internet.defer import inlineCallbacks
 
-from deaddrop.journalists import LoginFailed
+from deaddrop.newsroom.accounts import LoginFailed
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg
 from deaddrop.web._common.guards import login_route

@@ -10,7 +10,7 @@ from typing import Any
 
 from twisted.web.template import Tag, tags
 
-from deaddrop.journalists import Journalist
+from deaddrop.newsroom.accounts import Journalist
 from deaddrop.second_factor.security_keys import MAX_NAME_CHARS, SecurityKey
 from deaddrop.web._common.pages import csrf_field
 from deaddrop.web.journalist.pages import _error, _page, when

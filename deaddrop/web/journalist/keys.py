@@ -9,7 +9,7 @@ from typing import Any
 
 from twisted.internet.defer import inlineCallbacks
 
-from deaddrop.second_factor.key_login import KeyRemovalRefused
+from deaddrop.newsroom.key_login import KeyRemovalRefused
 from deaddrop.second_factor.security_keys import KeyRefused
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg

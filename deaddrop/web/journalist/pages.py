@@ -14,10 +14,10 @@ from urllib.parse import urlencode
 import qrcode
 from twisted.web.template import Tag, tags
 
-from deaddrop.certificates import CertificateStatus
-from deaddrop.journalist_desk import ReplyView, SourceFilter, SourceView, SubmissionView
-from deaddrop.journalists import Journalist
-from deaddrop.settings import InstanceSettings
+from deaddrop.transport.certificates import CertificateStatus
+from deaddrop.newsroom.desk import ReplyView, SourceFilter, SourceView, SubmissionView
+from deaddrop.newsroom.accounts import Journalist
+from deaddrop.newsroom.settings import InstanceSettings
 from deaddrop.web._common.pages import csrf_field, layout
 from deaddrop.web.sessions import Session
 
@@ -450,7 +450,7 @@ def certificate_text(status: CertificateStatus, now: datetime.datetime) -> tuple
 def users(site_name: str, session: Session, journalist: Journalist, accounts: list[Journalist],
           error: str | None = None, certificates: Any = None, now: datetime.datetime | None = None,
           factors: dict[int, str] | None = None) -> Tag:
-    """``certificates``: username -> ``CertificateStatus`` (see ``deaddrop.certificates``), or None;
+    """``certificates``: username -> ``CertificateStatus`` (see ``deaddrop.transport.certificates``), or None;
     ``factors``: account id -> how it logs in ("app", "YubiKey (HOTP)", "2 security keys")."""
     now = now or datetime.datetime.now(datetime.timezone.utc)
     rows = []

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from deaddrop.retention import MAX_DAYS as MAX_RETENTION_DAYS
-from deaddrop.settings import InstanceSettings
+from deaddrop.newsroom.retention import MAX_DAYS as MAX_RETENTION_DAYS
+from deaddrop.newsroom.settings import InstanceSettings
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg
 from deaddrop.web._common.guards import admin_required, admin_route

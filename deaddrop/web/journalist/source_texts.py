@@ -1,5 +1,5 @@
 """Admin pages for what sources see: welcome text, submission instructions and a logo, per
-language (English is what other languages fall back to). See ``deaddrop.source_texts``.
+language (English is what other languages fall back to). See ``deaddrop.newsroom.source_texts``.
 
 The routes are added to ``JournalistInterface`` by ``register``; the logo comes as the one
 multipart upload the journalist listener takes, held in memory (at most ``png.MAX_BYTES``) and
@@ -12,9 +12,9 @@ from typing import Any, Callable
 from twisted.internet.defer import inlineCallbacks, succeed
 from twisted.web.template import Tag, tags
 
-from deaddrop import png
-from deaddrop.languages import LANGUAGES
-from deaddrop.source_texts import KINDS, MAX_TEXT_CHARS, text_problem
+from deaddrop.newsroom import png
+from deaddrop.newsroom.languages import LANGUAGES
+from deaddrop.newsroom.source_texts import KINDS, MAX_TEXT_CHARS, text_problem
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg
 from deaddrop.web._common.guards import admin_required, admin_route

@@ -9,7 +9,7 @@ from typing import Any
 
 from twisted.internet.defer import inlineCallbacks
 
-from deaddrop.journalist_desk import KeyNotReady, MAX_REPLY_CHARS, SourceFilter, SourceView, valid_uuid
+from deaddrop.newsroom.desk import KeyNotReady, MAX_REPLY_CHARS, SourceFilter, SourceView, valid_uuid
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg, form_args
 from deaddrop.web._common.guards import login_route

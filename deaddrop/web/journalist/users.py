@@ -9,8 +9,8 @@ from typing import Any
 
 from twisted.internet.defer import inlineCallbacks
 
-from deaddrop.journalist_desk import valid_uuid
-from deaddrop.journalists import AccountError, Journalist
+from deaddrop.newsroom.desk import valid_uuid
+from deaddrop.newsroom.accounts import AccountError, Journalist
 from deaddrop.store import factor_queries as fq
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg

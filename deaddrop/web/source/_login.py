@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deaddrop.sources import SourceIdentity
+from deaddrop.newsroom.newsroom import SourceIdentity
 from deaddrop.web.sessions import Session
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from deaddrop.crypto.streaming import EncryptionFailed
-from deaddrop.sources import StorageFailed
+from deaddrop.newsroom.newsroom import StorageFailed
 from deaddrop.web._common.forms import same_origin
 from deaddrop.web._common.pages import render_sync, set_html
 from deaddrop.web._common.upload import (

@@ -22,11 +22,11 @@ from typing import Any
 
 from klein import Klein
 
-from deaddrop.crypto.admission import BUSY_MESSAGE, BUSY_TITLE, Busy
+from deaddrop.admission.queues import BUSY_MESSAGE, BUSY_TITLE, Busy
 from deaddrop.events import SecurityEvents
-from deaddrop.settings import InstanceSettings
-from deaddrop.source_texts import SourceTexts
-from deaddrop.sources import Newsroom, SourceIdentity, is_disk_full
+from deaddrop.newsroom.settings import InstanceSettings
+from deaddrop.newsroom.source_texts import SourceTexts
+from deaddrop.newsroom.newsroom import Newsroom, SourceIdentity, is_disk_full
 from deaddrop.transport.connections import ConnectionLimits
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.form_tokens import FormTokens

@@ -24,7 +24,7 @@ from babel.messages.catalog import Catalog, Message
 from babel.messages.plurals import get_plural
 from babel.messages.pofile import read_po, write_po
 
-from deaddrop.languages import INCOMPLETE, LANGUAGES
+from deaddrop.newsroom.languages import INCOMPLETE, LANGUAGES
 
 LOCALE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "locales")
 TEMPLATE = "messages.pot"

@@ -13,9 +13,9 @@ from typing import Any, Callable
 
 from twisted.internet.defer import CancelledError, Deferred, inlineCallbacks
 
-from deaddrop import codenames
-from deaddrop.crypto.admission import BUSY_MESSAGE, Busy
-from deaddrop.sources import LoginThrottled, NoFreeDesignation, SourceIdentity
+from deaddrop.newsroom import codenames
+from deaddrop.admission.queues import BUSY_MESSAGE, Busy
+from deaddrop.newsroom.newsroom import LoginThrottled, NoFreeDesignation, SourceIdentity
 from deaddrop.transport.circuits import circuit_of
 from deaddrop.web._common.forms import form_arg, same_origin
 from deaddrop.web._common.routes import Routes

@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from deaddrop.daily_report import SourceActivity
+from deaddrop.newsroom.daily_report import SourceActivity
 from deaddrop.events import FloodGate, SecurityEvents
 from deaddrop.transport.circuits import CircuitCloser
 from deaddrop.transport.connections import ConnectionLimits
-from deaddrop.throttle import FailureThrottle
+from deaddrop.admission.throttle import FailureThrottle
 
 # A circuit refused this many times a minute by the login throttle is flooding: close it.
 REFUSALS_BEFORE_CLOSING = 10

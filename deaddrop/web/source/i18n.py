@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable
 
-from deaddrop.languages import DEFAULT, INCOMPLETE, LANGUAGES
+from deaddrop.newsroom.languages import DEFAULT, INCOMPLETE, LANGUAGES
 
 LOCALE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "locales")
 DOMAIN = "messages"

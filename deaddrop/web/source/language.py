@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from deaddrop import codenames
+from deaddrop.newsroom import codenames
 from deaddrop.web._common.forms import form_arg, same_origin
 from deaddrop.web._common.routes import Routes
 from deaddrop.web.source import i18n, messages as msgs, pages

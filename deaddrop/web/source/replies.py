@@ -10,7 +10,7 @@ from typing import Any
 from twisted.internet.defer import inlineCallbacks
 from twisted.web.template import Tag
 
-from deaddrop.crypto.admission import Busy
+from deaddrop.admission.queues import Busy
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.guards import login_required, login_route
 from deaddrop.web._common.routes import Routes

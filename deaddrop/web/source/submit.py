@@ -11,10 +11,10 @@ from typing import Any
 
 from twisted.internet.defer import Deferred, inlineCallbacks
 
-from deaddrop.crypto.admission import Busy
+from deaddrop.admission.queues import Busy
 from deaddrop.crypto.streaming import EncryptionFailed
-from deaddrop.sources import EncryptedPart, SourceNotFound, StorageFailed
-from deaddrop.store.disk_space import NoRoom
+from deaddrop.newsroom.newsroom import EncryptedPart, SourceNotFound, StorageFailed
+from deaddrop.admission.disk_space import NoRoom
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import same_origin
 from deaddrop.web._common.routes import Routes

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from deaddrop.crypto.admission import BUSY_MESSAGE, Busy, KeyBusy
-from deaddrop.settings import InstanceSettings
-from deaddrop.store.disk_space import NoRoom
+from deaddrop.admission.queues import BUSY_MESSAGE, Busy, KeyBusy
+from deaddrop.newsroom.settings import InstanceSettings
+from deaddrop.admission.disk_space import NoRoom
 from deaddrop.transport.circuits import circuit_of
 from deaddrop.web._common.site import DeadDropRequest
 from deaddrop.web._common.upload import REASON_FILES_TOO_LARGE, MultipartUpload, UploadError, UploadLimits
@@ -83,7 +83,7 @@ def start_upload(self: Any, request: DeadDropRequest, boundary: bytes, length: i
 
     def open_sink(filename: str, pause: Callable[[], None], resume: Callable[[], None]) -> Any:
         # Before the first file's first byte: the whole body's disk space (its Content-Length,
-        # or the limit if it has none) and its one pump slot (see source_uploads).
+        # or the limit if it has none) and its one pump slot (see deaddrop.newsroom.uploads).
         try:
             hold.admit(multipart_limit(self.settings) if length is None else length)
         except NoRoom:

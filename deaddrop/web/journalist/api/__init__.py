@@ -22,8 +22,8 @@ from klein import Klein
 from twisted.internet.defer import inlineCallbacks
 
 from deaddrop.events import SecurityEvents
-from deaddrop.journalist_desk import Desk, NotFound
-from deaddrop.journalists import Accounts, Journalist
+from deaddrop.newsroom.desk import Desk, NotFound
+from deaddrop.newsroom.accounts import Accounts, Journalist
 from deaddrop.web._common.guards import token_required
 from deaddrop.web._common.site import log_failure_safely
 from deaddrop.web.journalist._files import FileResponse

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from deaddrop.journalists import Journalist
+from deaddrop.newsroom.accounts import Journalist
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.routes import Routes
 from deaddrop.web.journalist.api._shared import PREFIX, token_route

@@ -8,7 +8,7 @@ from typing import Any
 
 from twisted.internet.defer import inlineCallbacks
 
-from deaddrop.journalists import Journalist, LoginFailed
+from deaddrop.newsroom.accounts import Journalist, LoginFailed
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.guards import token_required
 from deaddrop.web._common.routes import Routes

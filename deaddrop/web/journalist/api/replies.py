@@ -8,8 +8,8 @@ from __future__ import annotations
 import uuid as uuidlib
 from typing import Any
 
-from deaddrop.journalist_desk import DuplicateReply, KeyNotReady, NotEncryptedToSource, ReplyView
-from deaddrop.journalists import Journalist
+from deaddrop.newsroom.desk import DuplicateReply, KeyNotReady, NotEncryptedToSource, ReplyView
+from deaddrop.newsroom.accounts import Journalist
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.routes import Routes
 from deaddrop.web.journalist.api._items import Items, add_item_routes, item_json

@@ -10,8 +10,8 @@ from typing import Any
 
 from twisted.internet.defer import inlineCallbacks
 
-from deaddrop.journalist_desk import SourceView
-from deaddrop.journalists import Journalist
+from deaddrop.newsroom.desk import SourceView
+from deaddrop.newsroom.accounts import Journalist
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.routes import Routes
 from deaddrop.web.journalist._stream import stream_json_list

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from deaddrop.journalist_desk import NotFound, SubmissionView
-from deaddrop.journalists import Journalist
+from deaddrop.newsroom.desk import NotFound, SubmissionView
+from deaddrop.newsroom.accounts import Journalist
 from deaddrop.web._common.routes import Routes
 from deaddrop.web.journalist.api._items import Items, add_item_routes, item_json
 from deaddrop.web.journalist.api._shared import ApiError, token_route

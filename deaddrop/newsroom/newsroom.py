@@ -1,5 +1,5 @@
 """Source use cases: create, log in, submit, read and delete replies; replies from journalists
-(the keys and replies in ``source_replies``).
+(the keys and replies in ``replies``).
 
 This is the only layer that sees a codename, and only for as long as the KDF needs it: what
 a session keeps is the filesystem id (to find the source's files) and the key passphrase (to
@@ -20,26 +20,26 @@ from twisted.internet.defer import Deferred, inlineCallbacks
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from deaddrop import codenames
-from deaddrop.crypto.admission import Admission, AdmissionQueue, Pace, Ticket
-from deaddrop.crypto.answer_grid import AnswerGrid
+from deaddrop.newsroom import codenames
+from deaddrop.admission.queues import Admission, AdmissionQueue, Pace, Ticket
+from deaddrop.admission.answer_grid import AnswerGrid
 from deaddrop.crypto.gpg import Keyring
 from deaddrop.crypto.kdf import CodenameKdf, Derived, unwrap_passphrase, wrap_passphrase
 from deaddrop.crypto.pool import WorkerPool
 from deaddrop.crypto.streaming import EncryptionTarget, StreamEncryption
-from deaddrop.crypto.upload_slots import UploadSlots
-from deaddrop.daily_report import SourceActivity
+from deaddrop.admission.upload_slots import UploadSlots
+from deaddrop.newsroom.daily_report import SourceActivity
 from deaddrop.events import SecurityEvents
-from deaddrop.source_identity import SourceIdentity, SourceNotFound
-from deaddrop.source_replies import SourceReplies
-from deaddrop.source_uploads import HasTempPath, UploadHold, discard
+from deaddrop.newsroom.identity import SourceIdentity, SourceNotFound
+from deaddrop.newsroom.replies import SourceReplies
+from deaddrop.newsroom.uploads import HasTempPath, UploadHold, discard
 from deaddrop.store import queries
 from deaddrop.store.db import Database
-from deaddrop.store.disk_space import DiskSpace, NoRoom
+from deaddrop.admission.disk_space import DiskSpace, NoRoom
 from deaddrop.store.files import Store
-from deaddrop.throttle import FailureThrottle
+from deaddrop.admission.throttle import FailureThrottle
 
-_log = Logger()
+_log = Logger(namespace="deaddrop.sources")  # the name its log lines carried before the module moved
 
 
 @dataclass
@@ -168,7 +168,7 @@ class SourceQueues:
 class Newsroom(SourceReplies):
     """The use cases, wired to their blocking back-ends through thread pools.
 
-    Source key pairs and replies are ``SourceReplies``'s (``source_replies``)."""
+    Source key pairs and replies are ``SourceReplies``'s (``replies``)."""
 
     reactor: Any
     db: Database
@@ -409,7 +409,7 @@ class Newsroom(SourceReplies):
         return self.queues.uploads.holding(source_id) < self.queues.uploads.per_key
 
     def admit_upload(self, source_id: int | None, circuit: Any, evict: Callable[[], Any]) -> UploadHold:
-        """What one upload body will hold while it arrives (see ``source_uploads``); ``evict`` is
+        """What one upload body will hold while it arrives (see ``newsroom.uploads``); ``evict`` is
         called if it is ended to make room for another."""
         return UploadHold(self.queues.uploads, self.disk, self.activity, source_id, circuit, evict)
 

@@ -33,7 +33,7 @@ from deaddrop.delayed_calls import cancel
 
 DAY = 86400.0
 
-_log = Logger()
+_log = Logger(namespace="deaddrop.file_times")  # the name its log lines carried before the module moved
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ import pyotp
 from twisted.internet.defer import Deferred, inlineCallbacks, succeed
 from twisted.internet.task import deferLater
 
-from deaddrop import codenames
+from deaddrop.newsroom import codenames
 from deaddrop.crypto.kdf import KdfCost
 from deaddrop.crypto.pool import WorkerPool, forbid_reactor_thread
 from deaddrop.events import EventGate, SecurityEvents
@@ -46,7 +46,7 @@ from deaddrop.second_factor.codes import accept_hotp
 from deaddrop.store import factor_queries as fq
 from deaddrop.store import journalist_queries as jq
 from deaddrop.store.db import Database
-from deaddrop.throttle import FailureThrottle
+from deaddrop.admission.throttle import FailureThrottle
 
 MAX_PASSPHRASE_CHARS = 128  # generated ones are ~50; longer input is never hashed
 PASSPHRASE_WORDS = 7
@@ -83,7 +83,7 @@ class LoginFailed(Exception):
 
 class SecurityKeyNeeded(LoginFailed):
     """The passphrase was right and the account logs in with a security key: the login goes on
-    with a touch of one (``second_factor.key_login``). A caller that cannot ask for one (a
+    with a touch of one (``key_login``). A caller that cannot ask for one (a
     re-check with a code) sees it as the ``LoginFailed`` it is."""
 
     def __init__(self, journalist: "Journalist") -> None:

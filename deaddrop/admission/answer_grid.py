@@ -23,7 +23,7 @@ from typing import Any, Callable
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from deaddrop.crypto.admission import is_busy, timer_or_reactor
+from deaddrop.admission.queues import is_busy, timer_or_reactor
 
 # Requests ahead of one's own that a normal moment may have (a few sources at once), run
 # ``parallel`` at a time; and the room given on top for runs slower than the one timed (a

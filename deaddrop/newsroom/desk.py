@@ -25,8 +25,8 @@ from twisted.internet.defer import Deferred, inlineCallbacks
 
 from deaddrop.crypto import armor
 from deaddrop.crypto.pool import forbid_reactor_thread
-from deaddrop.source_identity import KeyNotReady, SourceNotFound
-from deaddrop.sources import Newsroom
+from deaddrop.newsroom.identity import KeyNotReady, SourceNotFound
+from deaddrop.newsroom.newsroom import Newsroom
 from deaddrop.store import journalist_queries as jq
 
 __all__ = ["Desk", "KeyNotReady", "SourceFilter", "SourceNotFound"]

@@ -10,7 +10,7 @@ A failed send is retried with back-off (1, 2, 4 ... minutes, at most an hour) un
 slot, which then sends a fresh digest with everything not yet reported. Every failure is a
 ``digest.send_failed`` security event and shows in ``deaddrop-admin status``. The encryption
 (gpg) runs in a thread pool; the sending is our own strict SMTP client over Twisted
-(``_smtp_client``): the reactor never blocks.
+(``smtp_client``): the reactor never blocks.
 
 At start-up the mail server is checked once without sending anything (connect, TLS with the
 certificate verified, the login if any, QUIT), so that a wrong ``--smtp-*`` setting shows in
@@ -28,14 +28,14 @@ from twisted.internet.defer import Deferred, DeferredList, inlineCallbacks
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from deaddrop import _digest_mail, _smtp
+from deaddrop.digest import mail, smtp
 from deaddrop.delayed_calls import cancel
 from deaddrop.store import digest_queries as dq
 
 FIRST_RETRY = 60.0
 MAX_RETRY = 3600.0
 
-_log = Logger()
+_log = Logger(namespace="deaddrop.digest")  # the name its log lines carried before the module moved
 
 
 def slot_of(now: float, interval: float) -> float:
@@ -47,10 +47,10 @@ def _iso(ts: float) -> str:
 
 
 class DigestService(Service):
-    def __init__(self, *, reactor: Any, clock: Any, db: Any, pool: Any, events: Any, target: _smtp.SmtpTarget,
+    def __init__(self, *, reactor: Any, clock: Any, db: Any, pool: Any, events: Any, target: smtp.SmtpTarget,
                  interval_minutes: int, gpg_binary: str, homedir: str,
-                 send: Callable[..., Deferred] = _smtp.send,
-                 check: Callable[..., Deferred] = _smtp.check) -> None:
+                 send: Callable[..., Deferred] = smtp.send,
+                 check: Callable[..., Deferred] = smtp.check) -> None:
         self.reactor = reactor  # connects
         self.clock = clock  # schedules (a Clock in tests)
         self.db = db
@@ -138,7 +138,7 @@ class DigestService(Service):
     def _check_failed(self, f: Failure) -> None:
         if not self.running:
             return  # stopped meanwhile (the check was cancelled)
-        reason, detail = _smtp.failure_reason(f), _smtp.failure_detail(f, self.target)
+        reason, detail = smtp.failure_reason(f), smtp.failure_detail(f, self.target)
         self.smtp_check = {"ok": False, "reason": reason, "detail": detail, "at": _iso(self.clock.seconds())}
         self.events.emit("digest.check_failed", reason=reason)
         _log.error("digest mail: the check of the mail server {server} FAILED ({reason}): {detail}. Digests will "
@@ -216,16 +216,16 @@ class _Job:
         if self.message is None:
             try:
                 self.message = yield service.pool.run(
-                    _digest_mail.compose, service.gpg_binary, service.homedir, service.target.from_addr, r.email,
+                    mail.compose, service.gpg_binary, service.homedir, service.target.from_addr, r.email,
                     r.public_key, self.slot, r.new_submissions, r.new_sources)
-            except _digest_mail.EncryptionFailed:
+            except mail.EncryptionFailed:
                 self._failed("key_unusable", retry=False)  # the key will not mend itself
                 return
         try:
             self._sending = service._send(service.reactor, service.target, r.email, self.message)
             yield self._sending
         except Exception as e:
-            self._failed(_smtp.failure_reason(Failure(e)), retry=True)
+            self._failed(smtp.failure_reason(Failure(e)), retry=True)
             return
         if self._stopped:
             return

@@ -24,7 +24,7 @@ every slot with a trickle each. ``UploadSlots`` shares the slots so that cannot 
 The disk is shared by the same rule (``make_room``): an upload that would be refused for want of
 disk space ends the slowest uploads below ``fair_rate`` whose reservations make the room it needs.
 What an upload holds on the disk follows its measured pace (``UploadProgress.expected``, see
-``store.disk_space``), so a trickle announcing a huge Content-Length holds little; when the disk
+``admission.disk_space``), so a trickle announcing a huge Content-Length holds little; when the disk
 cannot keep what uploads in flight were promised, those that send least are ended first
 (``end_for_room``).
 
@@ -39,7 +39,7 @@ from __future__ import annotations
 import collections
 from typing import Any, Callable, Hashable, Optional
 
-from deaddrop.crypto.admission import Admission, AdmissionQueue, Busy, KeyBusy, Ticket
+from deaddrop.admission.queues import Admission, AdmissionQueue, Busy, KeyBusy, Ticket
 
 # A slot pumping less than this is wasted when someone else is waiting for it. Tor uploads to
 # an onion run at 50 KB/s and more; the attack trickles at the 2 KiB/s connection floor. Holding

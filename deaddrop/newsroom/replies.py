@@ -18,9 +18,9 @@ from twisted.internet.defer import Deferred, inlineCallbacks
 
 from deaddrop.crypto.gpg import GpgError, Keyring
 from deaddrop.crypto.pool import WorkerPool, forbid_reactor_thread
-from deaddrop.daily_report import SourceActivity
+from deaddrop.newsroom.daily_report import SourceActivity
 from deaddrop.durable import write_new_file
-from deaddrop.source_identity import KeyNotReady, SourceIdentity, SourceNotFound
+from deaddrop.newsroom.identity import KeyNotReady, SourceIdentity, SourceNotFound
 from deaddrop.store import queries
 from deaddrop.store.db import Database
 from deaddrop.store.files import Store

@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from deaddrop.codenames import codename_words
+from deaddrop.newsroom.codenames import codename_words
 from deaddrop.durable import write_atomically
 
 ALGORITHMS = ("p256", "ed25519")

@@ -5,7 +5,7 @@ server's certificate is verified against the host name given (the system's trust
 ``--smtp-tls-ca``); a server that does not offer STARTTLS, or whose certificate does not
 verify, gets nothing. ``none`` (plain SMTP) is only allowed to a loopback address, e.g. a local
 MTA that relays onwards, and never with a login. The client greets with the sender address's
-domain, never this machine's host name. The conversation itself is ``_smtp_client``'s.
+domain, never this machine's host name. The conversation itself is ``smtp_client``'s.
 """
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from twisted.internet import error as net_error
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from deaddrop import _smtp_client
-from deaddrop._smtp_client import SmtpFailure
+from deaddrop.digest import smtp_client
+from deaddrop.digest.smtp_client import SmtpFailure
 
 TLS_MODES = ("starttls", "tls", "none")
 MAX_PASSWORD_BYTES = 1024
@@ -122,8 +122,8 @@ def _tls_options(target: SmtpTarget) -> Any:
     return optionsForClientTLS(target.host, trustRoot=trust)
 
 
-def _session(target: SmtpTarget, to_addr: str = "", message: bytes | None = None) -> _smtp_client.Session:
-    return _smtp_client.Session(
+def _session(target: SmtpTarget, to_addr: str = "", message: bytes | None = None) -> smtp_client.Session:
+    return smtp_client.Session(
         target.host, target.port, target.tls, _tls_options(target) if target.tls != "none" else None,
         target.helo_domain, target.timeout, username=target.username, password=target.password,
         mail_from=target.from_addr, rcpt_to=to_addr, message=message)
@@ -131,12 +131,12 @@ def _session(target: SmtpTarget, to_addr: str = "", message: bytes | None = None
 
 def send(reactor: Any, target: SmtpTarget, to_addr: str, message: bytes) -> "Deferred[None]":
     """Deliver ``message`` to ``to_addr`` through ``target``; fires None once the server took it."""
-    return _smtp_client.run(reactor, _session(target, to_addr, message))
+    return smtp_client.run(reactor, _session(target, to_addr, message))
 
 
 def check(reactor: Any, target: SmtpTarget) -> "Deferred[None]":
     """Connect, TLS as configured (certificate verified), log in if configured, QUIT: no mail."""
-    return _smtp_client.run(reactor, _session(target))
+    return smtp_client.run(reactor, _session(target))
 
 
 def failure_reason(f: Failure) -> str:

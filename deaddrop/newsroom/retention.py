@@ -20,7 +20,7 @@ from deaddrop.store import retention_queries as rq
 DAY = 86400.0
 MAX_DAYS = 36500
 
-_log = Logger()
+_log = Logger(namespace="deaddrop.retention")  # the name its log lines carried before the module moved
 
 
 class Retention:

@@ -39,7 +39,7 @@ from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from deaddrop.certificates import SERVER_CERT_WARNING, crl_expires_soon, expires_within, is_pem, load_crl
+from deaddrop.transport.certificates import SERVER_CERT_WARNING, crl_expires_soon, expires_within, is_pem, load_crl
 from deaddrop.durable import write_atomically
 from deaddrop.events import SecurityEvents
 
@@ -67,7 +67,7 @@ _REASONS = {
 }
 _NO_CERT_ERRORS = ("peer did not return a certificate", "certificate required")
 
-_log = Logger()
+_log = Logger(namespace="deaddrop.web.journalist.tls")  # the name its log lines carried before the module moved
 
 
 def ensure_server_certificate(data_dir: str, hostnames: Iterable[str] = ("localhost",)) -> tuple[str, str]:

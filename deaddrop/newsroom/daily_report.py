@@ -47,7 +47,7 @@ MAX_FAILURE_KINDS = 32
 MAX_TOR_KINDS = 64
 MAX_DEFENCE_KINDS = 16
 
-_log = Logger()
+_log = Logger(namespace="deaddrop.daily_report")  # the name its log lines carried before the module moved
 
 
 def day_of(timestamp: float) -> str:

@@ -2,7 +2,7 @@
 per language, with English as the fallback. Kept in the database's ``settings`` table.
 
 Texts are plain text (blank lines make paragraphs; no HTML). A logo is a PNG that
-``deaddrop.png.clean_png`` accepted, served from the source interface itself under a name made
+``deaddrop.newsroom.png.clean_png`` accepted, served from the source interface itself under a name made
 of its hash, so it is cacheable and no page ever loads anything from elsewhere.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Who a source is to the server once logged in, and the two ways a source can be missing.
 
-Shared by the source use cases (``sources.Newsroom``) and their part that answers sources
-(``source_replies``).
+Shared by the source use cases (``Newsroom``) and their part that answers sources
+(``replies``).
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ take no slot: they are encrypted on a pool of their own, after their own disk ad
 (``Newsroom.encrypt_message``). ``Newsroom.admit_upload`` hands one ``UploadHold`` per body;
 ``release`` gives everything back once the body was received or refused.
 
-The room an upload holds follows its pace once that is known (``store.disk_space``): what the
+The room an upload holds follows its pace once that is known (``admission.disk_space``): what the
 disk promised uploads in flight can then outgrow it as slow uploads keep writing. So each body,
 every ``CHECK_EVERY`` bytes it brings, checks that the promises still fit beside the reserve, and
 if not, uploads promised room only in part are ended, those sending least (or nothing) first.
@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Protocol
 
-from deaddrop.crypto.upload_slots import UploadSlots
-from deaddrop.daily_report import SourceActivity
-from deaddrop.store.disk_space import DiskSpace, NoRoom, Reservation
+from deaddrop.admission.upload_slots import UploadSlots
+from deaddrop.newsroom.daily_report import SourceActivity
+from deaddrop.admission.disk_space import DiskSpace, NoRoom, Reservation
 from deaddrop.store.files import Store
 
 # Bytes of a body between two checks that what uploads in flight hold still fits. Room is only

@@ -12,7 +12,7 @@ from typing import Any, Callable
 from twisted.internet.defer import inlineCallbacks
 
 from deaddrop.events import SecurityEvents
-from deaddrop.journalists import Accounts, Journalist
+from deaddrop.newsroom.accounts import Accounts, Journalist
 from deaddrop.second_factor import api_codes, policy, recovery_codes
 from deaddrop.second_factor.security_keys import (
     KeyRefused, RelyingParty, SecurityKey, begin_assertion, begin_registration, finish_registration, key_name,

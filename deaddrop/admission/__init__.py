@@ -1,0 +1,1 @@
+"""Who may start costly work, and when: fair queues, upload slots, disk room, login throttles."""

@@ -1,0 +1,1 @@
+"""The newsroom's domain: sources, their submissions and replies, journalists and their desk."""
