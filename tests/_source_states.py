@@ -130,7 +130,7 @@ class _Visitor:
         yield self.keep("nothing-received", self.post("/submit", data={"msg": TYPED}))
         source_id = self.session().data["source"].source_id
         for text in ("Jibu la kwanza", "Jibu la pili"):
-            yield self.server.service.newsroom.add_reply(source_id, text)
+            yield self.server.service.newsroom.replies.add(source_id, text)
         html = yield self.keep("lookup-replies", self.get("/lookup"))
         number = re.search(r'name="reply" value="(\d+)"', html).group(1)
         csrf = self.browser.csrf(html)

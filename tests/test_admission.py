@@ -169,9 +169,9 @@ class StandingTests(unittest.TestCase):
     def setUp(self):
         self.pool = ManualPool()
         self.admission = Admission(self.pool, slots=1)
-        self.argon = self.admission.queue("argon2id", priority=2, per_key=2, max_waiting=4)
         self.failures = {}
-        self.argon.standing = lambda key: self.failures.get(key, 0)
+        self.argon = self.admission.queue("argon2id", priority=2, per_key=2, max_waiting=4,
+                                          standing=lambda key: self.failures.get(key, 0))
 
     def fill_with_failing_circuits(self):
         """One running and four waiting requests, from circuits that each failed lately."""
@@ -262,8 +262,8 @@ class StandingFadesTests(unittest.TestCase):
         clock = Clock()
         pool = ManualPool()
         admission = Admission(pool, slots=1, clock=clock.seconds)
-        argon = admission.queue("argon2id", priority=2, per_key=2, max_waiting=8)
-        argon.standing = lambda key: 1 if key == "typo" else 0
+        argon = admission.queue("argon2id", priority=2, per_key=2, max_waiting=8,
+                                standing=lambda key: 1 if key == "typo" else 0)
         argon.run("first", label, "first")  # running
         argon.run("typo", label, "typo")  # a source that mistyped once, waiting
         started = []

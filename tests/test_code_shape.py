@@ -383,7 +383,47 @@ class RoomSizeTests(unittest.TestCase):
                          {"m.py:A"})
 
 
+def _reaching_in(sources: dict[str, str]) -> set[str]:
+    """Assignments to an attribute of another object's part (``queues.argon2id.standing = f``,
+    ``self.queues.argon2id.calibrate = f``): a part gets what it needs when it is built.
+    ``top.newsroom = n`` and ``self.admission.running += 1`` (a part's own helper) are not."""
+    found = set()
+    for module, text in sources.items():
+        for node in ast.walk(ast.parse(text)):
+            targets = (node.targets if isinstance(node, ast.Assign)
+                       else [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+            for target in targets:
+                for t in target.elts if isinstance(target, ast.Tuple) else [target]:
+                    chain = []
+                    while isinstance(t, ast.Attribute):
+                        chain.append(t.attr)
+                        t = t.value
+                    steps = len(chain) - (isinstance(t, ast.Name) and t.id == "self")
+                    if steps >= 2:
+                        found.add(f"{module}:{node.lineno}")
+    return found
+
+
 class ServiceTreeTests(unittest.TestCase):
+    def test_neither_the_composition_nor_the_domain_patches_a_part_after_building_it(self):
+        sources = {}
+        for package in ("service",) + tuple(d.split(".")[1] for d in _DOMAIN):
+            sources.update(_sources_under(package))
+        self.assertIn("deaddrop/service/source_side.py", sources)
+        self.assertEqual(_reaching_in(sources), set())
+        self.assertEqual(_reaching_in({
+            "a.py": "queues = build()\nqueues.argon2id.standing = queues.untagged.standing = f\n",
+            "b.py": "class N:\n    def __post_init__(self):\n        self.queues.argon2id.calibrate = self.run\n",
+            "c.py": "top.newsroom = n\nsweeper.clock = reactor\nself.admission.running += 1\nself.replies = R()\n",
+        }), {"a.py:2", "b.py:3"})
+
+    def test_the_newsroom_holds_its_replies_part_rather_than_inheriting_it(self):
+        from deaddrop.newsroom.newsroom import Newsroom
+        from deaddrop.newsroom.replies import SourceReplies
+
+        self.assertNotIn(SourceReplies, Newsroom.__mro__)
+        self.assertEqual(Newsroom.__dataclass_fields__["replies"].type, "SourceReplies")
+
     def test_the_service_parts_are_typed_attributes_not_looked_up(self):
         from deaddrop.service.tree import DeadDropService
 

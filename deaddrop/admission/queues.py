@@ -146,9 +146,9 @@ class Admission:
 
     def queue(self, name: str, *, priority: int, per_key: int, max_waiting: int,
               max_wait: float | None = None, fifo: bool = False, pace: Pace | None = None,
-              share: int | None = None) -> "AdmissionQueue":
+              share: int | None = None, standing: Callable[[Hashable], int] | None = None) -> "AdmissionQueue":
         q = AdmissionQueue(self, name, priority, per_key, max_waiting, max_wait, fifo=fifo, pace=pace,
-                           share=share)
+                           share=share, standing=standing)
         self._queues.append(q)
         self._queues.sort(key=lambda x: x.priority)
         return q
@@ -188,7 +188,7 @@ class Admission:
 class AdmissionQueue:
     def __init__(self, admission: Admission, name: str, priority: int, per_key: int, max_waiting: int,
                  max_wait: float | None = None, *, fifo: bool = False, pace: Pace | None = None,
-                 share: int | None = None) -> None:
+                 share: int | None = None, standing: Callable[[Hashable], int] | None = None) -> None:
         if share is not None and share < 1:
             raise ValueError("a share is one slot in N, N >= 1")
         self.admission = admission
@@ -208,7 +208,7 @@ class AdmissionQueue:
         self._held: collections.Counter[Hashable] = collections.Counter()  # waiting + running, per key
         self.waiting = 0
         # The key's standing, 0 = clean and higher = worse; None serves every key alike.
-        self.standing: Optional[Callable[[Hashable], int]] = None
+        self.standing = standing
         # Waiting this long makes up for one point of standing: a source that mistyped once
         # is served after clean newcomers for a moment, never starved by a stream of them.
         self.standing_fades_after = STANDING_FADES_AFTER

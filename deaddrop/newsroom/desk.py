@@ -373,7 +373,7 @@ class Desk:
     def reply_plaintext(self, source: SourceView, text: str, journalist_id: int):
         """Encrypted here to the source key and the submission key; the plaintext is never stored.
         Raises ``KeyNotReady`` if the source has no key yet."""
-        return self.newsroom.add_reply(source.id, text, journalist_id)
+        return self.newsroom.replies.add(source.id, text, journalist_id)
 
     @inlineCallbacks
     def reply_encrypted(self, source: SourceView, armored: Any, reply_uuid: str | None, journalist_id: int):
@@ -402,7 +402,7 @@ class Desk:
         if not set(recipients) & set(source_ids):
             raise NotEncryptedToSource("the reply is not encrypted to the source's key")
         try:
-            row = yield self.newsroom.store_encrypted_reply(source.id, (text + "\n").encode("ascii"), journalist_id,
+            row = yield self.newsroom.replies.store_encrypted(source.id, (text + "\n").encode("ascii"), journalist_id,
                                                             reply_uuid)
         except sqlite3.IntegrityError:
             raise DuplicateReply() from None

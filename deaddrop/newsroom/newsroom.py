@@ -14,7 +14,7 @@ import time
 import uuid as uuidlib
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Hashable, Iterable
 
 from twisted.internet.defer import Deferred, inlineCallbacks
 from twisted.logger import Logger
@@ -127,7 +127,11 @@ class SourceQueues:
     @classmethod
     def build(cls, crypto_pool: Any, crypto_slots: int, message_pool: Any, message_slots: int,
               stream_pool: Any, upload_slots: int, uploads_per_identity: int,
-              clock: Callable[[], float] = time.monotonic, timer: Any = None) -> "SourceQueues":
+              clock: Callable[[], float] = time.monotonic, timer: Any = None,
+              standing: Callable[[Hashable], int] | None = None) -> "SourceQueues":
+        """``standing``: a circuit's wrong codenames lately (0: none; None: every circuit alike).
+        A circuit that sent some waits behind those that did not, and gives up its place to them
+        when a login queue is full."""
         crypto = Admission(crypto_pool, crypto_slots, clock=clock, timer=timer)
         # About 4 s of work waiting at ~0.25 s a run: beyond that a source is better told at
         # once to come back than kept waiting.
@@ -148,13 +152,13 @@ class SourceQueues:
             decrypt=crypto.queue("decrypt", priority=0, per_key=2, max_waiting=waiting, max_wait=MAX_WAIT),
             keygen=crypto.queue("keygen", priority=1, per_key=1, max_waiting=waiting),
             argon2id=crypto.queue("argon2id", priority=2, per_key=2, max_waiting=patient, max_wait=PATIENCE,
-                                  pace=argon2id),
+                                  pace=argon2id, standing=standing),
             creates=crypto.queue("creates", priority=3, per_key=2, max_waiting=patient, max_wait=PATIENCE,
                                  fifo=True, pace=argon2id, share=CREATE_SHARE),
             repeats=crypto.queue("repeats", priority=4, per_key=2, max_waiting=patient, max_wait=PATIENCE,
-                                 pace=argon2id),
+                                 pace=argon2id, standing=standing),
             untagged=crypto.queue("untagged", priority=5, per_key=2, max_waiting=patient, max_wait=PATIENCE,
-                                  pace=argon2id),
+                                  pace=argon2id, standing=standing),
             messages=messages.queue("messages", priority=0, per_key=2, max_waiting=16 * message_slots),
             # One Tor circuit holds a small share of the pumps at most; the slowest upload makes
             # room for a newcomer when all are taken (see upload_slots).
@@ -163,12 +167,31 @@ class SourceQueues:
             answers=AnswerGrid(FIRST_PACE_GUESS, parallel, timer),
         )
 
+    @inlineCallbacks
+    def calibrate(self, run: Callable[[], Any]):
+        """Time ``CALIBRATION_RUNS`` Argon2id runs (``run``, blocking) one after another through
+        the login queue: their median is the run time that sets when login and create answers
+        leave (``answers``), for the life of the process. -> that time."""
+        took = []
+        for _ in range(CALIBRATION_RUNS):
+            seconds = yield self.argon2id.admit(None, lambda ticket: self._timed(ticket, run))
+            took.append(seconds)
+        run_seconds = sorted(took)[len(took) // 2]
+        self.answers.calibrate(run_seconds)
+        return run_seconds
+
+    def _timed(self, ticket: Ticket, run: Callable[[], Any]) -> Deferred:
+        """One run on ``ticket``'s slot. -> the seconds it took."""
+        clock = self.argon2id.admission.clock
+        started = clock()
+        return ticket.run(run).addCallback(lambda _: clock() - started)
+
 
 @dataclass
-class Newsroom(SourceReplies):
+class Newsroom:
     """The use cases, wired to their blocking back-ends through thread pools.
 
-    Source key pairs and replies are ``SourceReplies``'s (``replies``)."""
+    Source key pairs and replies are a part of their own, ``replies`` (``SourceReplies``)."""
 
     reactor: Any
     db: Database
@@ -203,7 +226,6 @@ class Newsroom(SourceReplies):
     _evicting: bool = False
     _pending_estimate: int | None = None
     _evict_again: bool = False
-    _keygen: dict[int, Deferred] = field(default_factory=dict)
     # Stored filenames whose row is committed but whose file is not in the store yet. Readers
     # skip those rows, or a download would 404 and /lookup show an unreadable reply. (Safe
     # because the one database thread answers in order: an insert's result reaches the
@@ -211,10 +233,17 @@ class Newsroom(SourceReplies):
     _placing: set[str] = field(default_factory=set)
     _source_deleted_hooks: list[Callable[[int], None]] = field(default_factory=list)
     _streams: "weakref.WeakSet[StreamEncryption]" = field(default_factory=lambda: weakref.WeakSet())
+    replies: SourceReplies = field(init=False)
 
-    def _calibration_run(self) -> Any:
-        """One Argon2id run on a throwaway input, to time it (on a pool thread)."""
-        return self.kdf.derive(os.urandom(16).hex())
+    def __post_init__(self) -> None:
+        self.replies = SourceReplies(
+            db=self.db, store=self.store, keyring=self.keyring, crypto_pool=self.crypto_pool, io_pool=self.io_pool,
+            submission_fingerprint=self.submission_fingerprint, activity=self.activity,
+            keygen=self.queues.keygen, decrypt=self.queues.decrypt, clock=self.clock, placing=self._placing)
+
+    def is_placed(self, filename: str) -> bool:
+        """False while a committed submission or reply is still being moved into the store."""
+        return filename not in self._placing
 
     # -- accounts ------------------------------------------------------------------------
 
@@ -352,27 +381,12 @@ class Newsroom(SourceReplies):
             passphrase = unwrap_passphrase(derived, row["key_wrap"])
         identity = SourceIdentity(row["id"], row["filesystem_id"], row["designation"])
         if row["key_fingerprint"] is None and not row["pending"]:
-            self.ensure_key(identity, passphrase)
+            self.replies.ensure_key(identity, passphrase)
         return identity, passphrase
 
-    @inlineCallbacks
-    def calibrate(self):
-        """Time ``CALIBRATION_RUNS`` Argon2id runs one after another at start-up (throwaway
-        inputs, through the login queue): their median is the run time that sets when login and
-        create answers leave (``queues.answers``), for the life of the process. -> that time."""
-        took = []
-        for _ in range(CALIBRATION_RUNS):
-            seconds = yield self.queues.argon2id.admit(None, self._timed_calibration_run)
-            took.append(seconds)
-        run_seconds = sorted(took)[len(took) // 2]
-        self.queues.answers.calibrate(run_seconds)
-        return run_seconds
-
-    def _timed_calibration_run(self, ticket: Ticket) -> Deferred:
-        """One calibration run on ``ticket``'s slot. -> the seconds it took."""
-        clock = self.queues.argon2id.admission.clock
-        started = clock()
-        return ticket.run(self._calibration_run).addCallback(lambda _: clock() - started)
+    def calibrate(self) -> Deferred:
+        """Time Argon2id at start-up, on throwaway inputs (``SourceQueues.calibrate``). -> the run time."""
+        return self.queues.calibrate(lambda: self.kdf.derive(os.urandom(16).hex()))
 
     @inlineCallbacks
     def _migrate_legacy(self, ticket: Ticket, codename: str, derived: Derived):
@@ -468,7 +482,7 @@ class Newsroom(SourceReplies):
         """
         committed: Deferred = Deferred()
         if passphrase is not None:
-            self.ensure_key(identity, passphrase, after=committed)
+            self.replies.ensure_key(identity, passphrase, after=committed)
         d = self._commit_submission(identity, parts)
 
         def done(result: Any) -> Any:

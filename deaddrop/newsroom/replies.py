@@ -1,21 +1,20 @@
-"""A source's key pair and the replies encrypted to it: the part of ``Newsroom`` that lets the
-newsroom answer a source, and the source read and delete the answers.
+"""A source's key pair and the replies encrypted to it: the part of the newsroom that lets the
+newsroom answer a source, and the source read and delete the answers (``newsroom.replies``).
 
 A source gets its key pair after its first submission (nobody can reply to a source that never
 wrote); a reply is encrypted to that key and the submission key, written as a temp file and
-moved into the store once its row exists. ``SourceReplies`` is a base class of ``Newsroom``
-(its methods are the newsroom's: ``newsroom.add_reply``, ``newsroom.key_ready``...) and uses
-the newsroom's fields named below.
+moved into the store once its row exists.
 """
 from __future__ import annotations
 
 import hashlib
 import uuid as uuidlib
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from twisted.internet.defer import Deferred, inlineCallbacks
 
+from deaddrop.admission.queues import AdmissionQueue
 from deaddrop.crypto.gpg import GpgError, Keyring
 from deaddrop.crypto.pool import WorkerPool, forbid_reactor_thread
 from deaddrop.newsroom.daily_report import SourceActivity
@@ -37,10 +36,10 @@ class Reply:
     number: int = 0
 
 
+@dataclass
 class SourceReplies:
-    """Source key pairs and replies, on the newsroom's pools, store and queues."""
+    """Source key pairs and replies, on the newsroom's pools and store."""
 
-    # The newsroom's fields this part uses (see ``sources.Newsroom``).
     db: Database
     store: Store
     keyring: Keyring
@@ -48,14 +47,13 @@ class SourceReplies:
     io_pool: WorkerPool
     submission_fingerprint: str
     activity: SourceActivity
-    queues: Any  # sources.SourceQueues: keygen and decrypt
-    clock: Any
-    _keygen: dict[int, Deferred]
-    _placing: set[str]
-
-    def is_placed(self, filename: str) -> bool:
-        """False while a committed submission or reply is still being moved into the store."""
-        return filename not in self._placing
+    keygen: AdmissionQueue  # key: source id
+    decrypt: AdmissionQueue  # key: source id; a logged-in source's replies
+    clock: Callable[[], float]
+    # The newsroom's names committed but not yet in the store (``Newsroom.is_placed``): a reply
+    # is one of them while it is moved in, and a source is not shown it until it is.
+    placing: set[str]
+    _keygen: dict[int, Deferred] = field(default_factory=dict)
 
     # -- source key pairs ----------------------------------------------------------------
 
@@ -92,7 +90,7 @@ class SourceReplies:
             return None
         if row["key_fingerprint"]:
             return row["key_fingerprint"]
-        info = yield self.queues.keygen.run(identity.source_id, self.keyring.generate_source_key, passphrase)
+        info = yield self.keygen.run(identity.source_id, self.keyring.generate_source_key, passphrase)
         stored = yield self.db.run(queries.set_source_key, identity.source_id, info.fingerprint, info.public_armored)
         if not stored:  # the source was deleted meanwhile
             yield self.crypto_pool.run(self.keyring.delete_key_pair, info.fingerprint)
@@ -117,13 +115,13 @@ class SourceReplies:
     # -- replies -------------------------------------------------------------------------
 
     @inlineCallbacks
-    def replies_for(self, identity: SourceIdentity, passphrase: str):
+    def for_source(self, identity: SourceIdentity, passphrase: str):
         """The source's replies, decrypted in its decryption queue (``Busy`` when full)."""
         rows = yield self.db.run(queries.replies_for_source, identity.source_id)
-        placed = [row for row in rows if self.is_placed(row["filename"])]
+        placed = [row for row in rows if row["filename"] not in self.placing]
         if not placed:
             return []
-        texts = yield self.queues.decrypt.run(identity.source_id, self._read_replies, identity.filesystem_id,
+        texts = yield self.decrypt.run(identity.source_id, self._read_replies, identity.filesystem_id,
                                               [row["filename"] for row in placed], passphrase)
         return [Reply(row["filename"], text, row["created_at"], not row["read_by_source"], row["n"])
                 for row, text in zip(placed, texts)]
@@ -131,7 +129,7 @@ class SourceReplies:
     def _read_replies(self, filesystem_id: str, filenames: list[str], passphrase: str) -> list[str | None]:
         return [self._read_reply(filesystem_id, name, passphrase) for name in filenames]
 
-    def mark_replies_read(self, identity: SourceIdentity, replies: list[Reply]) -> Deferred:
+    def mark_read(self, identity: SourceIdentity, replies: list[Reply]) -> Deferred:
         """After the source was shown ``replies``: they are no longer counted as new."""
         return self.db.run(queries.mark_replies_read_by_source, identity.source_id,
                            [r.filename for r in replies if r.new])
@@ -145,7 +143,7 @@ class SourceReplies:
             return None
 
     @inlineCallbacks
-    def delete_reply(self, identity: SourceIdentity, number: int):
+    def delete(self, identity: SourceIdentity, number: int):
         """Delete *this source's* reply ``number`` (``Reply.number``). -> True if it was theirs and is gone."""
         filename = yield self.db.run(queries.mark_reply_deleted_by_source, identity.source_id, number)
         if filename is not None:
@@ -153,14 +151,14 @@ class SourceReplies:
         return filename is not None
 
     @inlineCallbacks
-    def delete_all_replies(self, identity: SourceIdentity):
+    def delete_all(self, identity: SourceIdentity):
         filenames = yield self.db.run(queries.mark_all_replies_deleted_by_source, identity.source_id)
         for filename in filenames:
             yield self.crypto_pool.run(self.store.remove, identity.filesystem_id, filename)
         return len(filenames)
 
     @inlineCallbacks
-    def add_reply(self, source_id: int, plaintext: str, journalist_id: int | None = None):
+    def add(self, source_id: int, plaintext: str, journalist_id: int | None = None):
         """Encrypt a journalist's reply to the source key and the submission key; store it.
 
         Waits for a key generation in flight, so a reply is never lost to a slow key.
@@ -169,11 +167,11 @@ class SourceReplies:
         ciphertext = yield self.crypto_pool.run(
             self.keyring.encrypt, plaintext.encode("utf-8"), [fingerprint, self.submission_fingerprint]
         )
-        result = yield self.store_encrypted_reply(source_id, ciphertext, journalist_id)
+        result = yield self.store_encrypted(source_id, ciphertext, journalist_id)
         return result
 
     @inlineCallbacks
-    def store_encrypted_reply(self, source_id: int, ciphertext: bytes, journalist_id: int | None = None,
+    def store_encrypted(self, source_id: int, ciphertext: bytes, journalist_id: int | None = None,
                               reply_uuid: str | None = None):
         temp = self.store.new_temp_path()
         yield self.io_pool.run(_write_temp, temp, ciphertext)
@@ -184,14 +182,14 @@ class SourceReplies:
             )
             if row is None:
                 raise SourceNotFound()
-            self._placing.add(row["filename"])
+            self.placing.add(row["filename"])
             try:
                 yield self.io_pool.run(self.store.place, temp, row["filesystem_id"], row["filename"])
             except BaseException:
                 yield self.db.run(queries.delete_reply_row, row["filename"])
                 raise
             finally:
-                self._placing.discard(row["filename"])
+                self.placing.discard(row["filename"])
         except BaseException:
             self.store.discard_temp(temp)
             raise

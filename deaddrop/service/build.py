@@ -20,7 +20,7 @@ from deaddrop.crypto.pool import WorkerPool
 from deaddrop.crypto.streaming import EncryptionTarget
 from deaddrop.newsroom.daily_report import DailyReport, SourceActivity
 from deaddrop.events import SecurityEvents
-from deaddrop.service.source_side import add_source_interface
+from deaddrop.service.source_side import add_source_interface, source_login_failures
 from deaddrop.service.tor_side import add_tor
 from deaddrop.service.tree import DeadDropService
 from deaddrop.newsroom.settings import InstanceSettings
@@ -91,8 +91,10 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
     message_pool = WorkerPool(reactor, "deaddrop-messages", max_threads=config.message_threads)
     io_pool = WorkerPool(reactor, "deaddrop-io", max_threads=8)
     top.pools += [crypto_pool, stream_pool, message_pool, io_pool]
+    login_throttle = source_login_failures(config)
     queues = SourceQueues.build(crypto_pool, config.crypto_threads, message_pool, config.message_threads,
-                                stream_pool, config.stream_threads, config.uploads_per_source)
+                                stream_pool, config.stream_threads, config.uploads_per_source,
+                                standing=login_throttle.recent_failures)
 
     store = Store(config.data_dir)
     newsroom = Newsroom(
@@ -123,7 +125,7 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
     top.settings = settings
     top.db = db
 
-    add_source_interface(top, config, reactor, newsroom, submission_armored)
+    add_source_interface(top, config, reactor, newsroom, submission_armored, login_throttle)
     add_journalist_interface(top, config, reactor)
     add_tor(top, config, reactor)
     _add_retention(top, reactor)

@@ -25,19 +25,20 @@ from deaddrop.web.source.defence import FloodDefence
 _log = Logger()
 
 
+def source_login_failures(config: Config) -> FailureThrottle:
+    """Wrong codenames per Tor circuit (``LOCAL`` for connections without one): the flood
+    defence counts them, and the login queues serve circuits that sent none first."""
+    return FailureThrottle(config.source_login_failures_per_minute, 60.0)
+
+
 def add_source_interface(top: DeadDropService, config: Config, reactor: Any, newsroom: Newsroom,
-                         submission_key_armored: str) -> None:
-    """The source interface on ``--source-listen``, its session sweeper and the pending-source purge."""
+                         submission_key_armored: str, login_throttle: FailureThrottle) -> None:
+    """The source interface on ``--source-listen``, its session sweeper and the pending-source purge.
+    ``login_throttle``: the one the newsroom's login queues were built with (``source_login_failures``)."""
     top.source_texts = SourceTexts.from_stored(top.db.run_blocking(queries.get_settings))
     # A deleted source's sessions are emptied by the source interface itself (it says why).
     source_sessions = SessionStore("dd_source", config.source_session_idle, config.source_session_lifetime)
     top.circuit_closer = circuit_closer(top, config)
-    # Wrong codenames per Tor circuit (``LOCAL`` for connections without one).
-    login_throttle = FailureThrottle(config.source_login_failures_per_minute, 60.0)
-    # A circuit that has sent wrong codenames lately waits behind those that have not, and
-    # gives up its place to them when the Argon2id queue is full.
-    queues = newsroom.queues
-    queues.argon2id.standing = queues.untagged.standing = queues.repeats.standing = login_throttle.recent_failures
     defence = FloodDefence(top.events, login_throttle, top.circuit_closer, connections=top.source_connections,
                            activity=newsroom.activity)
     source = SourceInterface(

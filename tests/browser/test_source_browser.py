@@ -169,7 +169,7 @@ class SourceBrowserTests(_BrowserServerTest):
         self._assert_stored(content, os.path.basename(attachment))
 
         yield deferToThread(self._log_out_and_back_in, driver, codename)
-        reply = yield self.server.service.newsroom.add_reply(self._source_id(), REPLY)
+        reply = yield self.server.service.newsroom.replies.add(self._source_id(), REPLY)
         self.assertTrue(self._reply_stored(reply["filename"]))
         yield deferToThread(self._read_and_delete_reply, driver)
         self.assertFalse(self._reply_stored(reply["filename"]))
@@ -352,7 +352,7 @@ class SourceLanguagesBrowserTests(unittest.TestCase):
         def source_id(conn):
             return conn.execute("SELECT id FROM sources ORDER BY id DESC LIMIT 1").fetchone()[0]
         sid = yield self.server.service.newsroom.db.run(source_id)
-        yield self.server.service.newsroom.add_reply(sid, "REPLY-IN-" + code)
+        yield self.server.service.newsroom.replies.add(sid, "REPLY-IN-" + code)
 
         def look() -> None:
             driver.get(self.url + "/lookup")

@@ -199,7 +199,7 @@ class SourcesSmallerBrowserTests(_BrowserServerTest):
         source_id = yield self.server.service.newsroom.db.run(
             lambda conn: conn.execute("SELECT id FROM sources ORDER BY id DESC LIMIT 1").fetchone()[0])
         for code in i18n.LANGUAGES:
-            yield self.server.service.newsroom.add_reply(source_id, f"REPLY-IN-{code}")
+            yield self.server.service.newsroom.replies.add(source_id, f"REPLY-IN-{code}")
 
             def delete_it() -> str:
                 driver.get(self.url + f"/language/{code}?next=/lookup")
@@ -213,8 +213,8 @@ class SourcesSmallerBrowserTests(_BrowserServerTest):
             self.assertIn(lang.gettext(pages.REPLIES_GONE), text, code)
             self.assertNotIn(lang.gettext(NO_REPLIES_YET), text, code)
         # "Delete all replies" too, and the page says it again on every later visit of this login.
-        yield self.server.service.newsroom.add_reply(source_id, "ONE")
-        yield self.server.service.newsroom.add_reply(source_id, "TWO")
+        yield self.server.service.newsroom.replies.add(source_id, "ONE")
+        yield self.server.service.newsroom.replies.add(source_id, "TWO")
 
         def delete_all() -> None:
             driver.get(self.url + "/language/en?next=/lookup")

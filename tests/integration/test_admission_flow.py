@@ -126,7 +126,7 @@ class OneArgon2idRunTests(unittest.TestCase):
         server = yield start_server(self, data_dir=data_dir)
         newsroom = server.service.newsroom
         self.assertTrue(newsroom.legacy_sources)
-        yield newsroom.add_reply(source_id, "reply to an old source OLD-REPLY-MARKER")
+        yield newsroom.replies.add(source_id, "reply to an old source OLD-REPLY-MARKER")
         runs = count_argon2id_runs(self)
 
         # While a source of the first scheme remains, a codename matching nothing costs two runs.

@@ -105,7 +105,7 @@ class BackupRoundTripTests(unittest.TestCase):
         conn = sqlite3.connect(os.path.join(server.data_dir, "db.sqlite"))
         [(source_id,)] = conn.execute("SELECT id FROM sources").fetchall()
         conn.close()
-        yield server.service.newsroom.add_reply(source_id, "BACKUP-REPLY-MARKER")
+        yield server.service.newsroom.replies.add(source_id, "BACKUP-REPLY-MARKER")
 
         admin = AdminKey(self)
         work = short_tempdir("dd-bkw-")

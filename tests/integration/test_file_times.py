@@ -81,8 +81,8 @@ class FileTimesTests(unittest.TestCase):
         self.assertEqual(response.code, 200)
         [(source_id,)] = db_rows(server, "SELECT id FROM sources WHERE pending = 0")
         newsroom = server.service.newsroom
-        yield newsroom.key_ready(source_id)
-        yield newsroom.add_reply(source_id, "REPLY-FROM-THE-NEWSROOM")
+        yield newsroom.replies.key_ready(source_id)
+        yield newsroom.replies.add(source_id, "REPLY-FROM-THE-NEWSROOM")
         again = Browser(server.source_url)
         self.addCleanup(again.close)
         response, html = yield again.login(codename)
@@ -196,8 +196,8 @@ class RelatimeReadTests(unittest.TestCase):
         self.assertEqual(response.code, 200)
         [(source_id,)] = db_rows(server, "SELECT id FROM sources WHERE pending = 0")
         newsroom = server.service.newsroom
-        yield newsroom.key_ready(source_id)
-        yield newsroom.add_reply(source_id, "REPLY-READ-LATER")
+        yield newsroom.replies.key_ready(source_id)
+        yield newsroom.replies.add(source_id, "REPLY-READ-LATER")
         # A file cut as before (access time = modification time = midnight): this mount dates its
         # next read, and the search finds it.
         control = os.path.join(data, "control")

@@ -69,7 +69,7 @@ class JournalistApiTests(unittest.TestCase):
         self.assertEqual(response.code, 200)
         # Its key pair is made after this first submission: let it land before the tests look.
         [(source_id,)] = db_rows(self.server, "SELECT id FROM sources WHERE pending = 0")
-        yield self.server.service.newsroom.key_ready(source_id)
+        yield self.server.service.newsroom.replies.key_ready(source_id)
         idle = Browser(self.server.source_url)
         self.addCleanup(idle.close)
         self.idle_codename = yield idle.create_source()
@@ -261,7 +261,7 @@ class JournalistApiTests(unittest.TestCase):
         source = yield self.only_source()
         # The source's key pair is made after its first submission; a client waits until it is public.
         [(source_id,)] = db_rows(self.server, "SELECT id FROM sources WHERE pending = 0")
-        yield self.server.service.newsroom.key_ready(source_id)
+        yield self.server.service.newsroom.replies.key_ready(source_id)
         source = yield self.only_source()
         client = ClientKeyring(self)
         svs = test_svs()
@@ -315,7 +315,7 @@ class JournalistApiTests(unittest.TestCase):
         source = yield self.only_source()
         # Its key pair is made after its first submission: let it land, so its deletion is seen.
         [(source_id,)] = db_rows(self.server, "SELECT id FROM sources WHERE pending = 0")
-        yield self.server.service.newsroom.key_ready(source_id)
+        yield self.server.service.newsroom.replies.key_ready(source_id)
         [(fid, fingerprint, designation)] = db_rows(
             self.server, "SELECT filesystem_id, key_fingerprint, designation FROM sources WHERE pending = 0")
         status, data = yield self.api.json("DELETE", f"/api/v1/sources/{source['uuid']}")

@@ -184,7 +184,7 @@ class TriageTests(unittest.TestCase):
         response, html = yield source.submit("TRIAGE-MESSAGE", [("notes.bin", document)])
         self.assertEqual(response.code, 200)
         [(source_uuid, source_id)] = db_rows(self.server, "SELECT uuid, id FROM sources WHERE pending = 0")
-        yield self.server.service.newsroom.key_ready(source_id)
+        yield self.server.service.newsroom.replies.key_ready(source_id)
         b = yield self.logged_in()
         response, html = yield b.get(f"/sources/{source_uuid}")
         self.assertIn("Download all unread (2)", html)

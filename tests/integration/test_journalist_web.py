@@ -541,7 +541,7 @@ class JournalistWebTests(unittest.TestCase):
         response, html = yield b.get("/sources")
         source_uuid = _SOURCE_LINK.search(html).group(1)
         [(source_id,)] = db_rows(self.server, "SELECT id FROM sources")
-        yield self.server.service.newsroom.key_ready(source_id)  # made after the first submission
+        yield self.server.service.newsroom.replies.key_ready(source_id)  # made after the first submission
         [(fingerprint,)] = db_rows(self.server, "SELECT key_fingerprint FROM sources")
         self.assertTrue(fingerprint)
         yield self.server.service.db.run(lambda conn: conn.execute("UPDATE sources SET key_fingerprint = NULL"))
@@ -560,7 +560,7 @@ class JournalistWebTests(unittest.TestCase):
         response, html = yield b.get("/sources")
         source_uuid = _SOURCE_LINK.search(html).group(1)
         [(source_id, fid)] = db_rows(self.server, "SELECT id, filesystem_id FROM sources")
-        yield self.server.service.newsroom.add_reply(source_id, "a reply", None)
+        yield self.server.service.newsroom.replies.add(source_id, "a reply", None)
         # The reply waited for the key pair made after the first submission: it exists now.
         [(fingerprint,)] = db_rows(self.server, "SELECT key_fingerprint FROM sources")
         self.assertEqual(len(os.listdir(os.path.join(self.server.data_dir, "store", fid))), 3)

@@ -76,7 +76,7 @@ class MultipartCsrfTests(unittest.TestCase):
         response, html = yield self.source.submit("a first message")
         self.assertEqual(response.code, 200)
         [(source_id,)] = db_rows(self.server, "SELECT id FROM sources")
-        yield self.server.service.newsroom.key_ready(source_id)  # made in the background: a change
+        yield self.server.service.newsroom.replies.key_ready(source_id)  # made in the background: a change
         # A logo to remove (with the token, as the settings page sends it).
         yield self.journalist.get("/admin/source-texts")
         body, content_type = multipart_body([("csrf_token", self.journalist.csrf()), ("language", "en")],

@@ -74,9 +74,9 @@ class RetentionTests(unittest.TestCase):
         server = yield start_journalist_server(self, retention_days=30)
         self.assertEqual(server.service.retention_timer.step, DAY)
         old_browser, old_codename, old = yield self.source(server, "OLD-MESSAGE", [("old.txt", b"o" * 500)])
-        yield server.service.newsroom.add_reply(old, "OLD-REPLY")
+        yield server.service.newsroom.replies.add(old, "OLD-REPLY")
         mixed_browser, mixed_codename, mixed = yield self.source(server, "MIXED-OLD")
-        yield server.service.newsroom.add_reply(mixed, "MIXED-OLD-REPLY")
+        yield server.service.newsroom.replies.add(mixed, "MIXED-OLD-REPLY")
         new_browser, new_codename, new = yield self.source(server, "NEW-MESSAGE")
         idle = Browser(server.source_url)  # created an account, never submitted
         self.addCleanup(idle.close)
@@ -88,7 +88,7 @@ class RetentionTests(unittest.TestCase):
             execute(server, f"UPDATE {table} SET created_at = ? WHERE source_id IN (?, ?)", long_ago, old, mixed)
         execute(server, "UPDATE sources SET last_updated = ? WHERE id IN (?, ?)", long_ago, old, idle_id)
         # "mixed" had old items but recent activity: its items go, the source stays.
-        yield server.service.newsroom.key_ready(old)
+        yield server.service.newsroom.replies.key_ready(old)
         [(old_key,)] = execute(server, "SELECT key_fingerprint FROM sources WHERE id = ?", old)
         self.assertIn(old_key, secret_keys(server))
         files_before = stored_files(server)

@@ -90,7 +90,7 @@ class SchemaTests(unittest.TestCase):
         conn = sqlite3.connect(db_path)
         [(source_id,)] = conn.execute("SELECT id FROM sources").fetchall()
         conn.close()
-        yield server.service.newsroom.add_reply(source_id, "a reply REPLY-MARKER-upgrade")
+        yield server.service.newsroom.replies.add(source_id, "a reply REPLY-MARKER-upgrade")
         yield browser.close()
         yield server.stop()
 

@@ -87,7 +87,7 @@ class SecureDropSdkTests(unittest.TestCase):
         response, html = yield browser.submit(message, list(files))
         self.assertEqual(response.code, 200, html[:300])
         [(source_id,)] = db_rows(self.server, "SELECT id FROM sources WHERE pending = 0 ORDER BY id DESC LIMIT 1")
-        yield self.server.service.newsroom.key_ready(source_id)
+        yield self.server.service.newsroom.replies.key_ready(source_id)
         return browser
 
     def stored(self, filename: str) -> bytes:

@@ -115,7 +115,7 @@ class SmallHolesTests(unittest.TestCase):
     def test_api_reply_armor_headers_are_not_stored(self):
         source = yield self.submitted_source()
         [(source_id,)] = db_rows(self.server, "SELECT id FROM sources WHERE pending = 0")
-        yield self.server.service.newsroom.key_ready(source_id)
+        yield self.server.service.newsroom.replies.key_ready(source_id)
         status, data = yield self.api.json("GET", "/api/v1/sources")
         [source] = data["sources"]
         svs = test_svs()

@@ -214,7 +214,7 @@ class SourceFlowTests(unittest.TestCase):
             raise Busy()
         response, html = yield self.browser.get("/lookup")
         self.patch(newsroom, "encrypt_message", busy)
-        self.patch(newsroom, "replies_for", busy)  # the reply queue is full too
+        self.patch(newsroom.replies, "for_source", busy)  # the reply queue is full too
         body, content_type = multipart_body([("csrf_token", self.browser.csrf(html)), ("msg", "BUSY-MARKER-2e7d")],
                                             [("", b"")])
         response, _ = yield self.browser.post("/submit", data=body, follow=False, headers={
@@ -315,8 +315,8 @@ class SourceFlowTests(unittest.TestCase):
         newsroom = self.server.service.newsroom
         db = sqlite3.connect(os.path.join(self.server.data_dir, "db.sqlite"))
         (alice_id,), (bob_id,) = db.execute("SELECT id FROM sources ORDER BY id").fetchall()
-        yield newsroom.add_reply(alice_id, "reply for alice: REPLY-MARKER-a")
-        bob_reply = yield newsroom.add_reply(bob_id, "reply for bob")
+        yield newsroom.replies.add(alice_id, "reply for alice: REPLY-MARKER-a")
+        bob_reply = yield newsroom.replies.add(bob_id, "reply for bob")
 
         response, html = yield alice.get("/lookup")
         self.assertIn("REPLY-MARKER-a", html)
@@ -353,14 +353,14 @@ class SourceFlowTests(unittest.TestCase):
 
         codename = codenames.generate_codename(7)
         identity, passphrase = yield newsroom.create_source(codename)
-        self.assertNotIn(identity.source_id, newsroom._keygen)  # nothing submitted: no key
+        self.assertNotIn(identity.source_id, newsroom.replies._keygen)  # nothing submitted: no key
         part = yield newsroom.encrypt_message(identity, "first message")
         committing = newsroom.commit_submission(identity, [part], passphrase)
         # Registered before the submission is visible to journalists...
-        self.assertIn(identity.source_id, newsroom._keygen)
+        self.assertIn(identity.source_id, newsroom.replies._keygen)
         yield committing
-        self.assertIn(identity.source_id, newsroom._keygen)  # ...and still in flight after it
-        yield newsroom.add_reply(identity.source_id, "early REPLY-MARKER-early")
+        self.assertIn(identity.source_id, newsroom.replies._keygen)  # ...and still in flight after it
+        yield newsroom.replies.add(identity.source_id, "early REPLY-MARKER-early")
         response, html = yield self.browser.login(codename)
         self.assertIn("REPLY-MARKER-early", html)
 
@@ -377,7 +377,7 @@ class SourceFlowTests(unittest.TestCase):
         self.assertEqual(db.execute("SELECT key_fingerprint FROM sources").fetchall(), [(None,)])
         response, html = yield self.browser.submit("first")
         self.assertEqual(response.code, 200)
-        yield self.server.service.newsroom._keygen.get(1)
+        yield self.server.service.newsroom.replies._keygen.get(1)
         [(fingerprint, pending)] = db.execute("SELECT key_fingerprint, pending FROM sources").fetchall()
         self.assertRegex(fingerprint, "^[0-9A-F]{40}$")
         self.assertEqual(pending, 0)

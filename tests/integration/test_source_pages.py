@@ -148,7 +148,7 @@ class SourcePagesTests(_SourceServerTest):
         yield self.browser.submit("a first message makes the source's key pair")
         source_id = yield self._source_id()
         for text in ("FIRST-REPLY", "SECOND-REPLY"):
-            yield self.server.service.newsroom.add_reply(source_id, text)
+            yield self.server.service.newsroom.replies.add(source_id, text)
             yield _tick()
         response, html = yield self.browser.get("/lookup", headers=headers("en"))
         self.assertIn("2 new replies", html)
@@ -160,7 +160,7 @@ class SourcePagesTests(_SourceServerTest):
         self.assertIn(codename, html)
         response, html = yield self.browser.get("/lookup", headers=headers("ru"))
         self.assertNotIn("new-replies", html)  # shown once: now read
-        yield self.server.service.newsroom.add_reply(source_id, "THIRD-REPLY")
+        yield self.server.service.newsroom.replies.add(source_id, "THIRD-REPLY")
         response, html = yield self.browser.get("/lookup", headers=headers("ru"))
         self.assertIn("1 новый ответ", html)
         self.assertIn(f'<time datetime="{today}">', html)

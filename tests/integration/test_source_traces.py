@@ -92,14 +92,14 @@ class NoLogLineDatesASourceTests(unittest.TestCase):
         self.assertIn("We received your message and 1 document", html)
         [(source_id,)] = db_rows(server, "SELECT id FROM sources")
         # The key pair is made just after the first submission: part of the same moment.
-        yield spans.timed(lambda: newsroom.key_ready(source_id))
+        yield spans.timed(lambda: newsroom.replies.key_ready(source_id))
         yield spans.timed(lambda: source.get("/logout"))
         response, html = yield spans.timed(lambda: source.login(codename))
         self.assertIn("Send more and read replies", html)
 
         # A journalist replies, in a second of its own.
         yield deferToThread(wait_for_next_second)
-        yield newsroom.add_reply(source_id, "REPLY-7c1e")
+        yield newsroom.replies.add(source_id, "REPLY-7c1e")
         yield deferToThread(wait_for_next_second)
 
         response, html = yield spans.timed(lambda: source.get("/lookup"))

@@ -59,7 +59,7 @@ def delete(self: Any, request: Any, login: SourceLogin):
     deleted = False
     # Digits only, and few: anything else names no reply (and never reaches the database).
     if number.isascii() and number.isdigit() and len(number) <= 9:
-        deleted = yield shield(self.newsroom.delete_reply(login.identity, int(number)))
+        deleted = yield shield(self.newsroom.replies.delete(login.identity, int(number)))
     lang = i18n.negotiate(request)
     if deleted:
         login.session.data[_REPLIES_DELETED] = True
@@ -71,7 +71,7 @@ def delete(self: Any, request: Any, login: SourceLogin):
 
 @login_route(routes, "/delete-all", "POST")
 def delete_all(self: Any, request: Any, login: SourceLogin):
-    count = yield shield(self.newsroom.delete_all_replies(login.identity))
+    count = yield shield(self.newsroom.replies.delete_all(login.identity))
     if count:
         login.session.data[_REPLIES_DELETED] = True
     ctx = self._ctx(request, None)
@@ -96,9 +96,9 @@ def received_page(self: Any, request: Any, login: SourceLogin, form: SubmissionF
 @inlineCallbacks
 def _lookup_page(self: Any, request: Any, login: SourceLogin, *, status: int = 200, message: str = "",
                 error: str | None = None, form: SubmissionForm | None = None):
-    self.newsroom.ensure_key(login.identity, login.passphrase)  # heals a key lost to a crash after a first submission
+    self.newsroom.replies.ensure_key(login.identity, login.passphrase)  # heals a key lost to a crash after a first submission
     try:
-        replies = yield self.newsroom.replies_for(login.identity, login.passphrase)
+        replies = yield self.newsroom.replies.for_source(login.identity, login.passphrase)
     except Busy:
         if error is None and not message:
             raise
@@ -116,5 +116,5 @@ def _lookup_page(self: Any, request: Any, login: SourceLogin, *, status: int = 2
                         replies_deleted=bool(login.session.data.get(_REPLIES_DELETED)))
     html = yield self._html(request, page, status)
     if any(r.new for r in replies):
-        yield self.newsroom.mark_replies_read(login.identity, replies)
+        yield self.newsroom.replies.mark_read(login.identity, replies)
     return html
