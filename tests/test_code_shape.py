@@ -404,6 +404,29 @@ def _reaching_in(sources: dict[str, str]) -> set[str]:
     return found
 
 
+def _without_their_tests(sources: dict[str, str], tests_root: str) -> set[str]:
+    """Modules (other than package faces) whose first lines name no test module, or name one
+    that ``tests_root``'s parent does not hold: the ``# -*- test-case-name: tests.test_x -*-``
+    line that trial reads (``trial --testmodule deaddrop/newsroom/desk.py`` runs them)."""
+    from twisted.scripts.trial import _parseLocalVariables
+
+    found = set()
+    for path, text in sources.items():
+        if path.endswith("__init__.py"):
+            continue
+        names = []
+        for line in text.splitlines()[:2]:
+            try:
+                names = _parseLocalVariables(line).get("test-case-name", "").split(",")
+                break
+            except ValueError:
+                pass
+        where = [os.path.join(os.path.dirname(tests_root), *n.strip().split(".")) + ".py" for n in names if n.strip()]
+        if not where or not all(os.path.isfile(w) for w in where):
+            found.add(path)
+    return found
+
+
 class ServiceTreeTests(unittest.TestCase):
     def test_neither_the_composition_nor_the_domain_patches_a_part_after_building_it(self):
         sources = {}
@@ -447,6 +470,24 @@ class ServiceTreeTests(unittest.TestCase):
         self.assertIn("newsroom", set_on_top)
         self.assertEqual(set_on_top - declared, set())
         self.assertEqual(looked_up, [])
+
+
+class TestBesideEachModuleTests(unittest.TestCase):
+    """From a domain module to its tests in one step: its first line names them."""
+
+    def test_every_domain_module_names_its_tests(self):
+        tests_root = os.path.dirname(os.path.abspath(__file__))
+        sources = {}
+        for package in (d.split(".")[1] for d in _DOMAIN):
+            sources.update(_sources_under(package))
+        self.assertIn("deaddrop/newsroom/desk.py", sources)
+        self.assertEqual(_without_their_tests(sources, tests_root), set())
+        self.assertEqual(_without_their_tests({
+            "a.py": "# -*- test-case-name: tests.test_code_shape -*-\n",
+            "b.py": '"""No line."""\n',
+            "c.py": "# -*- test-case-name: tests.test_code_shape,tests.test_nothing_here -*-\n",
+            "d/__init__.py": '"""A package face."""\n',
+        }, tests_root), {"b.py", "c.py"})
 
 
 class PackagingTests(unittest.TestCase):

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_answer_grid,tests.integration.test_answer_times -*-
 """When a /login or /create answer leaves: on a grid measured from the request's own arrival.
 
 Every answer whose work went through Argon2id (a login whose tag some source has, a codename

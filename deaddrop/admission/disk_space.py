@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_disk_space -*-
 """Disk admission: an upload is taken only if the disk can hold it and still keep a reserve.
 
 A full disk is an outage (SQLite cannot grow its journal, logs stop, replies cannot be stored),

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.integration.test_large_uploads -*-
 """``source.upload.no_room``: said on a timer while the disk is down to its reserve.
 
 An upload refused for want of space must not be logged when it is refused: the line would date

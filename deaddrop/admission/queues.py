@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_admission,tests.test_admission_fairness -*-
 """Bounded, fair admission to expensive work (Argon2id, key generation, reply decryption, uploads).
 
 A pool has a fixed number of *slots* (one per worker thread the work may occupy). Work asks a

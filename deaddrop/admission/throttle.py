@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_throttle -*-
 """Failure throttles for logins."""
 from __future__ import annotations
 

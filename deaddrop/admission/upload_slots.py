@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_upload_slots -*-
 """Upload pump slots, fairly shared: the slowest upload makes room for a newcomer.
 
 Each upload body being received holds a pump slot (a worker thread feeding gpg) for as long as it

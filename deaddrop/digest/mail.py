@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.integration.test_digest -*-
 """The digest mail itself: its text, OpenPGP encryption to a journalist's key, PGP/MIME (RFC 3156).
 
 Everything here blocks (gpg runs as a subprocess) and runs in a thread pool. What the mail

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.integration.test_digest -*-
 """The encrypted digest: every interval, one mail to each registered journalist.
 
 Slots are fixed multiples of the interval since 1970-01-01 UTC (the default, 1440 minutes,

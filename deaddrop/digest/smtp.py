@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.integration.test_digest_smtp -*-
 """Where and how the digest is sent: the mail server, its TLS mode, the login, and the outcome.
 
 With ``starttls`` (TLS after the greeting) or ``tls`` (TLS from the first byte, port 465) the

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_smtp_client -*-
 """A small, strict SMTP client over Twisted: one command, then exactly one reply, nothing else.
 
 Twisted's ESMTP client reads every line it has buffered, also lines that arrived in plaintext

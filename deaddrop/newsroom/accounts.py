@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_journalists,tests.test_hotp -*-
 """Journalist accounts: passphrases, two-factor codes, login throttling and API tokens.
 
 * Passphrases are generated (7 diceware words), never chosen, and stored as Argon2id hashes

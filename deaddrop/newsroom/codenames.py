@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_codenames,tests.integration.test_designations -*-
 """Codenames (what a source memorises) and designations (what journalists call a source).
 
 The two are unrelated by construction: a designation is drawn at random from its own word

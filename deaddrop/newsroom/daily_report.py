@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_daily_report -*-
 """What sources did, counted per day and reported once, after the day ended (``submissions.daily``).
 
 A log line written when a source acts dates that act to the second, on the server, in the

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_desk,tests.test_downloads -*-
 """Journalist use cases over the newsroom: sources, submissions, downloads, replies, deletion.
 
 What leaves this module is what a journalist may see: a source's random ``uuid``, its

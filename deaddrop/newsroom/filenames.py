@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_codenames -*-
 """Sanitising the names sources give their files.
 
 The name travels only inside the encrypted envelope, but the SVS will write a file under it,

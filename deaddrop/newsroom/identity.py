@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.integration.test_source_flow -*-
 """Who a source is to the server once logged in, and the two ways a source can be missing.
 
 Shared by the source use cases (``Newsroom``) and their part that answers sources

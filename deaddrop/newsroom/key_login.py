@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.browser.test_security_keys,tests.integration.test_key_policy -*-
 """Security keys as an account's second factor: enrolling, removing, and the key half of a login.
 
 The web layer says who the relying party is (``security_keys.RelyingParty``, from the request's

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_i18n -*-
 """The languages the source interface speaks (its pages and the admin's per-language texts).
 
 A language is shipped once it is listed here and its catalog is compiled (docs/translating.md);

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.integration.test_source_flow,tests.integration.test_login_tags,tests.test_admission_fairness -*-
 """Source use cases: create, log in, submit, read and delete replies; replies from journalists
 (the keys and replies in ``replies``).
 

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_png -*-
 """Checking that an uploaded logo is a real, small PNG, and keeping only what draws it.
 
 Every chunk's CRC is checked, the image data must inflate to exactly the size the header

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.integration.test_source_flow -*-
 """A source's key pair and the replies encrypted to it: the part of the newsroom that lets the
 newsroom answer a source, and the source read and delete the answers (``newsroom.replies``).
 

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.integration.test_retention -*-
 """Retention: submissions and replies older than N days are deleted by a daily timer.
 
 Deletion is the one a journalist's manual delete does (rows first, so they are gone for every

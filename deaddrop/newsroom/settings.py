@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.integration.test_journalist_web -*-
 """Instance settings an admin can change while the server runs (journalist admin pages).
 
 Start-up options give the defaults; values saved in the database's ``settings`` table win.

@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.integration.test_journalist_web,tests.integration.test_source_pages -*-
 """What admins write for the source pages: welcome text, submission instructions and a logo,
 per language, with English as the fallback. Kept in the database's ``settings`` table.
 

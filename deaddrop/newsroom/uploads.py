@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_source_uploads -*-
 """What an upload holds while its body arrives, and the ciphertext of one that will not be stored.
 
 An upload body is admitted before its first file byte is read: room on the disk for the whole

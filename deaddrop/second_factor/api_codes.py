@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.integration.test_key_codes -*-
 """One-time codes for the API of an account with security keys (issue 30, item 4).
 
 SecureDrop's API clients (``securedrop-sdk``, ``deaddrop-journalist``) log in with a username, a

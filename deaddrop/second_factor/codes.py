@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_hotp,tests.integration.test_hotp_accounts -*-
 """Checking a typed HOTP code against an account, atomically.
 
 Runs on the database thread inside one transaction (``Database.run``): the counter is read, the

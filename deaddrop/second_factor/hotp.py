@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_hotp -*-
 """RFC 4226 HOTP, for YubiKeys programmed in OATH-HOTP mode.
 
 The key holds a counter that moves on each press; the server keeps the counter value it expects

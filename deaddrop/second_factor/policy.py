@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.integration.test_key_policy -*-
 """Whether an account must log in with a security key (``deaddrop-admin settings
 require-security-keys on|admins|off [--grace-days N]``; issue 30, item 2).
 

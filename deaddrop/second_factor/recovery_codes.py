@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.integration.test_key_codes -*-
 """Printed recovery codes of an account with security keys (issue 30, item 5).
 
 Ten codes, each 80 random bits (``XXXX-XXXX-XXXX-XXXX``, base32), made on the account page

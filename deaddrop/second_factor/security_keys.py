@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_security_keys -*-
 """WebAuthn security keys for journalist accounts (issue 30, item 1), with python-fido2.
 
 The relying party is the journalist interface's own origin: a host name the server's
