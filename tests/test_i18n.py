@@ -1,6 +1,7 @@
 """The source interface's languages: complete catalogs, compiled catalogs in step, negotiation."""
 from __future__ import annotations
 
+import dataclasses
 import gettext
 import io
 import os
@@ -81,7 +82,8 @@ class CatalogTests(unittest.TestCase):
         """The word for "codename" (as on the generate page) appears wherever English says codename."""
         word = {"es": "nombre en clave", "fr": "nom de code", "de": "codename", "pt": "nome de código",
                 "ru": "кодов", "tr": "kod ad", "ar": "اسم", "fa": "نام رمز", "it": "in codice", "nl": "codenaam",
-                "pl": "kryptonim", "uk": "кодов", "id": "nama sandi", "vi": "mật danh", "sw": "siri"}
+                "pl": "kryptonim", "uk": "кодов", "id": "nama sandi", "vi": "mật danh", "sw": "siri",
+                "hi": "कोड नाम", "bn": "কোড নাম", "my": "ကုဒ်အမည်", "zh_Hans": "代号", "zh_Hant": "代號", "ko": "코드명"}
         for code in i18n.TRANSLATED:
             self.assertIn(code, word, f"add {code}'s word for codename (as on the generate page) to this table")
             catalog = _catalog(code)
@@ -123,7 +125,11 @@ class NegotiationTests(unittest.TestCase):
             None: None, "": None, "xx, yy;q=0.5": None,
             "es-MX,es;q=0.9,en;q=0.5": "es", "pt-BR": "pt", "en-US,en;q=0.9,ar;q=0.8": "en",
             "de;q=0.2, fa;q=0.9": "fa", "ar;q=0, fr": "fr", "FR-ca": "fr", "ru;q=bad, tr": "tr",
-            "zh-CN, tr;q=0.4, *;q=0.1": "tr",
+            "zh-CN, tr;q=0.4, *;q=0.1": "zh_Hans",
+            # Chinese by its script, or else by its region.
+            "zh": "zh_Hans", "zh-SG": "zh_Hans", "zh-Hans-HK": "zh_Hans", "zh-TW": "zh_Hant", "zh-HK": "zh_Hant",
+            "zh-MO,en;q=0.5": "zh_Hant", "zh-Hant": "zh_Hant", "zh_Hant_TW": "zh_Hant", "hi-IN": "hi", "bn-BD": "bn",
+            "my": "my", "ko-KR": "ko",
             "it-IT,it;q=0.9": "it", "nl-BE": "nl", "pl": "pl", "uk-UA,ru;q=0.5": "uk", "id-ID": "id", "vi": "vi",
             "sw-KE,en;q=0.5": "sw",
             # Codes ISO 639 withdrew, which browsers may still send.
@@ -286,6 +292,11 @@ class CountsTests(unittest.TestCase):
         self.assertIn("5 minuti dopo", it._(messages.INACTIVE, minutes=5))
         # CLDR's "many" in Italian: "un milione di minuti".
         self.assertIn("1.000.000 di minuti dopo", it._(messages.INACTIVE, minutes=1_000_000))
+        # Chinese runs its sentences together; the others put a space between them.
+        zh = pages.PageContext(lang=i18n.language("zh_Hans"), site_name="x")
+        self.assertIn("自动退出。尚未保存任何内容", zh._(messages.EXPIRED_SUBMIT, minutes=60))
+        self.assertIn("的文件。为了您的安全，登录 60 分钟后", pages._limits(dataclasses.replace(zh, session_minutes=60)))
+        self.assertIn("nach der Anmeldung abgemeldet. Bitte", de._(messages.INACTIVE, minutes=5))
         en = pages.PageContext(lang=i18n.language("en"), site_name="x")
         self.assertEqual(en._(messages.REPLIES_DELETED, count=1), "1 reply deleted.")
         self.assertEqual(en._(messages.REPLIES_DELETED, count=1200), "1,200 replies deleted.")
@@ -307,6 +318,10 @@ class TranslationChecksTests(unittest.TestCase):
     def test_markup_addresses_and_names_must_be_kept(self):
         english = "You can get Tor Browser from torproject.org, or by email from gettor@torproject.org."
         self.assertEqual(catalogs.form_problems(english, "Tor Browser: torproject.org, gettor@torproject.org."), [])
+        # Korean and Bengali attach their particles to the address itself.
+        self.assertEqual(catalogs.form_problems(english, "Tor 브라우저는 torproject.org에서, gettor@torproject.org로."), [])
+        self.assertEqual(catalogs.form_problems(english, "Tor ব্রাউজার torproject.org থেকে, gettor@torproject.org-এ।"), [])
+        self.assertTrue(catalogs.form_problems(english, "Tor: torproject.org-mirror.net, gettor@torproject.org."))
         self.assertTrue(catalogs.form_problems(english, "Tor Browser: torprojekt.org, gettor@torproject.org."))
         self.assertTrue(catalogs.form_problems(english, "Tor Browser: torproject.org, getter@torproject.org."))
         self.assertTrue(catalogs.form_problems(english, "Браузер: torproject.org, gettor@torproject.org."))

@@ -22,6 +22,24 @@ def _visible(page) -> str:
     return _TAG.sub(" ", render_sync(page).decode("utf-8"))
 
 
+def _numbers_shown(code: str) -> tuple[PageContext, dict[str, str]]:
+    """The texts of pages in ``code`` that say numbers and dates (three new replies of 4 December
+    2026, 12 documents, 100,003 characters, 65,536 bytes, 120 minutes...). -> (context, {what: text})."""
+    ctx = PageContext(lang=i18n.language(code), site_name="x", session_minutes=120, max_upload_size=524_288_000)
+    when = datetime.datetime(2026, 12, 4, 12, tzinfo=datetime.timezone.utc).timestamp()
+    replies = [ShownReply(n, "…", when, new=True) for n in (1, 2, 3)]
+    return ctx, {
+        "lookup": _visible(pages.lookup(ctx, replies, codename="alpha beta")),
+        "index": _visible(pages.index(ctx)),
+        "safety": _visible(pages.safety(ctx, retention_days=30)),
+        "received": messages.received(ctx.lang, True, 12),
+        "too long": ctx._(messages.TOO_LONG, count=100_003, limit=100_000),
+        "too large": ctx._(messages.TOO_LARGE, size=ctx.size(65_536)),
+        "inactive": ctx._(messages.INACTIVE, minutes=120),
+        "deleted": ctx._(messages.REPLIES_DELETED, count=3),
+    }
+
+
 class SolarHijriTests(unittest.TestCase):
     # Nowruz (1 Farvardin) as Iran kept it: the day of the March equinox if it falls before noon
     # in Tehran, else the day after.
@@ -82,20 +100,29 @@ class NumeralsTests(unittest.TestCase):
         self.assertEqual(numerals.day(datetime.date(2026, 12, 4), "en"), "December 4, 2026")
         self.assertEqual(numerals.day(datetime.date(2026, 12, 4), "fr"), "4 décembre 2026")
 
+    def test_bengali_and_burmese_write_their_own_digits(self):
+        """Issue 31: CLDR's default numbering systems, the digits Bangladesh and Myanmar read."""
+        self.assertEqual(numerals.number(100_000, "bn"), "১,০০,০০০")  # grouped the Indian way
+        self.assertEqual(numerals.number(Decimal("0.0655"), "bn", exact=True), "০.০৬৫৫")
+        self.assertEqual(numerals.day(datetime.date(2026, 12, 4), "bn"), "৪ ডিসেম্বর, ২০২৬")
+        self.assertEqual(numerals.number(100_000, "my"), "၁၀၀,၀၀၀")
+        self.assertEqual(numerals.day(datetime.date(2026, 12, 4), "my"), "၂၀၂၆ ဒီဇင်ဘာ ၄")
+
+    def test_hindi_urdu_and_the_others_keep_latin_digits(self):
+        self.assertEqual(numerals.number(100_000, "hi"), "1,00,000")
+        self.assertEqual(numerals.day(datetime.date(2026, 12, 4), "hi"), "4 दिसंबर 2026")
+        self.assertEqual(numerals.number(100_000, "ur"), "100,000")
+        self.assertEqual(numerals.day(datetime.date(2026, 12, 4), "ur"), "4 دسمبر، 2026")
+        self.assertEqual(numerals.day(datetime.date(2026, 12, 4), "zh_Hans"), "2026年12月4日")
+        self.assertEqual(numerals.day(datetime.date(2026, 12, 4), "ko"), "2026년 12월 4일")
+        self.assertEqual(numerals.day(datetime.date(2026, 12, 4), "he"), "4 בדצמבר 2026")
+
+    def test_every_shipped_language_has_the_digits_of_its_numbering_system(self):
+        for code in i18n.LANGUAGES:
+            self.assertIn(numerals.numbering_system(code), numerals.DIGITS, code)
+
     def test_every_number_and_date_a_farsi_page_shows_is_persian(self):
-        ctx = PageContext(lang=i18n.language("fa"), site_name="x", session_minutes=120, max_upload_size=524_288_000)
-        replies = [ShownReply(n, f"پاسخ", datetime.datetime(2026, 12, 4, 12, tzinfo=datetime.timezone.utc).timestamp(),
-                              new=True) for n in (1, 2, 3)]
-        shown = {
-            "lookup": _visible(pages.lookup(ctx, replies, codename="alpha beta")),
-            "index": _visible(pages.index(ctx)),
-            "safety": _visible(pages.safety(ctx, retention_days=30)),
-            "received": messages.received(ctx.lang, True, 12),
-            "too long": ctx._(messages.TOO_LONG, count=100_003, limit=100_000),
-            "too large": ctx._(messages.TOO_LARGE, size=ctx.size(65_536)),
-            "inactive": ctx._(messages.INACTIVE, minutes=120),
-            "deleted": ctx._(messages.REPLIES_DELETED, count=3),
-        }
+        ctx, shown = _numbers_shown("fa")
         for name, text in shown.items():
             self.assertEqual(re.findall(r"[0-9]+", text), [], name)
         self.assertIn("۱۳ آذر ۱۴۰۵", shown["lookup"])
@@ -104,4 +131,23 @@ class NumeralsTests(unittest.TestCase):
         self.assertIn("۱۰۰٬۰۰۳", shown["too long"])
         self.assertIn("۰٫۰۶۵۵", shown["too large"])
         self.assertIn("۱۲ سند", shown["received"])
-        self.assertIn('datetime="2026-12-04"', render_sync(pages.lookup(ctx, replies)).decode())  # for machines
+        when = datetime.datetime(2026, 12, 4, 12, tzinfo=datetime.timezone.utc).timestamp()
+        reply = ShownReply(1, "…", when)
+        self.assertIn('datetime="2026-12-04"', render_sync(pages.lookup(ctx, [reply])).decode())  # for machines
+
+
+class NativeDigitsPagesTests(unittest.TestCase):
+    """Issue 31: a page in a language that writes its own digits shows no Latin digit at all
+    (every count, size and date), as the Farsi pages do."""
+
+    def test_every_number_and_date_a_bengali_or_burmese_page_shows_is_in_its_digits(self):
+        native = [c for c in i18n.LANGUAGES if numerals.numbering_system(c) != "latn"]
+        self.assertLessEqual({"fa", "bn", "my"}, set(native))
+        for code in native:
+            ctx, shown = _numbers_shown(code)
+            digits = numerals.DIGITS[numerals.numbering_system(code)]
+            for name, text in shown.items():
+                self.assertEqual(re.findall(r"[0-9]+", text), [], f"{code}/{name}")
+            self.assertIn(numerals.day(datetime.date(2026, 12, 4), code), shown["lookup"])
+            self.assertTrue(set(numerals.number(120, code)) <= set(digits), code)
+            self.assertIn(numerals.number(120, code), shown["index"], code)

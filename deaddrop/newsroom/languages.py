@@ -27,6 +27,12 @@ LANGUAGES: dict[str, tuple[str, str]] = {
     "uk": ("Українська", "ltr"),
     "ar": ("العربية", "rtl"),
     "fa": ("فارسی", "rtl"),
+    "hi": ("हिन्दी", "ltr"),
+    "bn": ("বাংলা", "ltr"),
+    "my": ("မြန်မာ", "ltr"),
+    "zh_Hans": ("简体中文", "ltr"),
+    "zh_Hant": ("繁體中文", "ltr"),
+    "ko": ("한국어", "ltr"),
 }
 DEFAULT = "en"
 

@@ -70,7 +70,7 @@ class SourcesSmallerBrowserTests(_BrowserServerTest):
                 driver.get(self.url + f"/language/{code}?next=/login")
                 _css(driver, "#codename").send_keys(typed)
                 follow(driver, "form[action='/login'] button[type=submit]")
-                self.assertEqual(_css(driver, "html").get_attribute("lang"), code)
+                self.assertEqual(_css(driver, "html").get_attribute("lang"), i18n.bcp47(code))
                 self.assertEqual(_box(driver, "#codename"), typed, code)  # all seven words, as typed
                 self.assertIn(typo, _text(driver, ".flash-error"), code)  # the word to fix, named
                 self.assertEqual(urlparse(driver.current_url).path, "/login")  # answered, not redirected

@@ -37,8 +37,11 @@ _REVIEW = re.compile(r"^#\s*" + re.escape(REVIEW_LINE) + r"[ \t]*(.*)$", re.MULT
 
 # What a translation must keep exactly as the English has it: addresses, the names of things a
 # source types or looks for, and the file type they are told to make.
-_KEPT_TOKENS = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+|\b[\w-]+\.(?:org|com|net|onion)\b|\bzip\b|\btor2web\b"
-                          r"|\bDeadDrop\b|\bTor\b")
+# Bounded by ASCII letters only: Korean, Turkish and Bengali attach their endings to a word
+# ("torproject.org에서", "torproject.org'dan", "gettor@torproject.org-এ").
+_KEPT_TOKENS = re.compile(r"(?<![A-Za-z0-9_.+-])(?:[A-Za-z0-9_.+-]+@[A-Za-z0-9.-]*[A-Za-z0-9]"
+                          r"|[A-Za-z0-9-]+\.(?:org|com|net|onion)|zip|tor2web|DeadDrop|Tor)"
+                          r"(?![A-Za-z0-9_]|-[A-Za-z0-9])")
 _MARKUP = re.compile(r"<[^<>]*>|&#?\w+;")
 # Plural forms are tried for the counts 0 to this, to learn which forms stand for one count only.
 _COUNTS_TRIED = 1000

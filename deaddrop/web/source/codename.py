@@ -142,7 +142,7 @@ def login(self: Any, request: Any):
         unknown = codenames.unknown_words(typed)
         error = ctx._(msgs.NOT_RECOGNIZED)
         if unknown:
-            error += " " + ctx._(msgs.NOT_IN_LIST, words=", ".join(unknown), count=len(unknown))
+            error += ctx.lang.space + ctx._(msgs.NOT_IN_LIST, words=", ".join(unknown), count=len(unknown))
         return self._html(request, pages.login(ctx, error, carried=carried, codename=kept), 403)
     try:
         found = yield _argon2id(self, request, lambda circuit: self.newsroom.login(codename, circuit))

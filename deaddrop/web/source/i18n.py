@@ -28,6 +28,8 @@ _MAX_ENTRIES = 20
 _OLD_SUBTAGS = {"iw": "he", "in": "id", "ji": "yi"}
 # Chinese is written in two scripts: a tag that names neither says it through its region.
 _TRADITIONAL_REGIONS = frozenset({"tw", "hk", "mo"})
+# Languages whose sentences follow each other without a space ("……的文件。为了您的安全，……").
+_NO_SPACE_BETWEEN_SENTENCES = frozenset({"zh", "ja"})
 
 
 def N_(message: str) -> str:
@@ -62,7 +64,7 @@ class Counted:
             count = values[key]
             english = singular if count == 1 else plural
             sentences.append(fill(lang.ngettext(singular, plural, count), english, {**shown, "n": number(count)}))
-        return " ".join(sentences)
+        return lang.space.join(sentences)
 
 
 def fill(translated: str, english: str, values: dict[str, Any]) -> str:
@@ -90,6 +92,11 @@ class Language:
     def tag(self) -> str:
         """The code as HTML's ``lang`` wants it (BCP 47: ``zh-Hans``, not gettext's ``zh_Hans``)."""
         return bcp47(self.code)
+
+    @property
+    def space(self) -> str:
+        """What goes between two sentences: a space, or nothing in Chinese."""
+        return "" if self.code.split("_")[0] in _NO_SPACE_BETWEEN_SENTENCES else " "
 
     @property
     def complete(self) -> bool:

@@ -171,7 +171,7 @@ def _banners(ctx: PageContext) -> list[Any]:
     out: list[Any] = []
     if not ctx.tor_browser:
         out.append(tags.div(class_="banner", id="tor-browser-warning", role="note")(
-            tags.strong(ctx._("You do not seem to be using Tor Browser.")), " ",
+            tags.strong(ctx._("You do not seem to be using Tor Browser.")), ctx.lang.space,
             ctx._("To protect your identity, close this page and open this address in Tor Browser, "
                   "which you can get from torproject.org (or by email from gettor@torproject.org). "
                   "If you are already using Tor Browser, you can ignore this message."),
@@ -500,7 +500,7 @@ def _submission_form(ctx: PageContext, message: str, error: str | None, form_tok
         form(
             tags.label(_("Files"), for_="fh"),
             tags.input(type="file", name="fh", id="fh", multiple=""),
-            tags.p(_("Remove hidden information (metadata) from documents before you send them."), " ",
+            tags.p(_("Remove hidden information (metadata) from documents before you send them."), ctx.lang.space,
                    _(FILES_STAY_BEHIND), class_="hint"),
         )
     form(
