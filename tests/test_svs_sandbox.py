@@ -103,3 +103,53 @@ class ScrubNeedsTheHomeTests(_MetadataCase):
         self.assertEqual(code, 1, out + err)
         self.assertIn(f"FAILED {planted}: is a link to a file of the SVS home", err)
         self.assertEqual(tree(publish), {"photo.txt"})
+
+
+class LinksLeftBehindTests(_MetadataCase):
+    """Code running as mat2 cannot read the key, but it can leave a symbolic link to it (whose
+    path it may guess) where its cleaned copy should be, after that copy was checked: the last
+    ``--show`` runs on the cleaned copy itself. Read outside the walls with the operator's
+    rights, the link would ship the key. Nor may a FIFO left there hang the run."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.patch(_sandbox, "_sandbox", None)
+        self.key = glob.glob(os.path.join(self.home, "gnupg", "private-keys-v1.d", "*.key"))[0]
+        with open(self.key, "rb") as f:
+            self.key_bytes = f.read()
+        self.report = self.put("report.txt", b"a source's text\n")
+
+    def _hijack(self, leave: str, which: str = "*.cleaned.*") -> None:
+        """mat2 cleans honestly, then, asked about a file named like ``which`` (its cleaned copy;
+        with --keep-metadata the copy itself), leaves ``leave`` in its place."""
+        spy_mat2(self, self.base,
+                 f'case "$1 $3" in "--show "{which}) rm -f "$3"; {leave} "$3";; esac\n'
+                 'if [ "$1" = --show ]; then echo "  No metadata found in $3."; exit 0; fi\n'
+                 'cp "$2" "${2%.*}.cleaned.${2##*.}"\n')
+
+    def _assert_nothing_left(self, code: int, err: str, out_dir: str) -> None:
+        self.assertEqual(code, 1, err)
+        self.assertIn("FAILED", err)
+        self.assertIn("nothing leaves", err)
+        self.assertEqual(tree(out_dir) if os.path.isdir(out_dir) else set(), set())
+
+    def test_export_does_not_follow_a_link_left_for_the_cleaned_copy(self) -> None:
+        self._hijack(f"ln -s '{self.key}'")
+        code, out, err = self.export(self.report)
+        self._assert_nothing_left(code, err, self.exp)
+
+    def test_scrub_does_not_follow_a_link_left_for_the_cleaned_copy(self) -> None:
+        self._hijack(f"ln -s '{self.key}'")
+        publish = os.path.join(self.base, "publish")
+        code, out, err = run_cli("--home", self.home, "scrub", self.report, "--out", publish)
+        self._assert_nothing_left(code, err, publish)
+
+    def test_a_kept_file_is_not_read_through_a_link(self) -> None:
+        self._hijack(f"ln -s '{self.key}'", which="*")
+        code, out, err = self.export(self.report, extra=("--keep-metadata", self.report))
+        self._assert_nothing_left(code, err, self.exp)
+
+    def test_a_fifo_left_for_the_cleaned_copy_does_not_hang_the_run(self) -> None:
+        self._hijack("mkfifo")
+        code, out, err = self.export(self.report)
+        self._assert_nothing_left(code, err, self.exp)

@@ -162,6 +162,25 @@ class RamScratch(_PrivateFolder):
         return ScratchItem(tempfile.mkdtemp(prefix="f-", dir=self.folder))
 
 
+def open_output(path: str) -> BinaryIO:
+    """A file of mat2's item folder, opened to be read by us only if it is a regular file there.
+
+    We read with the operator's rights, outside the walls: code running as mat2 cannot read the
+    submission key, but it could leave a symbolic link to it (or a FIFO, to hang us) where its
+    cleaned copy, or a kept file's copy, should be; followed, the key would be what leaves."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        raise ItemError(f"mat2's folder no longer holds a readable {os.path.basename(path)} ({e.strerror}): "
+                        "nothing leaves") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ItemError(f"mat2 left something other than a file as {os.path.basename(path)}: nothing leaves")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
 class ScratchItem(_PrivateFolder):
     """One file's private folder: the copy to clean, mat2's output and temp files. Removed on exit."""
 

@@ -32,6 +32,7 @@ from deaddrop.svs._gnupg import Gpg, KeyInfo, fingerprint_groups, throwaway_home
 from deaddrop.svs._guard import InputGuard
 from deaddrop.svs._gzip import GzipFormatError, GzipReader
 from deaddrop.svs._inputs import Item, iter_inputs
+from deaddrop.svs._mat2 import open_output
 from deaddrop.svs._names import sanitise_filename
 from deaddrop.svs._outdir import OutDir
 from deaddrop.svs.scrub import Cleaner, KeepList, RunSummary, run_items
@@ -88,7 +89,7 @@ def check_recipient(scratch: Gpg, keyfile: str, own_fingerprints: Iterable[str],
 
 
 def _encrypt_file(scratch: Gpg, keyfile: str, path: str, out: OutDir, folder: str, name: str) -> str:
-    with open(path, "rb") as source:
+    with open_output(path) as source:  # a file of mat2's folder: never through a link left there
         pending = out.new_file(folder)
         try:
             scratch.encrypt_to_keyfile(keyfile, source, pending.file)
@@ -106,7 +107,7 @@ def _write_gzip(src_path: str, dest_path: str, fname: bytes | None) -> None:
     crc = size = 0
     deflate = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
     fd = os.open(dest_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    with open(src_path, "rb") as src, os.fdopen(fd, "wb") as dest:
+    with open_output(src_path) as src, os.fdopen(fd, "wb") as dest:
         dest.write(header)
         for chunk in iter(lambda: src.read(1024 * 1024), b""):
             crc = zlib.crc32(chunk, crc)

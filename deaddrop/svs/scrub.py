@@ -22,7 +22,8 @@ from deaddrop.svs._errors import ItemError, SvsError, describe_exception
 from deaddrop.svs._guard import InputGuard
 from deaddrop.svs._inputs import BadInput, Item, Skipped, display, iter_inputs
 from deaddrop.svs._findings import describe
-from deaddrop.svs._mat2 import Mat2, Mat2Failed, RamScratch, ScratchItem, content_mismatch, extension_for
+from deaddrop.svs._mat2 import (Mat2, Mat2Failed, RamScratch, ScratchItem, content_mismatch, extension_for,
+                                open_output)
 from deaddrop.svs._names import sanitise_filename
 from deaddrop.svs._outdir import OutDir
 
@@ -65,6 +66,10 @@ class KeepList:
 class Prepared:
     path: str  # what leaves: the cleaned copy, or the unchanged copy of a kept file
     line: str  # what was done, for the operator
+
+    def open(self) -> BinaryIO:
+        """What leaves, for reading; never through a link mat2 may have left in its place."""
+        return open_output(self.path)
 
 
 class Cleaner:
@@ -195,7 +200,7 @@ def scrub_item(cleaner: Cleaner, item: Item, out: OutDir) -> tuple[str, str]:
             folder = out.folder(*(sanitise_filename(c, "folder") for c in item.folders))
             pending = out.new_file(folder)
             try:
-                with open(prepared.path, "rb") as cleaned:
+                with prepared.open() as cleaned:
                     shutil.copyfileobj(cleaned, pending.file, 1024 * 1024)
                 return pending.commit(name), prepared.line
             except BaseException:
