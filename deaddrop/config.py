@@ -149,6 +149,11 @@ class Config:
         return self.source_session_minutes * 60.0
 
     @property
+    def source_session_idle_seconds(self) -> float:
+        """How long a source session lasts unused: the idle option if set, else its lifetime."""
+        return self.source_session_lifetime if self.source_session_idle is None else self.source_session_idle
+
+    @property
     def journalist_session_lifetime(self) -> float:
         return self.journalist_session_minutes * 60.0
 
@@ -214,8 +219,8 @@ class Config:
                 )
             if self.journalist_onion and not is_loopback_endpoint(self.journalist_listen):
                 raise ConfigError("--journalist-onion needs a loopback --journalist-listen")
-        idle = self.source_session_lifetime if self.source_session_idle is None else self.source_session_idle
-        return replace(self, tor=tor, data_dir=os.path.abspath(self.data_dir), source_session_idle=idle,
+        return replace(self, tor=tor, data_dir=os.path.abspath(self.data_dir),
+                       source_session_idle=self.source_session_idle_seconds,
                        submission_key=os.path.abspath(submission_key))
 
     def _check_smtp(self) -> None:

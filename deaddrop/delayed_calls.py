@@ -5,10 +5,6 @@ from typing import Any
 
 
 def cancel(call: Any) -> None:
-    """Cancel ``call`` (an ``IDelayedCall`` or None) unless it has run or was cancelled already.
-
-    Returns None, for the attribute that held it: ``self._call = cancel(self._call)``.
-    """
+    """Cancel ``call`` (an ``IDelayedCall`` or None) unless it has run or was cancelled already."""
     if call is not None and call.active():
         call.cancel()
-    return None

@@ -26,10 +26,13 @@ def _option_name(f: dataclasses.Field) -> str:
 
 def _twistd_parameter(f: dataclasses.Field, option: Option) -> list[Any]:
     """``[name, short, default, help(, coerce)]``: the default as the command line writes it."""
+    default: Any
     if option.text is not None:
         default = option.text
+    elif f.default is dataclasses.MISSING and callable(f.default_factory):
+        default = f.default_factory()
     else:
-        default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+        default = f.default
     return [_option_name(f), None, default, option.help, *([option.coerce] if option.coerce else [])]
 
 
@@ -143,8 +146,8 @@ def argv_from_environment(environ: Mapping[str, str]) -> list[str]:
     option (a misspelt one) and a number that is none are refused in one line; the other tools'
     variables (``OTHER_TOOLS_VARIABLES``) are left alone.
     """
-    parameters = {environment_name(p[0]): p for p in Options.optParameters}
-    flags = {environment_name(f[0]): f[0] for f in Options.optFlags}
+    parameters = {environment_name(str(p[0])): p for p in Options.optParameters}
+    flags = {environment_name(str(f[0])): f[0] for f in Options.optFlags}
     for key in sorted(environ):
         if (key.startswith("DEADDROP_") and key not in parameters and key not in flags
                 and key not in _TOR_OPTION_VARIABLES and key not in OTHER_TOOLS_VARIABLES

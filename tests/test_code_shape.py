@@ -504,6 +504,44 @@ class PackagingTests(unittest.TestCase):
         self.assertEqual(packages - listed, set())
 
 
+def _selves(sources: dict[str, str]) -> dict[str, str]:
+    """``path:function`` -> how its ``self`` is annotated ("" if it is not), for every function
+    outside a class that takes the interface as ``self``: route functions and their helpers."""
+    found = {}
+    for path, text in sources.items():
+        tree = ast.parse(text)
+        in_classes = {id(n) for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for n in ast.walk(c)}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and id(node) not in in_classes \
+                    and node.args.args and node.args.args[0].arg == "self":
+                annotation = node.args.args[0].annotation
+                found[f"{path}:{node.name}"] = ast.unparse(annotation) if annotation is not None else ""
+    return found
+
+
+def _selves_not_typed(sources: dict[str, str]) -> set[str]:
+    """Route functions and helpers whose ``self`` is unannotated or ``Any``: a reader (or mypy)
+    loses the trail there, where the interface's Protocol says what they may use."""
+    return {f for f, annotation in _selves(sources).items() if annotation in ("", "Any", "typing.Any")}
+
+
+class TypedRoomsTests(unittest.TestCase):
+    """Route functions take their interface as the Protocol it states (SourceSite, JournalistSite,
+    ApiSite), not ``Any``."""
+
+    def test_no_route_function_takes_self_as_any(self):
+        selves = _selves(_sources_under("web"))
+        self.assertEqual(selves["deaddrop/web/source/submit.py:submit"], "SourceSite")
+        self.assertEqual(selves["deaddrop/web/journalist/sources.py:source"], "JournalistSite")
+        self.assertEqual(selves["deaddrop/web/journalist/api/sources.py:sources"], "ApiSite")
+        self.assertEqual(_selves_not_typed(_sources_under("web")), set())
+        self.assertEqual(_selves_not_typed({
+            "a.py": "from typing import Any\n@routes.route('/')\ndef f(self: Any, request): pass\n",
+            "b.py": "@login_route(routes, '/x', 'GET')\ndef g(self, request, login):\n    yield None\n",
+            "c.py": "def h(self: SourceSite, request): pass\nclass C:\n    def m(self): pass\n",
+        }), {"a.py:f", "b.py:g"})
+
+
 class RouteGuardTests(unittest.TestCase):
     """Every route that needs a login says so with a guard decorator, not with code in its body."""
 

@@ -34,16 +34,16 @@ class _App:
     def __init__(self, login: _Login | None) -> None:
         self.login = login
 
-    def _current_login(self, request: Any) -> Any:
+    def current_login(self, request: Any) -> Any:
         return succeed(self.login)  # a Deferred, as the journalist side's is
 
-    def _refuse_anonymous(self, request: Any, post: bool) -> str:
+    def refuse_anonymous(self, request: Any, post: bool) -> str:
         return "anonymous-post" if post else "anonymous-get"
 
-    def _refuse_stale_form(self, request: Any) -> str:
+    def refuse_stale_form(self, request: Any) -> str:
         return "stale"
 
-    def _refuse_non_admin(self, request: Any) -> str:
+    def refuse_non_admin(self, request: Any) -> str:
         return "not-admin"
 
     @login_required

@@ -115,6 +115,7 @@ def _test(args: argparse.Namespace, out: Output) -> int:
     target = _server_target(data_dir)
     recipient = _recipient(data_dir, args.name)
     message = _compose(target, recipient)
+    reason: str | None
     if message is None:
         reason, detail = "key_unusable", (f"gpg cannot encrypt to {args.name}'s registered key (expired or revoked?): "
                                           "register a new one with 'deaddrop-admin journalist notify'")

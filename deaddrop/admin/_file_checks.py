@@ -125,7 +125,8 @@ def private_path_checks(data_dir: str, owner: int, tls_key: str | None = None) -
             checks.append(found)
     if tls_key and os.path.abspath(tls_key) != os.path.abspath(os.path.join(data_dir, "tls", "server.key")):
         found = path_check("tls_key", tls_key, SECRET_FILE, owner, required=True)
-        checks.append(found)
+        if found is not None:
+            checks.append(found)
     for name, relative, file_mode, dir_mode in _TREES:
         found = _tree_check(name, os.path.join(data_dir, relative), file_mode, dir_mode, owner)
         if found is not None:

@@ -218,7 +218,8 @@ class _Decryption:
     def _processes(self) -> Iterator[tuple[subprocess.Popen, subprocess.Popen, dict[str, IO[bytes]]]]:
         self.source.seek(0)
         with contextlib.ExitStack() as stack:
-            files = {name: stack.enter_context(tempfile.NamedTemporaryFile(prefix=f"dd-restore-{name}-"))
+            files: dict[str, IO[bytes]] = {
+                name: stack.enter_context(tempfile.NamedTemporaryFile(prefix=f"dd-restore-{name}-"))
                      for name in ("errors", "verify_errors", "status", "verify_status")}
             # Not --batch: the backup key's secret half should have a passphrase, and gpg-agent
             # asks for it on the admin's terminal (GPG_TTY).

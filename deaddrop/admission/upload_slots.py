@@ -112,6 +112,8 @@ class UploadProgress:
 
 
 class UploadTicket(Ticket):
+    _queue: "UploadSlots"
+
     def __init__(self, queue: "UploadSlots", key: Hashable, circuit: Optional[Hashable],
                  progress: UploadProgress, evict: Callable[[], Any], no_grace: bool) -> None:
         super().__init__(queue, key)

@@ -14,7 +14,7 @@ import queue
 import subprocess
 import tempfile
 import threading
-from typing import Any, Callable
+from typing import IO, Any, Callable, cast
 
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
@@ -168,11 +168,12 @@ class StreamEncryption:
             # byte, whatever the server's umask (022 outside systemd would leave it 0644).
             proc = subprocess.Popen(self._argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr,
                                     bufsize=0, umask=0o077)
+            stdin = cast(IO[bytes], proc.stdin)  # (stdin=PIPE)
             try:
-                fcntl.fcntl(proc.stdin.fileno(), _F_SETPIPE_SZ, _PIPE_BYTES)
+                fcntl.fcntl(stdin.fileno(), _F_SETPIPE_SZ, _PIPE_BYTES)
             except OSError:
                 pass  # a smaller pipe only costs speed
-            stdin_fd = proc.stdin.fileno()
+            stdin_fd = stdin.fileno()
             aborted = False
             writeback = _Writeback(self.out_path)
             fed = 0
@@ -214,7 +215,7 @@ class StreamEncryption:
                     # SIGTERM, not SIGKILL: gpg's handler then removes its dot-lock files.
                     proc.terminate()
                 try:
-                    proc.stdin.close()
+                    stdin.close()
                 except BrokenPipeError:
                     pass
                 try:

@@ -81,7 +81,8 @@ class DigestService(Service):
 
     def stopService(self) -> Any:
         super().stopService()
-        self._next_call = cancel(self._next_call)
+        cancel(self._next_call)
+        self._next_call = None
         checking, self._checking = self._checking, None
         if checking is not None:
             checking.cancel()
@@ -188,7 +189,8 @@ class _Job:
 
     def stop(self) -> None:
         self._stopped = True
-        self._retry = cancel(self._retry)
+        cancel(self._retry)
+        self._retry = None
         sending, self._sending = self._sending, None
         if sending is not None:
             sending.cancel()  # a digest that takes over, or a stopping server: drop the connection

@@ -72,6 +72,9 @@ class Session:
 class _Wire(Protocol):
     """Bytes in, replies out, one at a time; ends the connection at the first thing out of order."""
 
+    # A TCP connection that can start TLS (ITLSTransport) and be cut (abortConnection).
+    transport: Any
+
     def __init__(self, reactor: Any, tls_required: bool) -> None:
         self._reactor = reactor
         self._tls_required = tls_required
@@ -134,6 +137,7 @@ class _Wire(Protocol):
                 return
             if self._lines and self._continues:
                 continue
+            assert self._code is not None  # (``_line`` took one)
             reply = Reply(self._code, tuple(self._lines))
             self._lines, self._code = [], None
             if self._buffer or self._waiting is None:
@@ -179,7 +183,8 @@ class _Wire(Protocol):
 
     def _await(self) -> Deferred:
         assert self._waiting is None, "one request at a time"
-        self._waiting = waiting = Deferred(lambda d: self._cancelled())
+        waiting: Deferred[Reply | None] = Deferred(lambda d: self._cancelled())
+        self._waiting = waiting
         if self._error is not None:
             self._answer(None)  # the session has ended already: fails at once
         return waiting

@@ -30,7 +30,7 @@ import threading
 import time
 import uuid as uuidlib
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import nacl.exceptions
 import nacl.pwhash.argon2id as argon2id
@@ -344,8 +344,9 @@ class Accounts:
             ok = False  # refused before any hashing: not even the crypto pool sees it
         else:
             ok = yield self.crypto_pool.run(self._verify, row["password_hash"] if row is not None else None, passphrase)
-        if not ok:
+        if not ok or row is None:  # (no row is never ok)
             self._failed(name, "unknown_user" if row is None else "bad_passphrase")
+        name = row["username"]
         has_keys = yield self.db.run(fq.key_count, row["id"])
         if has_keys and api:  # its clients cannot touch a key: a one-time code from the account page
             used = yield self.db.run(api_codes.use, row["id"], code, self.clock())
@@ -395,7 +396,7 @@ class Accounts:
             self.events.emit("journalist.hotp.reused", username=name)
             self._failed(name, "hotp_reused")
 
-    def refuse(self, name: str | None, reason: str) -> None:
+    def refuse(self, name: str | None, reason: str) -> NoReturn:
         """Log the failed login and raise ``LoginFailed``."""
         self.events.emit("journalist.login.fail", username=name, reason=reason)
         raise LoginFailed(reason)

@@ -174,7 +174,7 @@ class SourceActivity:
 class DailyReport(Service):
     """Emits ``submissions.daily`` for each ended day, just after midnight UTC."""
 
-    name = "daily-report"
+    name = "daily-report"  # type: ignore[assignment]  # (Twisted types Service.name as None)
 
     def __init__(self, reactor: Any, activity: SourceActivity, events: Any, db: Any) -> None:
         self._reactor = reactor
@@ -200,7 +200,8 @@ class DailyReport(Service):
 
     def stopService(self) -> Any:
         super().stopService()
-        self._call = cancel(self._call)
+        cancel(self._call)
+        self._call = None
         ended = self.activity.take_ended()
         if ended:  # the midnight report was still to run: report it next time
             self.activity.restore(ended[0])

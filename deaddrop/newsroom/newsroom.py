@@ -315,7 +315,7 @@ class Newsroom:
             self._evicting = False
             if isinstance(result, Failure):
                 self._pending_estimate = None
-                _log.error("pending-source eviction failed: {error}", error=result.type.__name__)
+                _log.error("pending-source eviction failed: {error}", error=type(result.value).__name__)
             elif self._evict_again:
                 self._evict_again = False
                 self._pending_estimate = None

@@ -103,8 +103,13 @@ class SourceReplies:
         """The source's key fingerprint, waiting for a generation in flight. Raises KeyNotReady."""
         pending = self._keygen.get(source_id)
         if pending is not None:
-            waiter: Deferred = Deferred()
-            pending.addBoth(lambda r: (waiter.callback(None), r)[1])
+            waiter: Deferred[None] = Deferred()
+
+            def release(result: Any) -> Any:  # the generation's outcome goes on to its own waiters
+                waiter.callback(None)
+                return result
+
+            pending.addBoth(release)
             yield waiter
         row = yield self.db.run(queries.source_by_id, source_id)
         if row is None:

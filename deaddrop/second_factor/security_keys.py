@@ -29,7 +29,7 @@ from typing import Any, Mapping
 from fido2.server import Fido2Server
 from fido2.webauthn import (
     AttestationConveyancePreference, AttestedCredentialData, AuthenticationResponse, AuthenticatorData,
-    PublicKeyCredentialRpEntity, RegistrationResponse, ResidentKeyRequirement, UserVerificationRequirement,
+    PublicKeyCredentialRpEntity, PublicKeyCredentialUserEntity, RegistrationResponse, ResidentKeyRequirement, UserVerificationRequirement,
 )
 
 from deaddrop.store import factor_queries as fq
@@ -95,9 +95,11 @@ def _state(raw: Any) -> dict[str, Any]:
             "started": time.time()}
 
 
-def _check_fresh(state: Mapping[str, Any] | None) -> None:
+def _check_fresh(state: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """``state``, if it is a ceremony's begun in the last ``CEREMONY_SECONDS``."""
     if not state or time.time() - float(state.get("started", 0)) > CEREMONY_SECONDS:
         raise KeyRefused("expired")
+    return state
 
 
 def _fido2_refusal(error: Exception) -> KeyRefused:
@@ -126,7 +128,7 @@ def begin_registration(rp: RelyingParty, site_name: str, journalist_uuid: str, u
                        existing: list[bytes]) -> tuple[dict[str, Any], dict[str, Any]]:
     """-> (the options for ``navigator.credentials.create``, as JSON; the state to keep)."""
     options, state = rp.server(site_name).register_begin(
-        {"id": uuidlib.UUID(journalist_uuid).bytes, "name": username, "displayName": username},
+        PublicKeyCredentialUserEntity(name=username, id=uuidlib.UUID(journalist_uuid).bytes, display_name=username),
         credentials=[AttestedCredentialData(c) for c in existing],
         resident_key_requirement=ResidentKeyRequirement.DISCOURAGED,
         user_verification=UserVerificationRequirement.PREFERRED)
@@ -142,13 +144,15 @@ class NewKey:
 
 
 def finish_registration(rp: RelyingParty, site_name: str, state: Mapping[str, Any] | None, response: Any) -> NewKey:
-    _check_fresh(state)
+    state = _check_fresh(state)
     registration = _parse(RegistrationResponse, response)
     try:
         auth_data = rp.server(site_name).register_complete(dict(state), registration)
     except ValueError as e:
         raise _fido2_refusal(e) from None
     credential = auth_data.credential_data
+    if credential is None:  # (a registration's authenticator data always carries it)
+        raise KeyRefused("malformed")
     return NewKey(bytes(credential), bytes(credential.credential_id), str(uuidlib.UUID(bytes=bytes(credential.aaguid))),
                   int(auth_data.counter))
 
@@ -183,7 +187,7 @@ def verify_assertion(conn: sqlite3.Connection, rp: RelyingParty, site_name: str,
                      state: Mapping[str, Any] | None, response: Any, now: float) -> UsedKey:
     """On the database thread, in one transaction: check the signature against the account's
     keys for this relying party, then the counter, then record it. Raises ``KeyRefused``."""
-    _check_fresh(state)
+    state = _check_fresh(state)
     assertion = _parse(AuthenticationResponse, response)
     rows = fq.keys_for_login(conn, journalist_id, rp.id)
     by_id = {bytes(r["credential_id"]): r for r in rows}

@@ -9,6 +9,7 @@ from twisted.application.internet import TimerService
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import serverFromString
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from deaddrop.config import Config
 from deaddrop.service.tree import DeadDropService
@@ -37,7 +38,7 @@ def add_source_interface(top: DeadDropService, config: Config, reactor: Any, new
     ``login_throttle``: the one the newsroom's login queues were built with (``source_login_failures``)."""
     top.source_texts = SourceTexts.from_stored(top.db.run_blocking(queries.get_settings))
     # A deleted source's sessions are emptied by the source interface itself (it says why).
-    source_sessions = SessionStore("dd_source", config.source_session_idle, config.source_session_lifetime)
+    source_sessions = SessionStore("dd_source", config.source_session_idle_seconds, config.source_session_lifetime)
     top.circuit_closer = circuit_closer(top, config)
     defence = FloodDefence(top.events, login_throttle, top.circuit_closer, connections=top.source_connections,
                            activity=newsroom.activity)
@@ -67,10 +68,11 @@ def add_source_interface(top: DeadDropService, config: Config, reactor: Any, new
 
 def _purge_quietly(newsroom: Newsroom, max_age: float) -> Deferred:
     """One round of the pending-source purge; a failure is logged and the next round retries."""
-    d = newsroom.purge_pending_sources(max_age)
-    # Only the error's type: a message could carry a store path, which names a source.
-    d.addErrback(lambda f: _log.error("pending-source purge failed: {error}", error=f.type.__name__))
-    return d
+    def failed(failure: Failure) -> None:
+        # Only the error's type: a message could carry a store path, which names a source.
+        _log.error("pending-source purge failed: {error}", error=type(failure.value).__name__)
+
+    return newsroom.purge_pending_sources(max_age).addErrback(failed)
 
 
 def circuit_closer(top: DeadDropService, config: Config) -> CircuitCloser:
@@ -111,19 +113,19 @@ def add_tor_only_listener(top: DeadDropService, config: Config, reactor: Any,
     # A connect to a unix socket whose accept queue is full fails at once (EAGAIN) instead of
     # waiting as a TCP SYN would, and Tor then fails the stream: under a flood the reactor
     # may accept late, so the queue is as deep as the kernel allows (net.core.somaxconn).
-    if len(path.encode()) <= 100:  # sockaddr_un holds 108 bytes
+    on_unix_socket = len(path.encode()) <= 100  # sockaddr_un holds 108 bytes
+    if on_unix_socket:
         inner = f"unix:{quoteStringArgument(path)}:mode=600:backlog={TOR_LISTENER_BACKLOG}"
-        target: Any = f"unix:{path}"
     else:
         # Too long for a socket: loopback TCP on a port the kernel picks. Local processes
         # could then send a PROXY header too; a short --data-dir avoids that.
         _log.warn("the data directory path is too long for a unix socket: Tor reaches the source site over loopback TCP")
         inner = f"tcp:0:interface=127.0.0.1:backlog={TOR_LISTENER_BACKLOG}"
-        target = lambda: target_of(top.source_tor_listener.port)  # noqa: E731
     endpoint = proxyEndpoint(serverFromString(reactor, inner))
-    top.source_tor_listener = ListenerService(
+    listener = ListenerService(
         reactor, f"haproxy:{inner}", wrap(from_tor(top.source.site(reactor, top.source_connections))), top.fatal,
         endpoint=endpoint,
     )
-    top.source_tor_listener.setServiceParent(top)
-    return target
+    top.source_tor_listener = listener
+    listener.setServiceParent(top)
+    return f"unix:{path}" if on_unix_socket else (lambda: target_of(listener.port))  # (once it listens)

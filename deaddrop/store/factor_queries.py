@@ -7,6 +7,7 @@ transaction ``Database.run`` (or ``db.transaction`` in the admin CLI) opened for
 from __future__ import annotations
 
 import sqlite3
+from typing import cast
 
 from deaddrop.store import journalist_queries as jq
 
@@ -66,7 +67,7 @@ def insert_key(conn: sqlite3.Connection, journalist_id: int, credential_id: byte
     cur = conn.execute(
         "INSERT INTO security_keys(journalist_id, credential_id, rp_id, public_key, sign_count, aaguid, name, created_at)"
         " VALUES (?,?,?,?,?,?,?,?)", (journalist_id, credential_id, rp_id, credential_data, sign_count, aaguid, name, now))
-    return int(cur.lastrowid)
+    return cast(int, cur.lastrowid)  # (an INSERT sets it)
 
 
 def keys_of(conn: sqlite3.Connection, journalist_id: int) -> list[Row]:

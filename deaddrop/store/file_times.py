@@ -106,7 +106,7 @@ def next_midnight(now: float) -> float:
 class FileTimeNormaliser(service.Service):
     """Runs ``normalise_times`` in ``pool`` at start-up and just after every midnight UTC."""
 
-    name = "file-times"
+    name = "file-times"  # type: ignore[assignment]  # (Twisted types Service.name as None)
 
     def __init__(self, reactor: Any, data_dir: str, pool: Any,
                  clock: Callable[[], float] | None = None,
@@ -164,4 +164,5 @@ class FileTimeNormaliser(service.Service):
         return self._pool.run(self._normalise, self._data_dir).addCallbacks(done, failed).addBoth(schedule)
 
     def _cancel_call(self) -> None:
-        self._call = cancel(self._call)
+        cancel(self._call)
+        self._call = None

@@ -10,7 +10,7 @@ field, and the desk keeps it to itself.
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Iterable
+from typing import Any, Iterable, cast
 
 Row = sqlite3.Row
 
@@ -25,7 +25,7 @@ def insert_journalist(conn: sqlite3.Connection, uuid: str, username: str, passwo
         " password_changed_at) VALUES (?,?,?,?,?,?,?)",
         (uuid, username, password_hash, totp_secret, 1 if is_admin else 0, now, now),
     )
-    return int(cur.lastrowid)
+    return cast(int, cur.lastrowid)  # (an INSERT sets it)
 
 
 def journalist_by_id(conn: sqlite3.Connection, journalist_id: int) -> Row | None:

@@ -3,7 +3,7 @@ transaction ``Database.run`` opened for it, on the database thread."""
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
+from typing import Any, cast
 
 from deaddrop.store.files import day_of, stored_filename
 
@@ -26,7 +26,7 @@ def insert_source(conn: sqlite3.Connection, uuid: str, filesystem_id: str, desig
         " VALUES (?,?,?,?,?,?,?)",
         (uuid, filesystem_id, filesystem_id, designation, now, now, login_tag),
     )
-    return int(cur.lastrowid)
+    return cast(int, cur.lastrowid)  # (an INSERT sets it)
 
 
 def login_tag_state(conn: sqlite3.Connection, tag: int) -> tuple[bool, bool]:

@@ -26,7 +26,7 @@ import tarfile
 import tempfile
 import zipfile
 from functools import partial
-from typing import BinaryIO, Callable, Iterator
+from typing import IO, Callable, Iterator
 
 from deaddrop.svs._errors import ItemError
 from deaddrop.svs._inputs import display
@@ -106,7 +106,7 @@ class _Budget:
         self.left = st.f_bavail * st.f_frsize - RESERVE
 
 
-def _spool(folder: str, source: BinaryIO, budget: _Budget) -> tuple[str, int]:
+def _spool(folder: str, source: IO[bytes], budget: _Budget) -> tuple[str, int]:
     """A nested archive copied into the item's RAM folder (0600), for zipfile/tarfile to seek."""
     fd, path = tempfile.mkstemp(prefix="nested-", dir=folder)
     written = 0
@@ -160,7 +160,7 @@ def _check_tar(path: str, chain: tuple[str, ...], folder: str, budget: _Budget) 
                 _check_member(partial(tf.extractfile, member), chain + (name,), folder, budget)
 
 
-def _check_member(open_member: Callable[[], BinaryIO | None], chain: tuple[str, ...], folder: str,
+def _check_member(open_member: Callable[[], IO[bytes] | None], chain: tuple[str, ...], folder: str,
                   budget: _Budget) -> None:
     """One regular member, copied out: checked as an archive if mat2 would take it for one by
     its name (``chain[-1]``), or if its content is one whatever its name."""

@@ -426,7 +426,7 @@ def _authority_key_id(ca_cert: x509.Certificate) -> x509.AuthorityKeyIdentifier:
     return x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski)
 
 
-def _hash_for(key: CAKey) -> hashes.HashAlgorithm | None:
+def _hash_for(key: CAKey) -> hashes.SHA256 | None:
     return None if isinstance(key, ed25519.Ed25519PrivateKey) else hashes.SHA256()
 
 
@@ -472,7 +472,9 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
 
 
-def _iso(when: datetime.datetime) -> str:
+def _iso(when: datetime.datetime | None) -> str | None:
+    if when is None:  # a CRL without a next update
+        return None
     return when.astimezone(datetime.timezone.utc).isoformat()
 
 

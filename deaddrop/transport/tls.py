@@ -21,15 +21,17 @@ import ipaddress
 import os
 import signal
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, cast
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from OpenSSL import SSL
 from OpenSSL.crypto import X509, X509StoreFlags
+from twisted.internet.protocol import connectionDone
 from twisted.application.internet import TimerService
 from twisted.application.service import IService
 from twisted.internet.interfaces import IHandshakeListener, IOpenSSLServerConnectionCreator, IProtocolFactory
@@ -80,8 +82,10 @@ def ensure_server_certificate(data_dir: str, hostnames: Iterable[str] = ("localh
         if not expires_within(cert_path, SERVER_CERT_WARNING) or not signed_by(cert_path, cert_path):
             return key_path, cert_path
     os.makedirs(tls_dir, mode=0o700, exist_ok=True)
-    if os.path.isfile(key_path):  # keep an existing key: journalists may have pinned it
-        key = serialization.load_pem_private_key(Path(key_path).read_bytes(), password=None)
+    key: CertificateIssuerPrivateKeyTypes
+    if os.path.isfile(key_path):  # keep an existing key: journalists may have pinned it (one that signs)
+        key = cast(CertificateIssuerPrivateKeyTypes,
+                   serialization.load_pem_private_key(Path(key_path).read_bytes(), password=None))
     else:
         key = ec.generate_private_key(ec.SECP256R1())
     names = list(dict.fromkeys(["localhost", "127.0.0.1", *hostnames]))
@@ -228,7 +232,11 @@ class JournalistTLS:
                 previous(signum, frame)
 
         signal.signal(signal.SIGHUP, handler)
-        return lambda: signal.signal(signal.SIGHUP, previous)
+
+        def uninstall() -> None:
+            signal.signal(signal.SIGHUP, previous)
+
+        return uninstall
 
     # -- internals
 
@@ -296,12 +304,12 @@ class JournalistTLS:
         next_update, now = self._crl.next_update_utc, self._now()
         if not crl_expires_soon(next_update, now):
             return
-        state = CRL_EXPIRED if next_update <= now else CRL_EXPIRES_SOON
+        state = CRL_EXPIRED if next_update is None or next_update <= now else CRL_EXPIRES_SOON
         key = (_crl_number(self._crl), state)
         if self._warned_crl == key:
             return
         self._warned_crl = key
-        days = max(0, (next_update - now).days)
+        days = 0 if next_update is None else max(0, (next_update - now).days)
         self._emit(state, expires=_iso(next_update), days_left=days,
                    detail="write a new CRL on the CA machine (deaddrop-admin crl) and copy it to the server")
 
@@ -441,6 +449,8 @@ class _ObservingProtocol(ProtocolWrapper):
     trace is the handshake error handed to ``connectionLost``.
     """
 
+    # The TCP transport under TLS: it can be cut (abortConnection).
+    transport: Any
     peer_serial: int | None = None
     peer_not_after: datetime.datetime | None = None
     opened_at = 0.0
@@ -465,9 +475,9 @@ class _ObservingProtocol(ProtocolWrapper):
         self.factory.owner._emit(CLOSED, reason=reason, serial=serial)
         self.transport.abortConnection()
 
-    def connectionLost(self, reason: Failure) -> None:
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         self.factory.live.discard(self)
-        if reason.check(SSL.Error) and _is_missing_certificate(reason.value):
+        if isinstance(reason.value, SSL.Error) and _is_missing_certificate(reason.value):
             self.factory.owner._missing_certificate()
         super().connectionLost(reason)
 
@@ -482,7 +492,9 @@ class _ObservingFactory(WrappingFactory):
 
     def buildProtocol(self, addr: Any) -> Any:
         inner = self.wrappedFactory.buildProtocol(addr)
-        return None if inner is None else self.protocol(self, inner)
+        # (Twisted types this factory as WrappingFactory[_ObservingProtocol]; subscripting the base
+        # at run time needs a newer Twisted than setup.cfg asks for.)
+        return None if inner is None else self.protocol(self, inner)  # type: ignore[arg-type]
 
 
 def _set_groups(ctx: SSL.Context) -> None:
@@ -520,7 +532,9 @@ def _crl_number(crl: x509.CertificateRevocationList) -> int:
         return 0
 
 
-def _iso(when: datetime.datetime) -> str:
+def _iso(when: datetime.datetime | None) -> str | None:
+    if when is None:  # a CRL without a next update
+        return None
     return when.astimezone(datetime.timezone.utc).isoformat()
 
 

@@ -58,7 +58,9 @@ class Session:
     def check_csrf(self, presented: str | bytes | None) -> bool:
         if isinstance(presented, bytes):
             presented = presented.decode("ascii", "replace")
-        return bool(presented) and hmac.compare_digest(presented.encode(), self.csrf_token.encode())
+        if not presented:
+            return False
+        return hmac.compare_digest(presented.encode(), self.csrf_token.encode())
 
 
 class SessionStore:
@@ -206,9 +208,11 @@ class SessionStore:
         session.sealed[name] = _sealing_box(token).encrypt(secret.encode("utf-8"))
 
     @staticmethod
-    def unseal(session: Session, token: str, name: str) -> str | None:
+    def unseal(session: Session, token: str | None, name: str) -> str | None:
+        """The secret ``name`` sealed with the cookie's ``token``; None if there is none, or no
+        cookie to open it with."""
         sealed = session.sealed.get(name)
-        if sealed is None:
+        if sealed is None or token is None:
             return None
         try:
             return _sealing_box(token).decrypt(sealed).decode("utf-8")

@@ -201,8 +201,8 @@ def run(reactor: Any, args: Any, out=sys.stdout):
                 name = ("* " if s.get("is_starred") else "  ") + s["journalist_designation"]
                 rows.append((name, str(unread), activity(s.get("last_updated"))))
             out.write(f"{'SOURCE':32} {'UNREAD':>6}  LAST ACTIVITY\n")
-            for name, unread, last in rows:
-                out.write(f"{name:32} {unread:>6}  {last}\n")
+            for name, unread_count, last in rows:
+                out.write(f"{name:32} {unread_count:>6}  {last}\n")
         return 0
     finally:
         yield api.close()

@@ -30,6 +30,8 @@ def load_client_certificate(cert_path: str, key_path: str | None = None, passwor
             key, cert, _extra = pkcs12.load_key_and_certificates(data, password)
         except ValueError:
             raise WrongCertificatePassword(f"cannot open {cert_path}: wrong password or not PKCS#12")
+        if key is None or cert is None:
+            raise ClientTLSError(f"{cert_path} holds no client certificate and key")
         pem = cert.public_bytes(serialization.Encoding.PEM) + key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     else:

@@ -36,14 +36,20 @@ class Login(Protocol):
 
 
 class Guarded(Protocol):
-    def _current_login(self, request: Any) -> Any:
+    """What the guards need of an interface: who is logged in, and how it refuses. Each
+    interface's Protocol for its feature files (``SourceSite``...) extends it."""
+
+    def current_login(self, request: Any) -> Any:
         """The request's live login (or a Deferred of it), or None."""
 
-    def _refuse_anonymous(self, request: Any, post: bool) -> Any: ...
+    def refuse_anonymous(self, request: Any, post: bool) -> Any:
+        """The answer to a request that needs a login and has none (``post``: a form was sent)."""
 
-    def _refuse_stale_form(self, request: Any) -> Any: ...
+    def refuse_stale_form(self, request: Any) -> Any:
+        """The answer to a form without its session's CSRF token."""
 
-    def _refuse_non_admin(self, request: Any) -> Any: ...
+    def refuse_non_admin(self, request: Any) -> Any:
+        """The answer to an administrator's route asked for by someone else."""
 
 
 class Refused(Exception):
@@ -59,13 +65,13 @@ def _guard(route: Callable[..., Any], admin: bool, csrf: bool = True) -> Callabl
     @inlineCallbacks
     def guarded(self: Guarded, request: Any, *args: Any, **kwargs: Any):
         post = request.method == b"POST"
-        login = yield maybeDeferred(self._current_login, request)
+        login = yield maybeDeferred(self.current_login, request)
         if login is None:
-            return self._refuse_anonymous(request, post)
+            return self.refuse_anonymous(request, post)
         if csrf and post and not login.session.check_csrf(form_arg(request, CSRF_FIELD)):
-            return self._refuse_stale_form(request)
+            return self.refuse_stale_form(request)
         if admin and not login.is_admin:
-            return self._refuse_non_admin(request)
+            return self.refuse_non_admin(request)
         try:
             return (yield route(self, request, login, *args, **kwargs))
         except Refused as refused:

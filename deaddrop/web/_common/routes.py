@@ -10,11 +10,21 @@ interface's Klein app when the module's ``register`` is called::
     def register(cls):
         routes.register(cls)
 
-A route function takes the interface as ``self``, as a method would; its endpoint is its name.
+A route function takes the interface as ``self``, as a method would, typed as what the
+interface states a feature may use of it (a Protocol: ``SourceSite``, ``JournalistSite``,
+``ApiSite``); its endpoint is its name.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar, Protocol
+
+from klein import Klein
+
+
+class Routed(Protocol):
+    """An interface class whose Klein app is a class attribute."""
+
+    app: ClassVar[Klein]
 
 
 class Routes:
@@ -27,7 +37,7 @@ class Routes:
             return f
         return add
 
-    def register(self, cls: Any) -> None:
+    def register(self, cls: type[Routed]) -> None:
         """Add every route to ``cls.app`` (a Klein app that is a class attribute)."""
         for url, kwargs, f in self._routes:
             cls.app.route(url, **kwargs)(f)

@@ -10,10 +10,12 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 from urllib.parse import unquote_to_bytes
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from twisted.internet import reactor as _global_reactor
+from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from twisted.web import http, server
 
 from deaddrop.transport.circuits import Circuit, circuit_of, transport_from_tor
@@ -98,9 +100,14 @@ def _set_read_size(transport: Any, size: int) -> None:
 
 
 class DeadDropRequest(server.Request):
+    channel: DeadDropChannel
+    # The body: a BytesIO, capped (``_CappedBuffer``) for a form; an upload streams elsewhere.
+    content: Any
     upload: MultipartUpload | None = None
     # Who the interface found logged in when the upload started (its one session check).
     upload_login: Any = None
+    # Answered while its body is still arriving (the interface's refusal of an upload).
+    answering_early = False
     _refused = False
     _body_bytes = 0
 
@@ -280,6 +287,9 @@ class DeadDropChannel(http.HTTPChannel):
     site's ``on_cut`` with its circuit: holding a slot without sending costs the circuit.
     """
 
+    site: DeadDropSite  # set by the site that builds it
+    # A TCP, unix-socket or TLS transport: besides writing, it pauses, resumes and aborts.
+    transport: Any
     body_paused = False
     body_grace = False
     circuit: Circuit | None = None
@@ -473,7 +483,7 @@ class DeadDropChannel(http.HTTPChannel):
             headers.addRawHeader(name.strip().lower(), value.strip())
         self.answer(status, self.site.render_error_page(status, title, message, headers))
 
-    def answer(self, status: int, body: bytes, headers: list[tuple[bytes, bytes]] = ()) -> None:
+    def answer(self, status: int, body: bytes, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
         """Write a whole HTML response straight on the transport and hang up."""
         reason = http.RESPONSES.get(status, b"Error")
         head = (
@@ -504,7 +514,7 @@ class DeadDropChannel(http.HTTPChannel):
         self._window_bytes = 0
         self._watchdog = self.callLater(policy.window_seconds, self._check_progress)
 
-    def connectionLost(self, reason: Any) -> None:
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         for name in ("_watchdog", "_header_deadline", "_body_deadline", "_pipelined", "_flush_deadline"):
             self._cancel(name)
         if self._counted:
@@ -519,7 +529,8 @@ class DeadDropChannel(http.HTTPChannel):
 
 class DeadDropSite(server.Site):
     requestFactory = DeadDropRequest
-    protocol = DeadDropChannel
+    # An HTTP/1.1 channel of our own, where Twisted's factory would build its HTTP/2-capable wrapper.
+    protocol = DeadDropChannel  # type: ignore[assignment]
     noisy = False
     displayTracebacks = False
 
@@ -528,7 +539,7 @@ class DeadDropSite(server.Site):
         resource: Any,
         *,
         body_policy: BodyPolicy,
-        render_error_page: Callable[[int, str, str], bytes],
+        render_error_page: Callable[[int, str, str, Any], bytes],  # status, title, message, headers
         start_upload: StartUpload | None = None,
         multipart_limit: Callable[[], int] = lambda: 0,
         too_large_message: str = "That upload is too large.",

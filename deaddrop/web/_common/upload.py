@@ -70,6 +70,8 @@ class UploadResult:
 class BodyProgress(Protocol):
     """Told of the body's bytes as they arrive, and when it stops arriving (to judge its pace)."""
 
+    interrupted: bool  # set when the client went away mid-body
+
     def received(self, n: int) -> None: ...
     def ended(self) -> None: ...
 
@@ -85,7 +87,7 @@ class MultipartUpload:
         self,
         boundary: bytes,
         limits: UploadLimits,
-        open_sink: OpenSink | None,
+        open_sink: OpenSink,
         pause_transport: Callable[[], None],
         resume_transport: Callable[[], None],
         refused: UploadError | None = None,
@@ -160,8 +162,8 @@ class MultipartUpload:
     # -- feeding ---------------------------------------------------------------------------
 
     def feed(self, data: bytes) -> None:
-        if self._error is not None or self._ended or self._parser.closed:
-            return  # refused bodies and epilogues are read and dropped
+        if self._error is not None or self._ended or self._parser is None or self._parser.closed:
+            return  # refused bodies (no parser) and epilogues are read and dropped
         if self._progress is not None:
             self._progress.received(len(data))
             if self._error is not None:
@@ -182,7 +184,7 @@ class MultipartUpload:
             return
         self._ended = True
         self._body_ended()
-        if self._error is None:
+        if self._error is None and self._parser is not None:  # (a parser unless refused)
             try:
                 self._parser.close(check_complete=True)
             except multipart.MultipartError:
@@ -312,7 +314,7 @@ class MultipartUpload:
             self._paused_by.clear()
             self._resume_transport()  # keep reading (and dropping) so the client gets the answer
         if first and self._on_fail is not None and not self._ended:
-            self._on_fail(self._error)
+            self._on_fail(error)
 
     def _abort_sinks(self) -> None:
         for _name, sink in self._sinks:
@@ -343,9 +345,8 @@ class MultipartUpload:
                 raise failures[0].value
             return UploadResult(fields, files)
 
-        d = DeferredList([sink.finish() for _name, sink in sinks], consumeErrors=True)
-        d.addCallback(collected)
-        d.chainDeferred(self.result)
+        finished = DeferredList([sink.finish() for _name, sink in sinks], consumeErrors=True)
+        finished.addCallback(collected).chainDeferred(self.result)
 
 
 def _remove_quietly(path: str) -> None:

@@ -44,7 +44,7 @@ def extract_tag_strings(fileobj: Any, keywords: Any, comment_tags: Any, options:
         tag = func.func if isinstance(func, ast.Call) else func
         is_tag = isinstance(tag, ast.Attribute) and isinstance(tag.value, ast.Name) and tag.value.id == "tags"
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-        args: list[ast.AST] = []
+        args: list[ast.expr] = []
         if is_tag:
             args = list(node.args) + [k.value for k in node.keywords if k.arg in _TEXT_KEYWORDS]
         elif name in _TEXT_CALLS:

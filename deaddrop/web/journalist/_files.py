@@ -87,7 +87,7 @@ class FileResponse(Resource):
         if_range = request.getHeader(b"if-range")
         if wanted is not None and if_range is not None and not _matches(if_range, self.etag):
             wanted = None  # the client's partial copy is of another version: send it all
-        if wanted == "unsatisfiable":
+        if isinstance(wanted, str):  # "unsatisfiable"
             d.close()
             request.setResponseCode(416)
             request.setHeader(b"content-range", b"bytes */%d" % d.size)

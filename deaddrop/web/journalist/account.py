@@ -10,11 +10,12 @@ from deaddrop.newsroom.accounts import LoginFailed, SecurityKeyNeeded
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg
 from deaddrop.web._common.guards import login_required, login_route
-from deaddrop.web._common.routes import Routes
+from deaddrop.web._common.routes import Routed, Routes
 from deaddrop.web.journalist import pages
 from deaddrop.web.journalist._login import JournalistLogin
 from deaddrop.web.journalist.key_login import LOGIN_FACTOR
 from deaddrop.web.journalist.keys import account_page
+from deaddrop.web.journalist.interface import JournalistSite
 
 
 routes = Routes()
@@ -22,12 +23,12 @@ routes = Routes()
 
 @routes.route("/account", methods=["GET"])
 @login_required
-def account(self: Any, request: Any, login: JournalistLogin):
+def account(self: JournalistSite, request: Any, login: JournalistLogin):
     return account_page(self, request, login)
 
 
 @login_route(routes, "/account/new-passphrase", "POST")
-def new_passphrase(self: Any, request: Any, login: JournalistLogin):
+def new_passphrase(self: JournalistSite, request: Any, login: JournalistLogin):
     session, journalist = login.session, login.journalist
     try:
         yield shield(self.accounts.verify_again(journalist, form_arg(request, "passphrase", 1024),
@@ -42,12 +43,12 @@ def new_passphrase(self: Any, request: Any, login: JournalistLogin):
             "That passphrase or one-time code was wrong. Nothing was changed."
         return (yield account_page(self, request, login, error=message, status=403))
     creds = yield shield(self.accounts.reset_passphrase(journalist.id))
-    self._end_other_sessions(session, creds.journalist)
+    self.end_other_sessions(session, creds.journalist)
     self.events.emit("journalist.password.changed", username=journalist.username)
     fresh = JournalistLogin(session, creds.journalist)
     return (yield account_page(self, request, fresh, new_passphrase=creds.passphrase))
 
 
-def register(cls: Any) -> None:
+def register(cls: type[Routed]) -> None:
     """Add the account routes to the journalist interface class ``cls``."""
     routes.register(cls)

@@ -13,14 +13,15 @@ sources see).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Generator
 
 from klein import Klein
 from twisted.internet.defer import Deferred, inlineCallbacks
 
 from deaddrop.events import SecurityEvents
-from deaddrop.newsroom.desk import Desk
+from deaddrop.newsroom.desk import Desk, SourceView
 from deaddrop.newsroom.accounts import Accounts, Journalist
 from deaddrop.newsroom.key_login import SecurityKeys
 from deaddrop.newsroom.settings import InstanceSettings
@@ -38,6 +39,7 @@ from deaddrop.web.journalist import (account, auth, downloads, key_codes, key_lo
 from deaddrop.web.journalist._login import JournalistLogin
 from deaddrop.web.journalist.api import JournalistAPI
 from deaddrop.web.journalist.cert_binding import issued_for
+from deaddrop.web.journalist.interface import JournalistSite
 
 COOKIE = "dd_journalist"
 MiB = 1024 * 1024
@@ -50,13 +52,13 @@ class JournalistInterface(HtmlResponses):
     sessions: SessionStore
     settings: InstanceSettings
     events: SecurityEvents
-    api: JournalistAPI | None = None  # mounted at /api/v1
+    api: JournalistAPI  # mounted at /api/v1
+    security_keys: SecurityKeys  # keys.py, key_login.py
     source_texts: SourceTexts = field(default_factory=SourceTexts)  # admin pages: source_texts.py
     # The exact `deaddrop-admin cert issue` line for a new user, with {name} (see service.journalist_side).
     cert_issue_command: str = "deaddrop-admin cert issue {name} --out {name}.p12"
     # -> Deferred[username -> CertificateStatus], for the users page (see service.journalist_side); None: unknown.
     certificate_status: Callable[[], Deferred] | None = None
-    security_keys: SecurityKeys | None = None  # keys.py, key_login.py
     # The host names the server's certificate carries: the relying parties security keys may use.
     key_hosts: Callable[[], list[str]] = list
 
@@ -69,11 +71,11 @@ class JournalistInterface(HtmlResponses):
 
     # -- plumbing --------------------------------------------------------------------------
 
-    def _anonymous_session(self, request: Any) -> Session:
+    def anonymous_session(self, request: Any) -> Session:
         return self.cookie.lookup(request) or self.cookie.start(request)[1]
 
     @inlineCallbacks
-    def _current_login(self, request: Any):
+    def current_login(self, request: Any) -> Generator[Deferred[Any], Any, JournalistLogin | None]:
         """The live login, else None. Re-checks the account every time."""
         session = self.cookie.lookup(request)
         if session is None or "journalist_id" not in session.data:
@@ -86,33 +88,33 @@ class JournalistInterface(HtmlResponses):
             return None  # a session cookie counts only over its journalist's own certificate
         return JournalistLogin(session, journalist)
 
-    def _refuse_anonymous(self, request: Any, post: bool) -> bytes:
+    def refuse_anonymous(self, request: Any, post: bool) -> bytes:
         if post:
-            return self._error(request, 403, "Please log in again", "Your session ended. Nothing was changed.")
-        return self._redirect(request, "/login")
+            return self.error(request, 403, "Please log in again", "Your session ended. Nothing was changed.")
+        return self.redirect(request, "/login")
 
-    def _refuse_stale_form(self, request: Any) -> bytes:
-        return self._error(request, 403, "Please try again", "The form was stale or came from elsewhere. Nothing was changed.")
+    def refuse_stale_form(self, request: Any) -> bytes:
+        return self.error(request, 403, "Please try again", "The form was stale or came from elsewhere. Nothing was changed.")
 
-    def _refuse_non_admin(self, request: Any) -> bytes:
-        return self._error(request, 403, "Administrators only", "This page is for administrators.")
+    def refuse_non_admin(self, request: Any) -> bytes:
+        return self.error(request, 403, "Administrators only", "This page is for administrators.")
 
     @inlineCallbacks
-    def _source(self, request: Any, uuid: str):
+    def find_source(self, request: Any, uuid: str) -> Generator[Deferred[Any], Any, SourceView]:
         source = yield self.desk.source(uuid)
         if source is None:
-            raise Refused(self._error(request, 404, "Not found", "There is no such source (it may have been deleted)."))
+            raise Refused(self.error(request, 404, "Not found", "There is no such source (it may have been deleted)."))
         return source
 
-    def _bind(self, session: Session, journalist: Journalist) -> None:
+    def bind_session(self, session: Session, journalist: Journalist) -> None:
         session.data["journalist_id"] = journalist.id
         session.data["auth_epoch"] = journalist.auth_epoch
         self.sessions.bind(session, journalist.id)
 
-    def _end_other_sessions(self, keep: Session | None, journalist: Journalist) -> None:
+    def end_other_sessions(self, keep: Session | None, journalist: Journalist) -> None:
         self.sessions.destroy_owner(journalist.id, keep=keep)
         if keep is not None:
-            self._bind(keep, journalist)
+            self.bind_session(keep, journalist)
 
     # -- the rest --------------------------------------------------------------------------
 
@@ -133,18 +135,21 @@ class JournalistInterface(HtmlResponses):
     def _errors(self, request: Any, failure: Any) -> bytes:
         routing = http_error_page_text(failure)
         if routing is not None:
-            return self._error(request, *routing)
+            return self.error(request, *routing)
         log_failure_safely(failure)
-        return self._error(request, 500, "Something went wrong", "The server could not handle that request.")
+        return self.error(request, 500, "Something went wrong", "The server could not handle that request.")
+
+    def _early_page(self, status: int, title: str, message: str, headers: Any = None) -> bytes:
+        """A refusal answered before a route runs (too many requests, too large...)."""
+        return error_page_bytes(self.site_name, status, title, message)
 
     def site(self, reactor: Any = None, connection_limits: ConnectionLimits | None = None) -> DeadDropSite:
         return DeadDropSite(
             self.app.resource(),
             body_policy=BodyPolicy(max_form_bytes=2 * MiB),
-            render_error_page=lambda status, title, message, headers=None: error_page_bytes(
-                self._name, status, title, message),
+            render_error_page=self._early_page,
             # The one multipart upload of this side: an admin's logo for the source pages.
-            start_upload=self.start_logo_upload,
+            start_upload=functools.partial(source_texts.start_logo_upload, self),
             upload_targets=frozenset({source_texts.LOGO_PATH}),
             multipart_limit=lambda: source_texts.LOGO_BODY_LIMIT,
             # A logo over the limit is answered by its upload, with the page to try again.
@@ -156,3 +161,8 @@ class JournalistInterface(HtmlResponses):
 
 for _feature in (auth, key_login, key_codes, sources, downloads, account, keys, users, settings, source_texts):
     _feature.register(JournalistInterface)
+
+
+if TYPE_CHECKING:
+    def _provides_what_its_features_use(interface: JournalistInterface) -> JournalistSite:
+        return interface

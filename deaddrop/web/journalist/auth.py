@@ -13,9 +13,10 @@ from twisted.internet.defer import inlineCallbacks
 from deaddrop.newsroom.accounts import LoginFailed, SecurityKeyNeeded
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg
-from deaddrop.web._common.routes import Routes
+from deaddrop.web._common.routes import Routed, Routes
 from deaddrop.web.journalist import key_login, pages
 from deaddrop.web.journalist.cert_binding import refuse_mismatch
+from deaddrop.web.journalist.interface import JournalistSite
 
 
 routes = Routes()
@@ -23,43 +24,43 @@ routes = Routes()
 
 @routes.route("/", methods=["GET"])
 @inlineCallbacks
-def index(self: Any, request: Any):
-    login = yield self._current_login(request)
-    return self._redirect(request, "/sources" if login else "/login")
+def index(self: JournalistSite, request: Any):
+    login = yield self.current_login(request)
+    return self.redirect(request, "/sources" if login else "/login")
 
 
 @routes.route("/login", methods=["GET"])
 @inlineCallbacks
-def login_form(self: Any, request: Any):
-    login = yield self._current_login(request)
+def login_form(self: JournalistSite, request: Any):
+    login = yield self.current_login(request)
     if login is not None:
-        return self._redirect(request, "/sources")
+        return self.redirect(request, "/sources")
     lengths = (round(self.sessions.absolute_timeout / 60), round(self.sessions.idle_timeout / 60))
-    return (yield self._html(request, pages.login(self._name, self._anonymous_session(request), None,
+    return (yield self.html(request, pages.login(self.site_name, self.anonymous_session(request), None,
                                                   session_minutes=lengths)))
 
 
 @routes.route("/login", methods=["POST"])
 @inlineCallbacks
-def login(self: Any, request: Any):
+def login(self: JournalistSite, request: Any):
     session = self.cookie.lookup(request)
     if session is None or not session.check_csrf(form_arg(request, "csrf_token")):
-        session = self._anonymous_session(request)
-        page = pages.login(self._name, session, "Your session expired. Please log in again.")
-        return (yield self._html(request, page, 403))
+        session = self.anonymous_session(request)
+        page = pages.login(self.site_name, session, "Your session expired. Please log in again.")
+        return (yield self.html(request, page, 403))
     username = (form_arg(request, "username", 64) or "").strip()
     if refuse_mismatch(request, username, self.events):
-        page = pages.login(self._name, session, pages.CERTIFICATE_MISMATCH_ERROR, username[:64])
-        return (yield self._html(request, page, 403))
+        page = pages.login(self.site_name, session, pages.CERTIFICATE_MISMATCH_ERROR, username[:64])
+        return (yield self.html(request, page, 403))
     try:
         journalist = yield shield(self.accounts.authenticate(
             username, form_arg(request, "passphrase", 1024), form_arg(request, "one_time_code", 16)))
     except SecurityKeyNeeded as needed:
         key_login.start(session, needed.journalist)
-        return self._redirect(request, "/login/key")
+        return self.redirect(request, "/login/key")
     except LoginFailed as failure:
         status, message = (429, pages.THROTTLED_LOGIN_ERROR) if failure.throttled else (403, login_error(failure))
-        return (yield self._html(request, pages.login(self._name, session, message, username[:64]), status))
+        return (yield self.html(request, pages.login(self.site_name, session, message, username[:64]), status))
     due = yield self.security_keys.enrol_before(journalist)
     if due is not None:
         session.flash(f"Your newsroom requires a security key for this account: register one on your Account "
@@ -68,14 +69,14 @@ def login(self: Any, request: Any):
 
 
 @routes.route("/logout", methods=["POST"])
-def logout(self: Any, request: Any) -> Any:
+def logout(self: JournalistSite, request: Any) -> Any:
     session = self.cookie.lookup(request)
     if session is not None and session.check_csrf(form_arg(request, "csrf_token")):
         self.cookie.end(request, session)
-    return self._redirect(request, "/login")
+    return self.redirect(request, "/login")
 
 
-def register(cls: Any) -> None:
+def register(cls: type[Routed]) -> None:
     """Add the login routes to the journalist interface class ``cls``."""
     routes.register(cls)
 

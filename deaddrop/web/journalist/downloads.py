@@ -12,9 +12,10 @@ from twisted.internet.defer import inlineCallbacks
 
 from deaddrop.newsroom.desk import NotFound, SourceView
 from deaddrop.web._common.guards import Refused, login_route
-from deaddrop.web._common.routes import Routes
+from deaddrop.web._common.routes import Routed, Routes
 from deaddrop.web.journalist._files import FileResponse
 from deaddrop.web.journalist._login import JournalistLogin
+from deaddrop.web.journalist.interface import JournalistSite
 
 MAX_ZIP_TICKETS = 8  # zip downloads a session remembers (see zip_then_page)
 
@@ -26,56 +27,56 @@ NO_SUCH_SUBMISSION = "There is no such submission (it may have been deleted)."
 
 
 @inlineCallbacks
-def _submission(self: Any, request: Any, uuid: str, item: str):
+def _submission(self: JournalistSite, request: Any, uuid: str, item: str):
     """The source ``uuid`` and its submission ``item``; else the page saying there is none."""
-    source = yield self._source(request, uuid)
+    source = yield self.find_source(request, uuid)
     submission = yield self.desk.submission(source, item)
     if submission is None:
-        raise Refused(self._error(request, 404, "Not found", NO_SUCH_SUBMISSION))
+        raise Refused(self.error(request, 404, "Not found", NO_SUCH_SUBMISSION))
     return source, submission
 
 
 @login_route(routes, "/sources/<uuid>/submissions/<item>/fetch", "GET")
-def fetch_submission(self: Any, request: Any, login: JournalistLogin, uuid: str, item: str):
+def fetch_submission(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str, item: str):
     """A file link on the source page: mark it read, then show the page again (with the new
     counts), which sends the browser on to the download itself."""
     source, submission = yield _submission(self, request, uuid, item)
     yield self.desk.mark_submissions(source, [submission.uuid], login.journalist.id, read=True)
-    return self._redirect(request, f"/sources/{uuid}?fetch={submission.uuid}")
+    return self.redirect(request, f"/sources/{uuid}?fetch={submission.uuid}")
 
 
 @login_route(routes, "/sources/<uuid>/submissions/<item>/download", "GET")
-def download_submission(self: Any, request: Any, login: JournalistLogin, uuid: str, item: str):
+def download_submission(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str, item: str):
     source, submission = yield _submission(self, request, uuid, item)
     try:
         download = yield self.desk.open_submission(source, submission, login.journalist.id)
     except NotFound:  # its file is gone, or is not a regular file inside the store
-        return self._error(request, 404, "Not found", NO_SUCH_SUBMISSION)
+        return self.error(request, 404, "Not found", NO_SUCH_SUBMISSION)
     return FileResponse(download, etag=True)
 
 
 @login_route(routes, "/sources/<uuid>/replies/<item>/download", "GET")
-def download_reply(self: Any, request: Any, login: JournalistLogin, uuid: str, item: str):
-    source = yield self._source(request, uuid)
+def download_reply(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str, item: str):
+    source = yield self.find_source(request, uuid)
     reply = yield self.desk.reply(source, item)
     if reply is None or reply.deleted_by_source:
-        return self._error(request, 404, "Not found", "There is no such reply.")
+        return self.error(request, 404, "Not found", "There is no such reply.")
     try:
         download = yield self.desk.open_reply(source, reply, login.journalist.id)
     except NotFound:
-        return self._error(request, 404, "Not found", "There is no such reply.")
+        return self.error(request, 404, "Not found", "There is no such reply.")
     return FileResponse(download, etag=True)
 
 
 @login_route(routes, "/sources/<uuid>/download-unread", "POST")
-def download_unread(self: Any, request: Any, login: JournalistLogin, uuid: str):
-    source = yield self._source(request, uuid)
+def download_unread(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str):
+    source = yield self.find_source(request, uuid)
     unread = [i.uuid for i in (yield self.desk.submissions(source)) if not i.is_read]
     return (yield zip_then_page(self, request, login, source, unread, "There are no unread submissions."))
 
 
 @inlineCallbacks
-def zip_then_page(self: Any, request: Any, login: JournalistLogin, source: SourceView, chosen: list[str],
+def zip_then_page(self: JournalistSite, request: Any, login: JournalistLogin, source: SourceView, chosen: list[str],
                   nothing: str):
     """Mark the chosen submissions read and show the source page again, which sends the
     browser on to ``/sources/<uuid>/zip/<ticket>`` for the zip: the page's counts are new."""
@@ -83,33 +84,33 @@ def zip_then_page(self: Any, request: Any, login: JournalistLogin, source: Sourc
     present = [i.uuid for i in (yield self.desk.submissions(source)) if i.uuid in wanted]
     if not present:
         login.session.flash(nothing, category="warning")
-        return self._redirect(request, f"/sources/{source.uuid}")
+        return self.redirect(request, f"/sources/{source.uuid}")
     yield self.desk.mark_submissions(source, present, login.journalist.id, read=True)
     zips = login.session.data.setdefault("zips", {})
     while len(zips) >= MAX_ZIP_TICKETS:  # the oldest goes: a session holds a few, never many
         del zips[next(iter(zips))]
     ticket = secrets.token_urlsafe(12)
     zips[ticket] = (source.uuid, present)
-    return self._redirect(request, f"/sources/{source.uuid}?zip={ticket}")
+    return self.redirect(request, f"/sources/{source.uuid}?zip={ticket}")
 
 
 @login_route(routes, "/sources/<uuid>/zip/<ticket>", "GET")
-def download_zip(self: Any, request: Any, login: JournalistLogin, uuid: str, ticket: str):
+def download_zip(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str, ticket: str):
     """The zip a download button asked for (its ticket lives in this session only)."""
-    source = yield self._source(request, uuid)
+    source = yield self.find_source(request, uuid)
     owner, chosen = login.session.data.get("zips", {}).get(ticket, (None, []))
     if owner != source.uuid:
-        return self._error(request, 404, "Not found", "This download has expired. Ask for it again.")
+        return self.error(request, 404, "Not found", "This download has expired. Ask for it again.")
     try:
         download = yield self.desk.zip_submissions(source, chosen, login.journalist.id)
     except NotFound:
-        return self._error(request, 404, "Not found", "A selected submission's file is missing.")
+        return self.error(request, 404, "Not found", "A selected submission's file is missing.")
     if download is None:
-        return self._error(request, 404, "Not found", "These submissions were deleted in the meantime.")
+        return self.error(request, 404, "Not found", "These submissions were deleted in the meantime.")
     return FileResponse(download)
 
 
-def register(cls: Any) -> None:
+def register(cls: type[Routed]) -> None:
     """Add the download routes to the journalist interface class ``cls``."""
     routes.register(cls)
 

@@ -15,10 +15,11 @@ from deaddrop.newsroom.accounts import LoginFailed
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg
 from deaddrop.web._common.guards import login_route
-from deaddrop.web._common.routes import Routes
+from deaddrop.web._common.routes import Routed, Routes
 from deaddrop.web.journalist import key_login, key_pages, pages
 from deaddrop.web.journalist._login import JournalistLogin
 from deaddrop.web.journalist.keys import account_page
+from deaddrop.web.journalist.interface import JournalistSite
 
 routes = Routes()
 
@@ -26,7 +27,7 @@ RECOVERY_ERROR = "That recovery code was wrong, or already used."
 
 
 @inlineCallbacks
-def _after_a_key_login(self: Any, request: Any, login: JournalistLogin):
+def _after_a_key_login(self: JournalistSite, request: Any, login: JournalistLogin):
     """None when this session began with a key; else the account page saying so."""
     keys = yield self.security_keys.keys(login.journalist.id)
     if keys and login.session.data.get(key_login.LOGIN_FACTOR) == "key":
@@ -37,41 +38,41 @@ def _after_a_key_login(self: Any, request: Any, login: JournalistLogin):
 
 
 @login_route(routes, "/account/api-code", "POST")
-def api_code(self: Any, request: Any, login: JournalistLogin):
+def api_code(self: JournalistSite, request: Any, login: JournalistLogin):
     refused = yield _after_a_key_login(self, request, login)
     if refused is not None:
         return refused
     code, expires = yield shield(self.security_keys.issue_api_code(login.journalist))
     until = time.strftime("%H:%M UTC", time.gmtime(expires))
-    page = key_pages.codes_shown(self._name, login.session, login.journalist, "Your one-time API code", [code], [
+    page = key_pages.codes_shown(self.site_name, login.session, login.journalist, "Your one-time API code", [code], [
         f"Type it where deaddrop-journalist or another API client asks for the one-time code, with your "
         f"passphrase. It works once, until {until}; asking for another one ends this one."])
-    return (yield self._html(request, page))
+    return (yield self.html(request, page))
 
 
 @login_route(routes, "/account/recovery-codes", "POST")
-def recovery_codes(self: Any, request: Any, login: JournalistLogin):
+def recovery_codes(self: JournalistSite, request: Any, login: JournalistLogin):
     refused = yield _after_a_key_login(self, request, login)
     if refused is not None:
         return refused
     codes = yield shield(self.security_keys.make_recovery_codes(login.journalist))
-    page = key_pages.codes_shown(self._name, login.session, login.journalist, "Your recovery codes", codes, [
+    page = key_pages.codes_shown(self.site_name, login.session, login.journalist, "Your recovery codes", codes, [
         "Print them, or write them down, and keep them apart from your keys: they are shown only now. Each "
         "logs you in once in place of a key, if you lose your keys. Your earlier recovery codes no longer work."])
-    return (yield self._html(request, page))
+    return (yield self.html(request, page))
 
 
 @routes.route("/login/recovery", methods=["POST"])
 @inlineCallbacks
-def login_recovery(self: Any, request: Any):
+def login_recovery(self: JournalistSite, request: Any):
     """At the key step: a recovery code in place of the key."""
     session = self.cookie.lookup(request)
     if session is None or not session.check_csrf(form_arg(request, "csrf_token")):
-        return self._redirect(request, "/login")
+        return self.redirect(request, "/login")
     waiting = key_login.pending(session)
     journalist = (yield self.accounts.get(waiting["journalist_id"])) if waiting is not None else None
-    if journalist is None:
-        return self._redirect(request, "/login")
+    if journalist is None or waiting is None:
+        return self.redirect(request, "/login")
     try:
         journalist = yield shield(self.security_keys.recover(journalist, form_arg(request, "recovery_code", 64)))
     except LoginFailed as failure:
@@ -83,6 +84,6 @@ def login_recovery(self: Any, request: Any):
     return key_login.finish(self, request, session, journalist, "recovery", "/account/keys/new")
 
 
-def register(cls: Any) -> None:
+def register(cls: type[Routed]) -> None:
     """Add the API code and recovery code routes to the journalist interface class ``cls``."""
     routes.register(cls)

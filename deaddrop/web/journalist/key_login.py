@@ -14,10 +14,11 @@ from twisted.internet.defer import inlineCallbacks
 from deaddrop.newsroom.accounts import Journalist, LoginFailed
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg
-from deaddrop.web._common.routes import Routes
+from deaddrop.web._common.routes import Routed, Routes
 from deaddrop.web.journalist import key_pages, pages
 from deaddrop.web.journalist._webauthn import allow_script, browser_answer, relying_party
 from deaddrop.web.sessions import Session
+from deaddrop.web.journalist.interface import JournalistSite
 
 routes = Routes()
 
@@ -39,7 +40,7 @@ def pending(session: Session | None) -> dict[str, Any] | None:
 
 
 @inlineCallbacks
-def key_page(self: Any, request: Any, session: Session, waiting: dict[str, Any], error: str | None = None,
+def key_page(self: JournalistSite, request: Any, session: Session, waiting: dict[str, Any], error: str | None = None,
              status: int = 200):
     """The key step's page with a fresh challenge (kept in ``waiting``), or why there is none."""
     rp = relying_party(request, self.key_hosts())
@@ -49,37 +50,37 @@ def key_page(self: Any, request: Any, session: Session, waiting: dict[str, Any],
         problem = ("None of your keys was registered on this address: open the interface by the name you "
                    "registered them on.")
     if begun is None:
-        page = key_pages.key_login(self._name, session, None, None, error, problem)
-        return (yield self._html(request, page, 400 if status == 200 else status))
+        page = key_pages.key_login(self.site_name, session, None, None, error, problem)
+        return (yield self.html(request, page, 400 if status == 200 else status))
     options, waiting["state"] = begun
-    page = key_pages.key_login(self._name, session, options, allow_script(request), error)
-    return (yield self._html(request, page, status))
+    page = key_pages.key_login(self.site_name, session, options, allow_script(request), error)
+    return (yield self.html(request, page, status))
 
 
 @routes.route("/login/key", methods=["GET"])
 @inlineCallbacks
-def login_key_form(self: Any, request: Any):
+def login_key_form(self: JournalistSite, request: Any):
     session = self.cookie.lookup(request)
     waiting = pending(session)
-    if waiting is None:
-        return self._redirect(request, "/login")
+    if session is None or waiting is None:
+        return self.redirect(request, "/login")
     return (yield key_page(self, request, session, waiting))
 
 
 @routes.route("/login/key", methods=["POST"])
 @inlineCallbacks
-def login_key(self: Any, request: Any):
+def login_key(self: JournalistSite, request: Any):
     session = self.cookie.lookup(request)
     if session is None or not session.check_csrf(form_arg(request, "csrf_token")):
-        session = self._anonymous_session(request)
-        page = pages.login(self._name, session, "Your session expired. Please log in again.")
-        return (yield self._html(request, page, 403))
+        session = self.anonymous_session(request)
+        page = pages.login(self.site_name, session, "Your session expired. Please log in again.")
+        return (yield self.html(request, page, 403))
     waiting = pending(session)
     journalist = (yield self.accounts.get(waiting["journalist_id"])) if waiting is not None else None
     rp = relying_party(request, self.key_hosts())
-    if journalist is None or rp is None:
+    if journalist is None or rp is None or waiting is None:
         session.data.pop(PENDING, None)
-        return self._redirect(request, "/login")
+        return self.redirect(request, "/login")
     try:
         journalist = yield shield(self.security_keys.finish_login(journalist, rp, waiting.pop("state", None),
                                                                   browser_answer(request)))
@@ -89,17 +90,17 @@ def login_key(self: Any, request: Any):
     return finish(self, request, session, journalist, "key", "/sources")
 
 
-def finish(self: Any, request: Any, session: Session, journalist: Journalist, factor: str, then: str) -> bytes:
+def finish(self: JournalistSite, request: Any, session: Session, journalist: Journalist, factor: str, then: str) -> bytes:
     """Both factors were right: a fresh session (never the anonymous one's cookie) for the account."""
     session.data.pop(PENDING, None)
     _, fresh = self.cookie.start(request, replacing=session)
-    self._bind(fresh, journalist)
+    self.bind_session(fresh, journalist)
     fresh.data[LOGIN_FACTOR] = factor
     for category, message in session.pop_flashes():  # what the login had to say goes along
         fresh.flash(message, category)
-    return self._redirect(request, then)
+    return self.redirect(request, then)
 
 
-def register(cls: Any) -> None:
+def register(cls: type[Routed]) -> None:
     """Add the key step of logging in to the journalist interface class ``cls``."""
     routes.register(cls)

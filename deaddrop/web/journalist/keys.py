@@ -14,10 +14,11 @@ from deaddrop.second_factor.security_keys import KeyRefused
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg
 from deaddrop.web._common.guards import Refused, login_required, login_route
-from deaddrop.web._common.routes import Routes
+from deaddrop.web._common.routes import Routed, Routes
 from deaddrop.web.journalist import key_pages, pages
 from deaddrop.web.journalist._login import JournalistLogin
 from deaddrop.web.journalist._webauthn import allow_script, browser_answer, relying_party
+from deaddrop.web.journalist.interface import JournalistSite
 
 routes = Routes()
 
@@ -31,27 +32,27 @@ _REFUSALS = {
 
 
 @inlineCallbacks
-def _enrol_page(self: Any, request: Any, login: JournalistLogin, error: str | None = None, status: int = 200,
+def _enrol_page(self: JournalistSite, request: Any, login: JournalistLogin, error: str | None = None, status: int = 200,
                 name: str = ""):
     rp = relying_party(request, self.key_hosts())
     if rp is None:
-        page = key_pages.key_enrol(self._name, login.session, login.journalist, None, None,
+        page = key_pages.key_enrol(self.site_name, login.session, login.journalist, None, None,
                                    problem=key_pages.no_key_address(list(self.key_hosts())))
-        return (yield self._html(request, page, 400))
+        return (yield self.html(request, page, 400))
     options, login.session.data[ENROLMENT] = yield self.security_keys.begin_enrolment(login.journalist, rp)
-    page = key_pages.key_enrol(self._name, login.session, login.journalist, options, allow_script(request),
+    page = key_pages.key_enrol(self.site_name, login.session, login.journalist, options, allow_script(request),
                                error, name=name)
-    return (yield self._html(request, page, status))
+    return (yield self.html(request, page, status))
 
 
 @routes.route("/account/keys/new", methods=["GET"])
 @login_required
-def enrol_form(self: Any, request: Any, login: JournalistLogin):
+def enrol_form(self: JournalistSite, request: Any, login: JournalistLogin):
     return _enrol_page(self, request, login)
 
 
 @login_route(routes, "/account/keys/new", "POST")
-def enrol(self: Any, request: Any, login: JournalistLogin):
+def enrol(self: JournalistSite, request: Any, login: JournalistLogin):
     name = form_arg(request, "name", 256) or ""
     rp = relying_party(request, self.key_hosts())
     state = login.session.data.pop(ENROLMENT, None)
@@ -66,41 +67,41 @@ def enrol(self: Any, request: Any, login: JournalistLogin):
         return (yield _enrol_page(self, request, login, str(e), 400, name))
     login.session.flash(f"Registered {name.strip()}. From now on you log in with your passphrase and a security key.",
                         "ok")
-    return self._redirect(request, "/account")
+    return self.redirect(request, "/account")
 
 
 @login_route(routes, "/account/keys/<int:key_id>/remove", "POST")
-def remove(self: Any, request: Any, login: JournalistLogin, key_id: int):
+def remove(self: JournalistSite, request: Any, login: JournalistLogin, key_id: int):
     """A confirmation page first; the key goes when it is confirmed."""
     keys = yield self.security_keys.keys(login.journalist.id)
     key = next((k for k in keys if k.id == key_id), None)
     if key is None:
-        raise Refused(self._error(request, 404, "Not found", "You have no such key."))
+        raise Refused(self.error(request, 404, "Not found", "You have no such key."))
     if form_arg(request, "confirm") != "yes":
-        page = key_pages.confirm_remove_key(self._name, login.session, login.journalist, key, len(keys) == 1)
-        return (yield self._html(request, page))
+        page = key_pages.confirm_remove_key(self.site_name, login.session, login.journalist, key, len(keys) == 1)
+        return (yield self.html(request, page))
     try:
         yield shield(self.security_keys.remove(login.journalist, key_id))
     except KeyRemovalRefused as refused:
         return (yield account_page(self, request, login, error=str(refused), status=400))
     # A key removed may be a key lost: whatever logged in elsewhere (with it, say) is logged out.
-    self._end_other_sessions(login.session, login.journalist)
+    self.end_other_sessions(login.session, login.journalist)
     login.session.flash(f"Removed {key.name}. Your other sessions have ended.", "ok")
-    return self._redirect(request, "/account")
+    return self.redirect(request, "/account")
 
 
 @inlineCallbacks
-def account_page(self: Any, request: Any, login: JournalistLogin, error: str | None = None, status: int = 200,
+def account_page(self: JournalistSite, request: Any, login: JournalistLogin, error: str | None = None, status: int = 200,
                  new_passphrase: str | None = None):
     """The account page: who one is, a new passphrase, and one's security keys."""
     keys = yield self.security_keys.keys(login.journalist.id)
     due = yield self.security_keys.enrol_before(login.journalist)
     left = (yield self.security_keys.recovery_codes_left(login.journalist.id)) if keys else 0
-    page = pages.account(self._name, login.session, login.journalist, error=error, new_passphrase=new_passphrase,
+    page = pages.account(self.site_name, login.session, login.journalist, error=error, new_passphrase=new_passphrase,
                          code_field=not keys, extra=[key_pages.keys_section(login.session, keys, due, left)])
-    return (yield self._html(request, page, status))
+    return (yield self.html(request, page, status))
 
 
-def register(cls: Any) -> None:
+def register(cls: type[Routed]) -> None:
     """Add the security key routes to the journalist interface class ``cls``."""
     routes.register(cls)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, cast
 from urllib.parse import urlencode
 
 import qrcode
@@ -42,7 +42,7 @@ def _page(site_name: str, title: str, body: list[Any], session: Session | None,
     page = layout(title=title, site_name=f"{site_name} · Newsroom", body=body, nav=nav,
                   flashes=session.pop_flashes() if session else (), body_class="newsroom")
     if refresh is not None:
-        head = page.children[0]
+        head = cast(Tag, page.children[0])  # layout() puts the <head> first
         head(tags.meta(**{"http-equiv": "refresh", "content": f"0; url={refresh}"}))
     return page
 

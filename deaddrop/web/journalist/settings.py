@@ -12,10 +12,11 @@ from deaddrop.newsroom.settings import InstanceSettings
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg
 from deaddrop.web._common.guards import admin_required, admin_route
-from deaddrop.web._common.routes import Routes
+from deaddrop.web._common.routes import Routed, Routes
 from deaddrop.web.journalist import pages
 from deaddrop.web.journalist._login import JournalistLogin
 from deaddrop.web.journalist.pages import megabytes, parse_megabytes
+from deaddrop.web.journalist.interface import JournalistSite
 
 MIN_UPLOAD_BYTES = 1024  # as --max-upload-size
 MAX_UPLOAD_BYTES = 100 * 10**9
@@ -26,12 +27,12 @@ routes = Routes()
 
 @routes.route("/admin/settings", methods=["GET"])
 @admin_required
-def settings_form(self: Any, request: Any, login: JournalistLogin):
-    return self._html(request, pages.settings_page(self._name, login.session, login.journalist, self.settings))
+def settings_form(self: JournalistSite, request: Any, login: JournalistLogin):
+    return self.html(request, pages.settings_page(self.site_name, login.session, login.journalist, self.settings))
 
 
 @admin_route(routes, "/admin/settings", "POST")
-def save_settings(self: Any, request: Any, login: JournalistLogin):
+def save_settings(self: JournalistSite, request: Any, login: JournalistLogin):
     """Only what the admin changed is changed: each field is compared with the value its
     form showed (``shown_*``), so an untouched field keeps the setting as it is now, even if
     another admin changed it meanwhile."""
@@ -60,9 +61,9 @@ def save_settings(self: Any, request: Any, login: JournalistLogin):
                  f"between {megabytes(MIN_UPLOAD_BYTES)} and {megabytes(MAX_UPLOAD_BYTES)}.")
     elif retention_text and not (retention_text.isdigit() and 1 <= int(retention_text) <= MAX_RETENTION_DAYS):
         error = f"Retention must be empty (keep everything) or a whole number of days between 1 and {MAX_RETENTION_DAYS}."
-    if error:
-        page = pages.settings_page(self._name, session, admin, self.settings, error)
-        return (yield self._html(request, page, 400))
+    if error or size is None:  # (a size that is None has its error)
+        page = pages.settings_page(self.site_name, session, admin, self.settings, error)
+        return (yield self.html(request, page, 400))
     updated = InstanceSettings(
         current.organisation_name if name is None else name,
         size,
@@ -76,9 +77,9 @@ def save_settings(self: Any, request: Any, login: JournalistLogin):
     self.settings.retention_days = updated.retention_days
     self.events.emit("admin.settings.changed", username=admin.username)
     session.flash("Settings saved.", "ok")
-    return self._redirect(request, "/admin/settings")
+    return self.redirect(request, "/admin/settings")
 
 
-def register(cls: Any) -> None:
+def register(cls: type[Routed]) -> None:
     """Add the settings routes to the journalist interface class ``cls``."""
     routes.register(cls)

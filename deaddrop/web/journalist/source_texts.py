@@ -19,9 +19,10 @@ from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg
 from deaddrop.web._common.guards import admin_required, admin_route
 from deaddrop.web._common.pages import csrf_field, render_sync
-from deaddrop.web._common.routes import Routes
+from deaddrop.web._common.routes import Routed, Routes
 from deaddrop.web._common.upload import REASON_FILES_TOO_LARGE, MultipartUpload, UploadError, UploadLimits
 from deaddrop.web.journalist.pages import _error, _page
+from deaddrop.web.journalist.interface import JournalistSite
 
 LOGO_PATH = b"/admin/source-logo"
 # The whole body a logo upload may have: the file and the form's few fields. Anything larger is
@@ -95,19 +96,19 @@ routes = Routes()
 
 @routes.route("/admin/source-texts", methods=["GET"])
 @admin_required
-def source_texts_form(self: Any, request: Any, login: Any):
-    return self._html(request, page(self._name, login.session, login.journalist, self.source_texts))
+def source_texts_form(self: JournalistSite, request: Any, login: Any):
+    return self.html(request, page(self.site_name, login.session, login.journalist, self.source_texts))
 
 
 @admin_route(routes, "/admin/source-texts", "POST")
-def save_source_texts(self: Any, request: Any, login: Any):
-    code = form_arg(request, "language", 8)
+def save_source_texts(self: JournalistSite, request: Any, login: Any):
+    code = form_arg(request, "language", 8) or ""
     values = {kind: (form_arg(request, kind, MAX_TEXT_CHARS + 1) or "").strip() for kind in KINDS}
     problem = "Unknown language." if code not in LANGUAGES else next(
         (p for p in map(text_problem, values.values()) if p), None)
     if problem:
-        html = page(self._name, login.session, login.journalist, self.source_texts, problem)
-        return (yield self._html(request, html, 400))
+        html = page(self.site_name, login.session, login.journalist, self.source_texts, problem)
+        return (yield self.html(request, html, 400))
 
     def save(conn: Any) -> None:
         for kind, text in values.items():
@@ -118,52 +119,52 @@ def save_source_texts(self: Any, request: Any, login: Any):
         self.source_texts.apply_text(kind, code, text)
     self.events.emit("admin.source_texts.changed", username=login.journalist.username)
     login.session.flash(f"Texts for {LANGUAGES[code][0]} saved.", "ok")
-    return self._redirect(request, "/admin/source-texts")
+    return self.redirect(request, "/admin/source-texts")
 
 
 @routes.route(LOGO_PATH.decode(), methods=["POST"])
 @inlineCallbacks
-def save_source_logo(self: Any, request: Any):
+def save_source_logo(self: JournalistSite, request: Any):
     # Not @admin_required: its CSRF check reads urlencoded fields; this body is multipart. The
     # upload refuses a file part before a right token; the token is checked here once more, as
     # /submit does, for a body with no file (a removal) and no token at all.
     upload: MultipartUpload | None = getattr(request, "upload", None)
     if upload is None:
-        return self._error(request, 400, "Nothing received", "Send the logo with the form.")
+        return self.error(request, 400, "Nothing received", "Send the logo with the form.")
     try:
         result = yield upload.result
     except UploadError as e:
-        login = yield self._current_login(request)
+        login = yield self.current_login(request)
         if e.reason == REASON_FILES_TOO_LARGE and login is not None and login.journalist.is_admin:
             # The size that is accepted, and the forms to try again: not a dead end.
-            return (yield self._html(request, page(self._name, login.session, login.journalist,
+            return (yield self.html(request, page(self.site_name, login.session, login.journalist,
                                                    self.source_texts, LOGO_TOO_LARGE), 413))
-        return self._error(request, e.status, "Logo not saved", f"{e.message} Nothing was changed.")
-    login = yield self._current_login(request)
+        return self.error(request, e.status, "Logo not saved", f"{e.message} Nothing was changed.")
+    login = yield self.current_login(request)
     if login is None or not login.journalist.is_admin:
-        return self._refuse_non_admin(request)
+        return self.refuse_non_admin(request)
     if not login.session.check_csrf(result.fields.get("csrf_token")):
-        return self._refuse_stale_form(request)
+        return self.refuse_stale_form(request)
     code = result.fields.get("language")
     if code not in LANGUAGES:
-        return self._error(request, 400, "Logo not saved", "Unknown language. Nothing was changed.")
+        return self.error(request, 400, "Logo not saved", "Unknown language. Nothing was changed.")
     logo = None
     if result.fields.get("remove") != "1":
         sink = getattr(request, "logo_sink", None)
         try:
             logo = png.clean_png(bytes(sink.data) if sink else b"")
         except png.NotAPng as e:
-            html = page(self._name, login.session, login.journalist, self.source_texts,
+            html = page(self.site_name, login.session, login.journalist, self.source_texts,
                         f"The logo was not saved: {e}.")
-            return (yield self._html(request, html, 400))
+            return (yield self.html(request, html, 400))
     yield shield(self.accounts.db.run(self.source_texts.save_logo, code, logo))
     self.source_texts.apply_logo(code, logo)
     self.events.emit("admin.source_logo.changed", username=login.journalist.username)
     login.session.flash(f"Logo for {LANGUAGES[code][0]} {'saved' if logo else 'removed'}.", "ok")
-    return self._redirect(request, "/admin/source-texts")
+    return self.redirect(request, "/admin/source-texts")
 
 
-def start_logo_upload(self: Any, request: Any, boundary: bytes, length: int | None) -> MultipartUpload:
+def start_logo_upload(self: JournalistSite, request: Any, boundary: bytes, length: int | None) -> MultipartUpload:
     session = self.cookie.lookup(request)
     refused = files_refused = None
     if session is None or "journalist_id" not in session.data:
@@ -174,7 +175,7 @@ def start_logo_upload(self: Any, request: Any, boundary: bytes, length: int | No
     limits = UploadLimits(max_file_bytes=png.MAX_BYTES, file_fields=frozenset({"logo"}),
                           text_fields={"csrf_token": 256, "language": 8, "remove": 1})
     # Looked up now: the page that answers a file too large needs it (see answer_now).
-    login = self._current_login(request) if refused is None else None
+    login = self.current_login(request) if refused is None else None
 
     def open_sink(filename: str, pause: Callable[[], None], resume: Callable[[], None]) -> _MemorySink:
         request.logo_sink = _MemorySink()
@@ -189,7 +190,7 @@ def start_logo_upload(self: Any, request: Any, boundary: bytes, length: int | No
 
         def answer(found: Any) -> Any:
             if found is not None and found.journalist.is_admin:
-                request.answer_early(413, render_sync(page(self._name, found.session, found.journalist,
+                request.answer_early(413, render_sync(page(self.site_name, found.session, found.journalist,
                                                            self.source_texts, LOGO_TOO_LARGE)))
             # Else the route refuses it, as any upload of a non-admin. Reading goes on either
             # way: what arrives after an answer is dropped unread, and TLS can close.
@@ -202,7 +203,7 @@ def start_logo_upload(self: Any, request: Any, boundary: bytes, length: int | No
                            files_refused=files_refused, on_fail=answer_now)
 
 
-def register(cls: Any) -> None:
-    """Add the routes and the logo upload to the journalist interface class ``cls``."""
+def register(cls: type[Routed]) -> None:
+    """Add the routes to the journalist interface class ``cls`` (its site takes the logo upload,
+    ``start_logo_upload``)."""
     routes.register(cls)
-    cls.start_logo_upload = start_logo_upload

@@ -13,17 +13,18 @@ from deaddrop.newsroom.desk import KeyNotReady, MAX_REPLY_CHARS, SourceFilter, S
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg, form_args
 from deaddrop.web._common.guards import login_route
-from deaddrop.web._common.routes import Routes
+from deaddrop.web._common.routes import Routed, Routes
 from deaddrop.web.journalist import pages
 from deaddrop.web.journalist._login import JournalistLogin
 from deaddrop.web.journalist.downloads import count_text, zip_then_page
+from deaddrop.web.journalist.interface import JournalistSite
 
 
 routes = Routes()
 
 
 @login_route(routes, "/sources", "GET")
-def sources(self: Any, request: Any, login: JournalistLogin):
+def sources(self: JournalistSite, request: Any, login: JournalistLogin):
     only, page = _list_state(request)
     sources, total = yield self.desk.sources(page, pages.SOURCES_PER_PAGE, only)
     last = max(1, -(-total // pages.SOURCES_PER_PAGE))
@@ -31,23 +32,23 @@ def sources(self: Any, request: Any, login: JournalistLogin):
         page = last
         sources, total = yield self.desk.sources(page, pages.SOURCES_PER_PAGE, only)
     paging = pages.Paging(page, last, total)
-    return (yield self._html(request, pages.source_list(self._name, login.session, login.journalist, sources,
+    return (yield self.html(request, pages.source_list(self.site_name, login.session, login.journalist, sources,
                                                         paging, only, form_arg(request, "select") == "all")))
 
 
 @login_route(routes, "/sources/selected", "POST")
-def sources_selected(self: Any, request: Any, login: JournalistLogin):
+def sources_selected(self: JournalistSite, request: Any, login: JournalistLogin):
     """The source list's actions on the ticked sources; back to the same filtered page."""
     only, page = _list_state(request)
     back = pages.list_url(only, page)
     action = form_arg(request, "action")
     if action not in ("star", "unstar", "read", "unread", "delete", "delete-confirmed"):
-        return self._error(request, 400, "Nothing done", "Choose an action for the selected sources.")
+        return self.error(request, 400, "Nothing done", "Choose an action for the selected sources.")
     chosen = yield self.desk.sources_among(form_args(request, "source"))
     session, journalist = login.session, login.journalist
     if not chosen:
         session.flash("Select at least one source first.", "warning")
-        return self._redirect(request, back)
+        return self.redirect(request, back)
     n = count_text(len(chosen), "source")
     if action in ("star", "unstar"):
         for source in chosen:
@@ -58,19 +59,19 @@ def sources_selected(self: Any, request: Any, login: JournalistLogin):
         session.flash(f"Marked every submission of {n} {action}.", "ok")
     elif action == "delete":
         # Nothing goes before the journalist has seen the list (as for one source).
-        page_ = pages.confirm_delete_sources(self._name, session, journalist, chosen, only, page)
-        return (yield self._html(request, page_))
+        page_ = pages.confirm_delete_sources(self.site_name, session, journalist, chosen, only, page)
+        return (yield self.html(request, page_))
     else:
         for source in chosen:
             yield shield(self.desk.delete_source(source))
             self.events.emit("journalist.source.deleted", username=journalist.username)
         session.flash(f"Deleted {n} and everything they sent.", "ok")
-    return self._redirect(request, back)
+    return self.redirect(request, back)
 
 
 @login_route(routes, "/sources/<uuid>", "GET")
-def source(self: Any, request: Any, login: JournalistLogin, uuid: str):
-    source = yield self._source(request, uuid)
+def source(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str):
+    source = yield self.find_source(request, uuid)
     downloading = None
     fetch, zip_ticket = form_arg(request, "fetch", 64), form_arg(request, "zip", 64)
     if fetch is not None:
@@ -85,61 +86,61 @@ def source(self: Any, request: Any, login: JournalistLogin, uuid: str):
 
 
 @inlineCallbacks
-def _source_page(self: Any, request: Any, login: JournalistLogin, source: SourceView, *,
+def _source_page(self: JournalistSite, request: Any, login: JournalistLogin, source: SourceView, *,
                  status: int = 200, reply_text: str = "", error: str | None = None, select_all: bool = False,
                  downloading: tuple[str, str] | None = None):
     submissions = yield self.desk.submissions(source)
     replies = yield self.desk.replies(source)
-    page = pages.source_page(self._name, login.session, login.journalist, source, submissions, replies,
+    page = pages.source_page(self.site_name, login.session, login.journalist, source, submissions, replies,
                              reply_text=reply_text, error=error, select_all=select_all, downloading=downloading)
-    return (yield self._html(request, page, status))
+    return (yield self.html(request, page, status))
 
 
 @login_route(routes, "/sources/<uuid>/selected", "POST")
-def selected(self: Any, request: Any, login: JournalistLogin, uuid: str):
+def selected(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str):
     action = form_arg(request, "action")
     chosen = [u for u in form_args(request, "submission") if valid_uuid(u)]
-    source = yield self._source(request, uuid)
+    source = yield self.find_source(request, uuid)
     if action == "download":
         return (yield zip_then_page(self, request, login, source, chosen,
                                           "Nothing to download: select submissions first."))
     if action not in ("delete", "delete-confirmed", "read", "unread"):
-        return self._error(request, 400, "Nothing done", "Choose download, mark read or unread, or delete.")
+        return self.error(request, 400, "Nothing done", "Choose download, mark read or unread, or delete.")
     if not chosen:
         login.session.flash("Select at least one submission first.", "warning")
-        return self._redirect(request, f"/sources/{uuid}")
+        return self.redirect(request, f"/sources/{uuid}")
     if action in ("read", "unread"):
         count = yield self.desk.mark_submissions(source, chosen, login.journalist.id, read=action == "read")
         login.session.flash(f"Marked {count_text(count, 'submission')} {action}.", "ok")
-        return self._redirect(request, f"/sources/{uuid}")
+        return self.redirect(request, f"/sources/{uuid}")
     if action == "delete":
         # Nothing goes before the journalist has seen the list (as for deleting a source).
         listed = [s for s in (yield self.desk.submissions(source)) if s.uuid in set(chosen)]
-        page = pages.confirm_delete_selected(self._name, login.session, login.journalist, source, listed)
-        return (yield self._html(request, page))
+        page = pages.confirm_delete_selected(self.site_name, login.session, login.journalist, source, listed)
+        return (yield self.html(request, page))
     count = yield shield(self.desk.delete_submissions(source, chosen))
     login.session.flash(f"Deleted {count} submission{'s' if count != 1 else ''}.", "ok")
-    return self._redirect(request, f"/sources/{uuid}")
+    return self.redirect(request, f"/sources/{uuid}")
 
 
 @login_route(routes, "/sources/<uuid>/unread", "POST")
-def mark_source_unread(self: Any, request: Any, login: JournalistLogin, uuid: str):
-    source = yield self._source(request, uuid)
+def mark_source_unread(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str):
+    source = yield self.find_source(request, uuid)
     count = yield self.desk.mark_sources([source], login.journalist.id, read=False)
     login.session.flash(f"Marked {count_text(count, 'submission')} unread.", "ok")
-    return self._redirect(request, f"/sources/{uuid}")
+    return self.redirect(request, f"/sources/{uuid}")
 
 
 @login_route(routes, "/sources/<uuid>/star", "POST")
-def star(self: Any, request: Any, login: JournalistLogin, uuid: str):
-    source = yield self._source(request, uuid)
+def star(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str):
+    source = yield self.find_source(request, uuid)
     yield self.desk.set_starred(source, form_arg(request, "starred") == "1")
-    return self._redirect(request, f"/sources/{uuid}")
+    return self.redirect(request, f"/sources/{uuid}")
 
 
 @login_route(routes, "/sources/<uuid>/reply", "POST")
-def reply(self: Any, request: Any, login: JournalistLogin, uuid: str):
-    source = yield self._source(request, uuid)
+def reply(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str):
+    source = yield self.find_source(request, uuid)
     text = form_arg(request, "reply", 1 << 20) or ""
     if not text.strip():
         return (yield _source_page(self, request, login, source, status=400, error="Write a reply first."))
@@ -154,25 +155,25 @@ def reply(self: Any, request: Any, login: JournalistLogin, uuid: str):
             error="This source's encryption key is not ready yet, so the reply was NOT sent. It is made the "
                   "next time the source logs in. Your text is still below: try again later."))
     login.session.flash("Reply sent. It is stored encrypted; the source will see it the next time they log in.", "ok")
-    return self._redirect(request, f"/sources/{uuid}")
+    return self.redirect(request, f"/sources/{uuid}")
 
 
 @login_route(routes, "/sources/<uuid>/delete", "GET")
-def delete_source_confirm(self: Any, request: Any, login: JournalistLogin, uuid: str):
-    source = yield self._source(request, uuid)
-    return (yield self._html(request, pages.confirm_delete_source(self._name, login.session, login.journalist, source)))
+def delete_source_confirm(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str):
+    source = yield self.find_source(request, uuid)
+    return (yield self.html(request, pages.confirm_delete_source(self.site_name, login.session, login.journalist, source)))
 
 
 @login_route(routes, "/sources/<uuid>/delete", "POST")
-def delete_source(self: Any, request: Any, login: JournalistLogin, uuid: str):
-    source = yield self._source(request, uuid)
+def delete_source(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str):
+    source = yield self.find_source(request, uuid)
     yield shield(self.desk.delete_source(source))
     self.events.emit("journalist.source.deleted", username=login.journalist.username)
     login.session.flash(f"{source.designation} and everything they sent were deleted.", "ok")
-    return self._redirect(request, "/sources")
+    return self.redirect(request, "/sources")
 
 
-def register(cls: Any) -> None:
+def register(cls: type[Routed]) -> None:
     """Add the source routes to the journalist interface class ``cls``."""
     routes.register(cls)
 

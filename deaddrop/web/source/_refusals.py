@@ -13,13 +13,15 @@ from deaddrop.web._common.upload import (
     REASON_BAD_FORM, REASON_FILES_TOO_LARGE, REASON_STALE_FORM, REASON_TOO_MANY_FILES, UploadError,
 )
 from deaddrop.web.source import messages as msgs, pages
+from deaddrop.web.source._in_flight import CLOSED
 from deaddrop.web.source._submission_forms import RECEIVED, SubmissionForms
 from deaddrop.web.source.replies import received_page
+from deaddrop.web.source.i18n import Counted
 from deaddrop.web.source.pages import MAX_FILES, MAX_MESSAGE_CHARS, PageContext
+from deaddrop.web.source.interface import SourceSite
 
 # Why an upload was refused before its files were read (UploadError.reason).
 EXPIRED = "expired"
-CLOSED = "closed"  # the newsroom deleted the source while its upload was arriving
 NO_ROOM = "no-room"  # the disk cannot take the upload and keep its reserve
 IN_FLIGHT = "in-flight"
 BUSY = "busy"
@@ -28,7 +30,7 @@ BUSY = "busy"
 _FORM_ALLOWANCE = MAX_MESSAGE_CHARS * 4 + (64 << 10)
 
 
-def form_again(self: Any, request: Any, status: int, message: str, error: str, token: str | None = None,
+def form_again(self: SourceSite, request: Any, status: int, message: str, error: str | Counted, token: str | None = None,
                **values: Any) -> bytes:
     """The submission form again, at a GET-able address: a redirect to the form's page
     (post/redirect/get), which shows ``error`` with ``status`` and ``message`` (kept sealed in the
@@ -36,11 +38,11 @@ def form_again(self: Any, request: Any, status: int, message: str, error: str, t
     are formatted in the page's language (``size``: a size in bytes). Nothing is read or
     decrypted here, so this answers at once, even while the body is still arriving; a form that
     was stored already answers with what arrived, never with its message as if it were unsent."""
-    login = self._current_login(request)
+    login = self.current_login(request)
     if login is None:
-        ctx = self._ctx(request, None)
-        return self._error(request, status, msgs.T_NOT_STORED, error, **_formatted(ctx, values))
-    forms = self._forms(login.session)
+        ctx = self.page_ctx(request, None)
+        return self.error(request, status, msgs.T_NOT_STORED, error, **_formatted(ctx, values))
+    forms = self.submission_forms(login.session)
     form = forms.adopt(token)
     if form.state == RECEIVED:  # sent again (Back, then "resend"), or replayed: stored once already
         return _already_received(self, request, login, form)
@@ -49,13 +51,13 @@ def form_again(self: Any, request: Any, status: int, message: str, error: str, t
         # Refused while a file is still arriving (too large, no room, busy, another upload in
         # flight): a browser still sending does not follow a redirect, it shows this page.
         SubmissionForms.reopened(form)
-        ctx = self._ctx(request, login.session, logged_in=True)
+        ctx = self.page_ctx(request, login.session, logged_in=True)
         set_html(request, status)
         return render_sync(pages.lookup(ctx, None, message=message[:MAX_MESSAGE_CHARS], error=render_error(ctx),
                                         form_token=form.token))
     SubmissionForms.refused(form, status, render_error)
-    self._keep_draft(request, login.session, form, message[:MAX_MESSAGE_CHARS])
-    return self._to_lookup(request, login.session, form, refused=True)
+    self.keep_draft(request, login.session, form, message[:MAX_MESSAGE_CHARS])
+    return self.to_lookup(request, login.session, form, refused=True)
 
 
 def _early(request: Any) -> bool:
@@ -63,16 +65,16 @@ def _early(request: Any) -> bool:
     return bool(getattr(request, "answering_early", False))
 
 
-def _already_received(self: Any, request: Any, login: Any, form: Any) -> bytes:
+def _already_received(self: SourceSite, request: Any, login: Any, form: Any) -> bytes:
     if _early(request):
         # 409 (this form was sent already): a browser still sending shows an answer that comes
         # before its body is through only when it is an error (Chromium resets the page on a 200).
         set_html(request, 409)
         return render_sync(received_page(self, request, login, form))
-    return self._to_lookup(request, login.session, form)
+    return self.to_lookup(request, login.session, form)
 
 
-def _expired_page(self: Any, request: Any, message: str) -> bytes:
+def _expired_page(self: SourceSite, request: Any, message: str) -> bytes:
     """The session ended before the submission could be taken: the login page, the message waiting
     in it to be sent with the codename. After a whole body, a redirect to it (post/redirect/get),
     the message held meanwhile like a text carried across a language switch (``_carried``: in
@@ -81,37 +83,37 @@ def _expired_page(self: Any, request: Any, message: str) -> bytes:
     nothing behind."""
     token = self.cookie.token(request)
     if token and not _early(request) and self.carried.keep(token, "", message[:MAX_MESSAGE_CHARS]):
-        return self._redirect(request, "/login?expired=1")
-    ctx = self._form_ctx(request, "login")
+        return self.redirect(request, "/login?expired=1")
+    ctx = self.form_ctx(request, "login")
     set_html(request, 403)
     notice = ctx._(msgs.EXPIRED_SUBMIT, minutes=self.session_minutes)
     return render_sync(pages.login(ctx, notice=notice, carried=message[:MAX_MESSAGE_CHARS]))
 
 
-def closed_page(self: Any, request: Any, message: str) -> bytes:
+def closed_page(self: SourceSite, request: Any, message: str) -> bytes:
     """The newsroom closed this source's conversation while it was sending: said once, the typed
     message shown to copy, then logged out. After a whole body, a redirect to /lookup, which says
     it (``SourceInterface._refuse_anonymous``), the message held meanwhile as ``_expired_page`` does."""
-    session = self._session(request)
+    session = self.session_of(request)
     closed = session is not None and session.data.get("closed")
     token = self.cookie.token(request)
     if closed and token and not _early(request) and self.carried.keep(token, "", message[:MAX_MESSAGE_CHARS]):
-        return self._redirect(request, "/lookup")
+        return self.redirect(request, "/lookup")
     if closed:
         self.cookie.end(request, session)
-    return self._error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED, kept=message)
+    return self.error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED, kept=message)
 
 
-def refused_upload_page(self: Any, request: Any, error: UploadError, fields: dict[str, str]) -> bytes:
+def refused_upload_page(self: SourceSite, request: Any, error: UploadError, fields: dict[str, str]) -> bytes:
     """What a source sees when a submission is refused: always the typed message back."""
     message = fields.get("msg", "") if same_origin(request) else ""
     have_message = "msg" in fields
-    session = self._session(request)
+    session = self.session_of(request)
     if error.reason == CLOSED:
         return closed_page(self, request, message)
     if error.reason == NO_ROOM:
         return _no_room_page(self, request, message, have_message, fields.get(pages.FORM_TOKEN_FIELD))
-    if error.reason == EXPIRED or self._current_login(request) is None:
+    if error.reason == EXPIRED or self.current_login(request) is None:
         if session is not None and session.data.get("closed"):
             return closed_page(self, request, message)
         return _expired_page(self, request, message)
@@ -142,7 +144,7 @@ def refused_upload_page(self: Any, request: Any, error: UploadError, fields: dic
                       token=token)
 
 
-def _no_room_page(self: Any, request: Any, message: str, have_message: bool, token: str | None = None) -> bytes:
+def _no_room_page(self: SourceSite, request: Any, message: str, have_message: bool, token: str | None = None) -> bytes:
     """The disk cannot take these files and keep its reserve: say what size fits now."""
     disk = self.newsroom.disk
     largest = min(self.settings.max_upload_size, disk.largest_upload() - _FORM_ALLOWANCE if disk else 0)
@@ -156,7 +158,7 @@ def _no_room_page(self: Any, request: Any, message: str, have_message: bool, tok
                       token=token, size=largest)
 
 
-def storage_failed(self: Any, request: Any, e: EncryptionFailed | StorageFailed, message: str = "",
+def storage_failed(self: SourceSite, request: Any, e: EncryptionFailed | StorageFailed, message: str = "",
                    token: str | None = None) -> Any:
     # Counted for the day's report (daily_report), never logged now: it would date the source.
     self.newsroom.activity.not_stored("disk_full" if e.disk_full else "storage_failed")

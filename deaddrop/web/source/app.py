@@ -18,7 +18,7 @@ import dataclasses
 import functools
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from klein import Klein
 
@@ -40,10 +40,13 @@ from deaddrop.web._common.site import BodyPolicy, DeadDropSite, describe_failure
 from deaddrop.web.source import codename, i18n, language, messages as msgs, pages, public, replies, submit, uploads
 from deaddrop.web.source._browser import is_tor_browser
 from deaddrop.web.source._carried import CarriedTexts
+from deaddrop.web.source._in_flight import InFlight
 from deaddrop.web.source.defence import CUTS_BEFORE_CLOSING, REFUSALS_BEFORE_CLOSING, FloodDefence
 from deaddrop.web.source._login import SourceLogin
 from deaddrop.web.source._proxies import refuse_proxied
 from deaddrop.web.source._submission_forms import RECEIVED, DraftBudget, SubmissionForm, SubmissionForms
+from deaddrop.web.source.i18n import Counted
+from deaddrop.web.source.interface import SourceSite
 from deaddrop.web.source.pages import MAX_MESSAGE_CHARS, CustomTexts, PageContext
 
 COOKIE = "dd_source"
@@ -77,7 +80,7 @@ class SourceInterface(HtmlResponses):
     # Requests per Tor circuit, shared by every listener of this site.
     request_rate: CircuitRequestRate = field(default_factory=CircuitRequestRate)
     # Uploads still arriving, per source id: a source the newsroom deletes has them ended.
-    _uploads: uploads.InFlight = field(default_factory=uploads.InFlight)
+    in_flight: InFlight = field(default_factory=InFlight)
     # Typed messages kept for refused forms, across all sessions (see _submission_forms).
     drafts: DraftBudget = field(default_factory=DraftBudget)
     # What visitors without a session typed on the login page, across a language switch.
@@ -92,40 +95,40 @@ class SourceInterface(HtmlResponses):
 
     # -- plumbing --------------------------------------------------------------------------
 
-    def _session(self, request: Any) -> Session | None:
+    def session_of(self, request: Any) -> Session | None:
         return self.cookie.lookup(request)
 
-    def _binding(self, request: Any) -> str:
+    def form_binding(self, request: Any) -> str:
         """What this visitor's anonymous form tokens are bound to (the source cookie's value,
         set if missing). A closed conversation's session ends here: the visitor starts afresh."""
-        session = self._session(request)
+        session = self.session_of(request)
         if session is not None and session.data.get("closed"):
             self.sessions.destroy(session)
             return self.cookie.binding(request, renew=True)
         return self.cookie.binding(request)
 
-    def _form_ctx(self, request: Any, purpose: str, secret: str = "") -> PageContext:
+    def form_ctx(self, request: Any, purpose: str, secret: str = "") -> PageContext:
         """An anonymous form page's frame: a sealed form token instead of a session."""
-        token = self.forms.issue(purpose, self._binding(request), secret)
-        return dataclasses.replace(self._ctx(request), csrf_token=token)
+        token = self.forms.issue(purpose, self.form_binding(request), secret)
+        return dataclasses.replace(self.page_ctx(request), csrf_token=token)
 
-    def _form_secret(self, request: Any, purpose: str) -> str | None:
+    def form_secret(self, request: Any, purpose: str) -> str | None:
         """The secret sealed in the posted form's token ("" if none); None if the token is not
         one we issued for ``purpose`` to this browser, or has expired."""
-        return self.forms.open(self._arg(request, "csrf_token"), purpose, self.cookie.token(request))
+        return self.forms.open(self.arg(request, "csrf_token"), purpose, self.cookie.token(request))
 
     @staticmethod
-    def _identity(session: Session | None) -> SourceIdentity | None:
+    def identity_of(session: Session | None) -> SourceIdentity | None:
         return session.data.get("source") if session else None
 
     @staticmethod
-    def _arg(request: Any, name: str) -> str | None:
+    def arg(request: Any, name: str) -> str | None:
         return form_arg(request, name, _MAX_CODENAME_CHARS)
 
-    def _current_login(self, request: Any) -> SourceLogin | None:
-        session = self._session(request)
-        identity = self._identity(session)
-        if identity is None:
+    def current_login(self, request: Any) -> SourceLogin | None:
+        session = self.session_of(request)
+        identity = self.identity_of(session)
+        if session is None or identity is None:
             return None
         passphrase = SessionStore.unseal(session, self.cookie.token(request), "passphrase")
         if passphrase is None:
@@ -140,37 +143,37 @@ class SourceInterface(HtmlResponses):
             session.data.clear()
             session.data["closed"] = True
             self.sessions.bind(session, None)
-        self._uploads.close(source_id)
+        self.in_flight.close(source_id)
 
-    def _refuse_anonymous(self, request: Any, post: bool) -> Any:
-        session = self._session(request)
+    def refuse_anonymous(self, request: Any, post: bool) -> Any:
+        session = self.session_of(request)
         if session is not None and session.data.get("closed"):
             # Said once, calmly, and logged out: the next visit starts afresh (as SecureDrop does).
             # With the message of a submission refused for it, if that is what led here.
             kept = (self.carried.take(self.cookie.token(request)) or ("", ""))[1]
             self.cookie.end(request, session)
-            return self._error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED, kept=kept)
+            return self.error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED, kept=kept)
         # A cookie that no longer opens a session: logged out for inactivity (or a restart).
         expired = bool(_TOKEN_SHAPE.fullmatch(self.cookie.token(request) or ""))
-        return self._redirect(request, "/login?expired=1" if expired else "/login")
+        return self.redirect(request, "/login?expired=1" if expired else "/login")
 
-    def _refuse_stale_form(self, request: Any) -> bytes:
-        return self._error(request, 403, msgs.T_TRY_AGAIN, msgs.STALE_DELETE)
+    def refuse_stale_form(self, request: Any) -> bytes:
+        return self.error(request, 403, msgs.T_TRY_AGAIN, msgs.STALE_DELETE)
 
-    def _refuse_non_admin(self, request: Any) -> bytes:  # no admins on the source side
-        return self._refuse_anonymous(request, False)
+    def refuse_non_admin(self, request: Any) -> bytes:  # no admins on the source side
+        return self.refuse_anonymous(request, False)
 
     @property
     def session_minutes(self) -> int:
         """How long a source stays logged in (--source-session-minutes; tests may shorten it)."""
         return max(1, round(min(self.sessions.idle_timeout, self.sessions.absolute_timeout) / 60))
 
-    def _ctx(self, request: Any, session: Session | None = None, *, logged_in: bool = False) -> PageContext:
+    def page_ctx(self, request: Any, session: Session | None = None, *, logged_in: bool = False) -> PageContext:
         """What every page's frame needs; pops the session's flashes (they are shown once)."""
         lang = i18n.negotiate(request)
         path = (request.path or b"/").split(b"?", 1)[0].decode("utf-8", "replace")  # None mid-body
         return PageContext(
-            lang=lang, site_name=self._name, path=path,
+            lang=lang, site_name=self.site_name, path=path,
             csrf_token=session.csrf_token if session else None,
             flashes=session.pop_flashes() if session else (),
             logged_in=logged_in, demo=self.demo,
@@ -181,51 +184,54 @@ class SourceInterface(HtmlResponses):
                                self.texts.logo_url(lang.code)),
         )
 
-    def _error(self, request: Any, status: int, title: str, message: str, kept: str = "", **values: Any) -> bytes:
+    def error(self, request: Any, status: int, title: str, message: str | Counted, kept: str = "",
+              **values: Any) -> bytes:
         """A translated error page in the source frame (language menu, Log out, safety link)."""
-        login = self._current_login(request)
-        ctx = self._ctx(request, login.session if login else None, logged_in=login is not None)
+        login = self.current_login(request)
+        ctx = self.page_ctx(request, login.session if login else None, logged_in=login is not None)
         set_html(request, status)
         return render_sync(pages.error(ctx, ctx._(title), ctx._(message, **values), kept=kept[:MAX_MESSAGE_CHARS]))
 
-    def _busy(self, request: Any) -> bytes:
+    def busy(self, request: Any) -> bytes:
         self.defence.flood("busy")
         request.setHeader(b"retry-after", b"60")
-        return self._error(request, 503, BUSY_TITLE, BUSY_MESSAGE)
+        return self.error(request, 503, BUSY_TITLE, BUSY_MESSAGE)
 
     # -- one-time submission forms (see _submission_forms) ------------------------------------
 
     @staticmethod
-    def _forms(session: Session) -> SubmissionForms:
+    def submission_forms(session: Session) -> SubmissionForms:
         return session.data.setdefault("forms", SubmissionForms())
 
-    def _to_lookup(self, request: Any, session: Session, form: SubmissionForm | None = None,
+    def to_lookup(self, request: Any, session: Session, form: SubmissionForm | None = None,
                    refused: bool = False) -> bytes:
         """Redirect to the logged-in page, at the address of a form of its own. A refused form's
         address ends in ``#send`` (its error, by the form), so a client can tell it from a stored one."""
-        form = form or self._forms(session).issue()
+        form = form or self.submission_forms(session).issue()
         if form.state == RECEIVED:
             # Not the form page's own address: a browser could take a redirect to the page it
             # is on as a reload and replace it, and Back would then skip what was sent.
             # And Back must not bring the form back from the back/forward cache, the sent
             # message still in it: that cache lets go of a site's pages when it sets a cookie.
             self.cookie.touch(request)
-            return self._redirect(request, f"/lookup?form={form.token}&received=1")
-        return self._redirect(request, f"/lookup?form={form.token}" + ("#send" if refused else ""))
+            return self.redirect(request, f"/lookup?form={form.token}&received=1")
+        return self.redirect(request, f"/lookup?form={form.token}" + ("#send" if refused else ""))
 
-    def _keep_draft(self, request: Any, session: Session, form: SubmissionForm, message: str) -> None:
+    def keep_draft(self, request: Any, session: Session, form: SubmissionForm, message: str) -> None:
         """The typed message of a refused form, sealed with the cookie, within the shared budget."""
         name = f"draft:{form.token}"
-        self._drop_draft(session, name)
-        if not message or not self.drafts.keep(session, name, len(message.encode("utf-8")), self._drop_draft):
+        self.drop_draft(session, name)
+        token = self.cookie.token(request)  # a live session has one
+        if not message or token is None or not self.drafts.keep(session, name, len(message.encode("utf-8")),
+                                                                self.drop_draft):
             return
-        SessionStore.seal(session, self.cookie.token(request), name, message)
+        SessionStore.seal(session, token, name, message)
         form.has_draft = True
 
-    def _drop_draft(self, session: Session, name: str) -> None:
+    def drop_draft(self, session: Session, name: str) -> None:
         session.sealed.pop(name, None)
         self.drafts.release(session, name)
-        form = self._forms(session).get(name.removeprefix("draft:"))
+        form = self.submission_forms(session).get(name.removeprefix("draft:"))
         if form is not None:
             form.has_draft = False
 
@@ -236,22 +242,22 @@ class SourceInterface(HtmlResponses):
         if failure.check(HTTPException):
             code = failure.value.code or 500
             if code == 404:
-                return self._error(request, 404, msgs.T_NOT_FOUND, msgs.NOT_FOUND)
+                return self.error(request, 404, msgs.T_NOT_FOUND, msgs.NOT_FOUND)
             if code == 405:
-                return self._error(request, 405, msgs.T_NOT_ALLOWED, msgs.NOT_ALLOWED)
-            return self._error(request, code, msgs.T_REFUSED, msgs.REFUSED)
+                return self.error(request, 405, msgs.T_NOT_ALLOWED, msgs.NOT_ALLOWED)
+            return self.error(request, code, msgs.T_REFUSED, msgs.REFUSED)
         if failure.check(Busy):  # e.g. the reply decryption queue of /lookup
-            return self._busy(request)
+            return self.busy(request)
         if is_disk_full(failure.value):  # e.g. /create when SQLite cannot grow its WAL
             self.newsroom.activity.failed("the disk is full")
-            return self._error(request, 507, msgs.T_OUT_OF_SPACE, msgs.OUT_OF_SPACE)
+            return self.error(request, 507, msgs.T_OUT_OF_SPACE, msgs.OUT_OF_SPACE)
         self._report_failure(failure)
-        return self._error(request, 500, msgs.T_SOMETHING_WRONG, msgs.SOMETHING_WRONG)
+        return self.error(request, 500, msgs.T_SOMETHING_WRONG, msgs.SOMETHING_WRONG)
 
     def _early_page(self, status: int, title: str, message: str, headers: Any = None) -> bytes:
         """A refusal answered before a route runs (too many requests, too large, headers too
         large, tor2web...): the source frame, in the language the headers ask for."""
-        ctx = PageContext(lang=i18n.from_headers(headers), site_name=self._name, session_minutes=self.session_minutes,
+        ctx = PageContext(lang=i18n.from_headers(headers), site_name=self.site_name, session_minutes=self.session_minutes,
                           max_upload_size=self.settings.max_upload_size, allow_uploads=self.settings.allow_uploads)
         return render_sync(pages.error(ctx, ctx._(title), ctx._(message)))
 
@@ -285,3 +291,8 @@ class SourceInterface(HtmlResponses):
 
 for _feature in (public, language, codename, replies, submit):
     _feature.register(SourceInterface)
+
+
+if TYPE_CHECKING:
+    def _provides_what_its_features_use(interface: SourceInterface) -> SourceSite:
+        return interface

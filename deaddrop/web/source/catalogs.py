@@ -71,12 +71,19 @@ def must_be_complete(code: str) -> bool:
     return code in LANGUAGES and code not in INCOMPLETE
 
 
+def _ids(message: Message) -> tuple[str, ...]:
+    """The English of ``message``: one text, or the singular and the plural."""
+    return (message.id,) if isinstance(message.id, str) else tuple(message.id)
+
+
 def _key(message: Message) -> str:
-    return message.id[0] if isinstance(message.id, tuple) else message.id
+    return _ids(message)[0]
 
 
 def _forms(message: Message) -> tuple[str, ...]:
-    return message.string if isinstance(message.string, tuple) else (message.string,)
+    """The translation's forms (one, or one per plural form; "" where none is written)."""
+    written = message.string
+    return tuple(written) if isinstance(written, (tuple, list)) else (written or "",)
 
 
 def _translated(message: Message | None) -> bool:
@@ -156,7 +163,7 @@ def problems(catalog: Catalog, messages: Catalog, complete: bool) -> list[str]:
             found.append(f"{len(forms)} plural forms instead of {catalog.num_plurals}: {key!r}")
         if complete and not all(forms):
             found.append(f"not translated: {key!r}")
-        english = wanted.id[-1] if isinstance(wanted.id, tuple) else wanted.id
+        english = _ids(wanted)[-1]
         for index, form in enumerate(forms):
             if form:
                 found += [f"{p}: {key!r} -> {form!r}" for p in form_problems(english, form, index in single)]
@@ -170,7 +177,7 @@ def form_problems(english: str, translated: str, count_in_words: bool = False) -
     fields, wanted = _fields(translated), _fields(english)
     if fields is None:
         out.append("a brace { or } that is not a placeholder (write placeholders exactly as in English)")
-    elif fields != wanted and not (count_in_words and [f for f in wanted if f != "{n}"] == fields):
+    elif fields != wanted and not (count_in_words and [f for f in wanted or () if f != "{n}"] == fields):
         out.append(f"placeholders {fields} instead of {wanted}")
     if sorted(_MARKUP.findall(translated)) != sorted(_MARKUP.findall(english)):
         out.append("markup differs from the English")

@@ -18,13 +18,14 @@ from deaddrop.admission.queues import BUSY_MESSAGE, Busy
 from deaddrop.newsroom.newsroom import LoginThrottled, NoFreeDesignation, SourceIdentity
 from deaddrop.transport.circuits import circuit_of
 from deaddrop.web._common.forms import form_arg, same_origin
-from deaddrop.web._common.routes import Routes
+from deaddrop.web._common.routes import Routed, Routes
 from deaddrop.web.sessions import Session, SessionStore
 from deaddrop.web._common.upload import UploadResult
 from deaddrop.web.source import i18n, messages as msgs, pages
 from deaddrop.web.source._login import SourceLogin
 from deaddrop.web.source.pages import MAX_MESSAGE_CHARS
 from deaddrop.web.source.submit import receipt_thanks, store_submission
+from deaddrop.web.source.interface import SourceSite
 
 
 class _Refused(Exception):
@@ -39,29 +40,29 @@ routes = Routes()
 
 
 @routes.route("/generate", methods=["GET"])
-def generate(self: Any, request: Any) -> Any:
-    session = self._session(request)
-    if self._identity(session):
+def generate(self: SourceSite, request: Any) -> Any:
+    session = self.session_of(request)
+    if session is not None and self.identity_of(session):
         session.flash(i18n.negotiate(request).gettext(msgs.ALREADY_LOGGED_IN), "warning")
-        return self._to_lookup(request, session)
+        return self.to_lookup(request, session)
     # The codename this browser was shown, when it switched languages on this page (a token
     # sealed for this browser only); else a new one.
-    codename = (self.forms.open(self._arg(request, "keep"), "create", self.cookie.token(request))
+    codename = (self.forms.open(self.arg(request, "keep"), "create", self.cookie.token(request))
                 or codenames.generate_codename(self.codename_words))
     # Sealed into the form's token: /create accepts codenames we generated and nothing else,
     # and nothing is kept here.
-    return self._html(request, pages.generate(self._form_ctx(request, "create", codename), codename))
+    return self.html(request, pages.generate(self.form_ctx(request, "create", codename), codename))
 
 
 @routes.route("/create", methods=["POST"])
 @inlineCallbacks
-def create(self: Any, request: Any):
-    generated = self._form_secret(request, "create")
+def create(self: SourceSite, request: Any):
+    generated = self.form_secret(request, "create")
     if not generated:
-        return self._error(request, 403, msgs.T_TRY_AGAIN, msgs.STALE_CREATE)
-    codename = self._arg(request, "codename") or ""
+        return self.error(request, 403, msgs.T_TRY_AGAIN, msgs.STALE_CREATE)
+    codename = self.arg(request, "codename") or ""
     if not hmac.compare_digest(codename.encode("utf-8"), generated.encode("utf-8")):
-        return self._error(request, 400, msgs.T_TRY_AGAIN, msgs.NOT_GENERATED)
+        return self.error(request, 400, msgs.T_TRY_AGAIN, msgs.NOT_GENERATED)
     # A /create that makes nothing (its form replayed: "already in use") cost an Argon2id run
     # like a wrong codename, and counts like one for its circuit.
     try:
@@ -69,56 +70,57 @@ def create(self: Any, request: Any):
             self, request, lambda circuit: self.newsroom.create_source(codename, circuit), counted=ValueError)
     except _Refused as refused:
         if refused.status == 429:
-            return self._error(request, 429, msgs.T_TRY_AGAIN, msgs.THROTTLED)
+            return self.error(request, 429, msgs.T_TRY_AGAIN, msgs.THROTTLED)
         # The same codename again, on a fresh form: the one the source wrote down stays theirs.
-        ctx = self._form_ctx(request, "create", codename)
-        return self._html(request, pages.generate(ctx, codename, ctx._(BUSY_MESSAGE)), 503)
+        ctx = self.form_ctx(request, "create", codename)
+        return self.html(request, pages.generate(ctx, codename, ctx._(BUSY_MESSAGE)), 503)
     except ValueError:
         # Its own form, sent twice (a double click): the first one made the codename. Say it
         # is active and offer to log in, rather than "get a new codename" for one that works.
         # (Its circuit still counts a failure: the same form replayed in a flood costs a run.)
-        ctx = self._form_ctx(request, "login")
-        return self._html(request, pages.login(ctx, notice=ctx._(msgs.CODENAME_ACTIVE)), 409)
+        ctx = self.form_ctx(request, "login")
+        return self.html(request, pages.login(ctx, notice=ctx._(msgs.CODENAME_ACTIVE)), 409)
     except NoFreeDesignation:
         # Counted for the day's report (and start-up refuses lists this small): a calm page.
         self.newsroom.activity.failed("no free designation: the designation lists are too small")
         request.setHeader(b"retry-after", b"3600")
-        return self._error(request, 503, msgs.T_TRY_AGAIN, msgs.NO_NEW_CODENAMES)
-    fresh = _log_in(self, request, self._session(request), identity, passphrase, codename)
+        return self.error(request, 503, msgs.T_TRY_AGAIN, msgs.NO_NEW_CODENAMES)
+    fresh = _log_in(self, request, self.session_of(request), identity, passphrase, codename)
     fresh.data["first_visit"] = True  # "what happens next" after the first submission
     fresh.flash(i18n.negotiate(request).gettext(msgs.CODENAME_ACTIVE), "ok")
-    return self._to_lookup(request, fresh)
+    return self.to_lookup(request, fresh)
 
 
 @routes.route("/login", methods=["GET"])
-def login_form(self: Any, request: Any) -> Any:
-    session = self._session(request)
+def login_form(self: SourceSite, request: Any) -> Any:
+    session = self.session_of(request)
     thanks = receipt_thanks(self, request, i18n.negotiate(request))
-    if self._identity(session):
+    if session is not None and self.identity_of(session):
         if thanks:  # logged in again in another tab while the upload arrived
             session.flash(thanks, "ok")
-        return self._to_lookup(request, session)
-    ctx = self._form_ctx(request, "login")
-    notice = ctx._(msgs.INACTIVE, minutes=self.session_minutes) if self._arg(request, "expired") else None
+        return self.to_lookup(request, session)
+    ctx = self.form_ctx(request, "login")
+    notice = ctx._(msgs.INACTIVE, minutes=self.session_minutes) if self.arg(request, "expired") else None
     if thanks:
         ctx = dataclasses.replace(ctx, flashes=[("ok", thanks)])
         notice = ctx._(msgs.RECEIVED_AFTER_LOGOUT, minutes=self.session_minutes)
     # What was typed here before the language menu was used (once, then forgotten).
-    codename, carried = self.carried.take(self.cookie.token(request)) or ("", "")
-    if carried:
+    token = self.cookie.token(request)
+    codename, carried = self.carried.take(token) or ("", "")
+    if carried and token:  # (only a browser with a cookie has anything carried)
         notice = ctx._(msgs.EXPIRED_SUBMIT, minutes=self.session_minutes)
         # The message waits until it is sent with the codename (or its minutes are up), so a
         # reload of this page, Back or Forward still show it; a codename is handed back once.
-        self.carried.keep(self.cookie.token(request), "", carried)
-    return self._html(request, pages.login(ctx, notice=notice, carried=carried, codename=codename))
+        self.carried.keep(token, "", carried)
+    return self.html(request, pages.login(ctx, notice=notice, carried=carried, codename=codename))
 
 
 @routes.route("/login", methods=["POST"])
 @inlineCallbacks
-def login(self: Any, request: Any):
+def login(self: SourceSite, request: Any):
     # A message typed before the session expired rides along in the form (see /submit).
     carried = (form_arg(request, "msg", MAX_MESSAGE_CHARS) or "")[:MAX_MESSAGE_CHARS]
-    typed = self._arg(request, "codename") or ""
+    typed = self.arg(request, "codename") or ""
     # Every refusal below shows the form again with what was typed in it, so one mistyped word
     # does not mean typing seven again (docs/threat-model.md, "A mistyped codename"): in this
     # answer only (no-store), never kept, logged or put in an address.
@@ -128,13 +130,13 @@ def login(self: Any, request: Any):
         # site must not plant text that a source would then send under their codename, or a
         # codename of its own for the source to log in with.
         carried = kept = ""
-    session = self._session(request)  # logging in again from a logged-in page is fine too
+    session = self.session_of(request)  # logging in again from a logged-in page is fine too
     self.carried.take(self.cookie.token(request))  # a codename carried to this page is used now
-    form_ok = (self._form_secret(request, "login") is not None
-               or (session is not None and session.check_csrf(self._arg(request, "csrf_token"))))
-    ctx = self._form_ctx(request, "login")  # the form again, for every answer that shows it
+    form_ok = (self.form_secret(request, "login") is not None
+               or (session is not None and session.check_csrf(self.arg(request, "csrf_token"))))
+    ctx = self.form_ctx(request, "login")  # the form again, for every answer that shows it
     if not form_ok:
-        return self._html(request, pages.login(ctx, ctx._(msgs.STALE_LOGIN), carried=carried, codename=kept), 403)
+        return self.html(request, pages.login(ctx, ctx._(msgs.STALE_LOGIN), carried=carried, codename=kept), 403)
     codename = codenames.normalise_codename(typed)
     if codename is None:
         # Malformed codenames cannot match any source: no KDF, and they count nowhere. Words
@@ -143,38 +145,38 @@ def login(self: Any, request: Any):
         error = ctx._(msgs.NOT_RECOGNIZED)
         if unknown:
             error += ctx.lang.space + ctx._(msgs.NOT_IN_LIST, words=", ".join(unknown), count=len(unknown))
-        return self._html(request, pages.login(ctx, error, carried=carried, codename=kept), 403)
+        return self.html(request, pages.login(ctx, error, carried=carried, codename=kept), 403)
     try:
         found = yield _argon2id(self, request, lambda circuit: self.newsroom.login(codename, circuit))
     except _Refused as refused:
         said = msgs.THROTTLED if refused.status == 429 else BUSY_MESSAGE
-        return self._html(request, pages.login(ctx, ctx._(said), carried=carried, codename=kept), refused.status)
+        return self.html(request, pages.login(ctx, ctx._(said), carried=carried, codename=kept), refused.status)
     if found is None:
         # The same page for every codename that opens nothing, whoever else exists.
-        return self._html(request, pages.login(ctx, ctx._(msgs.NOT_RECOGNIZED), carried=carried, codename=kept), 403)
+        return self.html(request, pages.login(ctx, ctx._(msgs.NOT_RECOGNIZED), carried=carried, codename=kept), 403)
     identity, passphrase = found
     fresh = _log_in(self, request, session, identity, passphrase, codename)
     if carried.strip():
         login = SourceLogin(fresh, identity, passphrase)
         page = yield store_submission(self, request, login, carried, UploadResult({"msg": carried}, []),
-                                      self._forms(fresh).issue())
+                                      self.submission_forms(fresh).issue())
         return page
-    return self._to_lookup(request, fresh)
+    return self.to_lookup(request, fresh)
 
 
 @routes.route("/logout", methods=["GET"])
-def logout(self: Any, request: Any) -> Deferred:
-    self.cookie.end(request, self._session(request))
-    return self._html(request, pages.logged_out(self._ctx(request)))
+def logout(self: SourceSite, request: Any) -> Deferred:
+    self.cookie.end(request, self.session_of(request))
+    return self.html(request, pages.logged_out(self.page_ctx(request)))
 
 
-def register(cls: Any) -> None:
+def register(cls: type[Routed]) -> None:
     """Add the codename routes to the source interface class ``cls``."""
     routes.register(cls)
 
 
 @inlineCallbacks
-def _argon2id(self: Any, request: Any, run: Callable[[Any], Deferred], counted: type[Exception] | None = None):
+def _argon2id(self: SourceSite, request: Any, run: Callable[[Any], Deferred], counted: type[Exception] | None = None):
     """``run(circuit)``'s result: an Argon2id run for this visitor's codename, new or typed.
 
     Failures count per circuit, never globally; the attempt's place is taken before the KDF,
@@ -221,7 +223,7 @@ def _argon2id(self: Any, request: Any, run: Callable[[Any], Deferred], counted: 
     return result
 
 
-def _log_in(self: Any, request: Any, replacing: Session | None, identity: SourceIdentity, passphrase: str,
+def _log_in(self: SourceSite, request: Any, replacing: Session | None, identity: SourceIdentity, passphrase: str,
             codename: str) -> Session:
     """A fresh session for this source (the one it had, if any, replaced): how /create and /login end."""
     token, fresh = self.cookie.start(request, replacing=replacing)

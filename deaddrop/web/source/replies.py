@@ -13,12 +13,13 @@ from twisted.web.template import Tag
 from deaddrop.admission.queues import Busy
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.guards import login_required, login_route
-from deaddrop.web._common.routes import Routes
+from deaddrop.web._common.routes import Routed, Routes
 from deaddrop.web.sessions import SessionStore
 from deaddrop.web.source import i18n, messages as msgs, pages
 from deaddrop.web.source._login import SourceLogin
 from deaddrop.web.source._submission_forms import RECEIVED, SubmissionForm
 from deaddrop.web.source.pages import ShownReply
+from deaddrop.web.source.interface import SourceSite
 
 
 # Set in a session once its source deleted a reply: its page then says the replies were deleted,
@@ -31,20 +32,20 @@ routes = Routes()
 
 @routes.route("/lookup", methods=["GET"])
 @login_required
-def lookup(self: Any, request: Any, login: SourceLogin) -> Any:
-    forms = self._forms(login.session)
-    token = self._arg(request, "form")
+def lookup(self: SourceSite, request: Any, login: SourceLogin) -> Any:
+    forms = self.submission_forms(login.session)
+    token = self.arg(request, "form")
     form = forms.get(token)
     if token and form is None:  # an address from an ended session, or forgotten: a fresh form
-        return self._to_lookup(request, login.session)
+        return self.to_lookup(request, login.session)
     if form is not None and form.state == RECEIVED:
         # Back after sending, a reload, a replayed form: what arrived, never the form again.
-        return self._html(request, received_page(self, request, login, form))
+        return self.html(request, received_page(self, request, login, form))
     if form is None:  # /lookup itself (links, typed address)
         form = forms.issue()
     status, error, message = 200, None, ""
     if form.error is not None:
-        ctx = self._ctx(request, None)
+        ctx = self.page_ctx(request, None)
         status, error = form.error[0], form.error[1](ctx)
         if status == 503:  # busy: as the refusal this page stands for said
             request.setHeader(b"retry-after", b"60")
@@ -54,8 +55,8 @@ def lookup(self: Any, request: Any, login: SourceLogin) -> Any:
 
 
 @login_route(routes, "/delete", "POST")
-def delete(self: Any, request: Any, login: SourceLogin):
-    number = self._arg(request, "reply") or ""
+def delete(self: SourceSite, request: Any, login: SourceLogin):
+    number = self.arg(request, "reply") or ""
     deleted = False
     # Digits only, and few: anything else names no reply (and never reaches the database).
     if number.isascii() and number.isdigit() and len(number) <= 9:
@@ -64,37 +65,37 @@ def delete(self: Any, request: Any, login: SourceLogin):
     if deleted:
         login.session.data[_REPLIES_DELETED] = True
         login.session.flash(lang.gettext(msgs.REPLY_DELETED), "ok")
-        return self._to_lookup(request, login.session)
+        return self.to_lookup(request, login.session)
     page = yield _lookup_page(self, request, login, status=404, error=lang.gettext(msgs.REPLY_NOT_FOUND))
     return page
 
 
 @login_route(routes, "/delete-all", "POST")
-def delete_all(self: Any, request: Any, login: SourceLogin):
+def delete_all(self: SourceSite, request: Any, login: SourceLogin):
     count = yield shield(self.newsroom.replies.delete_all(login.identity))
     if count:
         login.session.data[_REPLIES_DELETED] = True
-    ctx = self._ctx(request, None)
+    ctx = self.page_ctx(request, None)
     login.session.flash(ctx._(msgs.REPLIES_DELETED, count=count), "ok")
-    return self._to_lookup(request, login.session)
+    return self.to_lookup(request, login.session)
 
 
-def register(cls: Any) -> None:
+def register(cls: type[Routed]) -> None:
     """Add the logged-in page and the reply routes to the source interface class ``cls``."""
     routes.register(cls)
 
 
-def received_page(self: Any, request: Any, login: SourceLogin, form: SubmissionForm) -> Tag:
+def received_page(self: SourceSite, request: Any, login: SourceLogin, form: SubmissionForm) -> Tag:
     """What one stored form delivered (its address, and any form sent again after it was stored)."""
-    ctx = self._ctx(request, login.session, logged_in=True)
+    ctx = self.page_ctx(request, login.session, logged_in=True)
     receipt = form.receipt
     assert receipt is not None
     text = msgs.received(ctx.lang, receipt.message, receipt.documents)
-    return pages.received(ctx, text, receipt.first, self._forms(login.session).issue().token)
+    return pages.received(ctx, text, receipt.first, self.submission_forms(login.session).issue().token)
 
 
 @inlineCallbacks
-def _lookup_page(self: Any, request: Any, login: SourceLogin, *, status: int = 200, message: str = "",
+def _lookup_page(self: SourceSite, request: Any, login: SourceLogin, *, status: int = 200, message: str = "",
                 error: str | None = None, form: SubmissionForm | None = None):
     self.newsroom.replies.ensure_key(login.identity, login.passphrase)  # heals a key lost to a crash after a first submission
     try:
@@ -109,12 +110,12 @@ def _lookup_page(self: Any, request: Any, login: SourceLogin, *, status: int = 2
     else:
         # Newest first: the store lists them in the order they were sent.
         shown = [ShownReply(r.number, r.text, r.created_at, r.new) for r in reversed(replies)]
-    ctx = self._ctx(request, login.session, logged_in=True)
+    ctx = self.page_ctx(request, login.session, logged_in=True)
     codename = SessionStore.unseal(login.session, self.cookie.token(request), "codename")
-    form = form or self._forms(login.session).issue()
+    form = form or self.submission_forms(login.session).issue()
     page = pages.lookup(ctx, shown, message=message, error=error, codename=codename, form_token=form.token,
                         replies_deleted=bool(login.session.data.get(_REPLIES_DELETED)))
-    html = yield self._html(request, page, status)
+    html = yield self.html(request, page, status)
     if any(r.new for r in replies):
         yield self.newsroom.replies.mark_read(login.identity, replies)
     return html

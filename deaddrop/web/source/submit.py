@@ -17,7 +17,7 @@ from deaddrop.newsroom.newsroom import EncryptedPart, SourceNotFound, StorageFai
 from deaddrop.admission.disk_space import NoRoom
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import same_origin
-from deaddrop.web._common.routes import Routes
+from deaddrop.web._common.routes import Routed, Routes
 from deaddrop.web.sessions import Session
 from deaddrop.web._common.site import DeadDropRequest
 from deaddrop.web._common.upload import MultipartUpload, UploadError, UploadResult
@@ -25,7 +25,9 @@ from deaddrop.web.source import i18n, messages as msgs, pages
 from deaddrop.web.source._login import SourceLogin
 from deaddrop.web.source._refusals import EXPIRED, closed_page, form_again, refused_upload_page, storage_failed
 from deaddrop.web.source._submission_forms import RECEIVED, SENDING, Receipt, SubmissionForm, SubmissionForms
+from deaddrop.web.source.i18n import Counted
 from deaddrop.web.source.pages import MAX_MESSAGE_CHARS
+from deaddrop.web.source.interface import SourceSite
 
 # The purpose (and binding) of the sealed receipt of a submission received after its session ended.
 _RECEIPT = "received"
@@ -35,23 +37,23 @@ routes = Routes()
 
 
 @routes.route("/submit", methods=["POST"])
-def submit(self: Any, request: DeadDropRequest) -> Deferred:
+def submit(self: SourceSite, request: DeadDropRequest) -> Deferred:
     # Klein cancels a route's Deferred when the connection drops. A body that arrived whole
     # must still be committed or its ciphertext discarded: cancelled half-way (waiting for
     # the encryptors, or the message's encryption) its temp files were left in DATA/tmp.
     return shield(_submit(self, request))
 
 
-def register(cls: Any) -> None:
+def register(cls: type[Routed]) -> None:
     """Add /submit to the source interface class ``cls``."""
     routes.register(cls)
 
 
 @inlineCallbacks
-def _submit(self: Any, request: DeadDropRequest):
+def _submit(self: SourceSite, request: DeadDropRequest):
     upload: MultipartUpload | None = getattr(request, "upload", None)
     if upload is None:
-        return self._error(request, 400, msgs.T_NOTHING_RECEIVED, msgs.NOTHING_RECEIVED)
+        return self.error(request, 400, msgs.T_NOTHING_RECEIVED, msgs.NOTHING_RECEIVED)
     try:
         result: UploadResult = yield upload.result
     except UploadError as e:
@@ -67,7 +69,7 @@ def _submit(self: Any, request: DeadDropRequest):
         return refused_upload_page(self, request, UploadError(403, "expired", EXPIRED), result.fields)
     message = result.fields.get("msg", "")
     token = result.fields.get(pages.FORM_TOKEN_FIELD)
-    problem: tuple[int, str, dict[str, Any]] | None = None
+    problem: tuple[int, str | Counted, dict[str, Any]] | None = None
     if not login.session.check_csrf(result.fields.get("csrf_token")):
         problem = (403, msgs.STALE_SUBMIT, {})
     elif result.fields.get(pages.HONEYPOT_FIELD):
@@ -84,7 +86,7 @@ def _submit(self: Any, request: DeadDropRequest):
         if live is None:  # nothing stored: the login page, the message carried in it
             return refused_upload_page(self, request, UploadError(problem[0], "expired", EXPIRED), result.fields)
         return form_again(self, request, problem[0], message, problem[1], token=token, **problem[2])
-    form = self._forms(login.session).adopt(token)
+    form = self.submission_forms(login.session).adopt(token)
     while form.state == SENDING:  # the same form, sent twice at once (a double click)
         yield form.settled()
     if form.state == RECEIVED:  # already stored: answered with what arrived, stored once
@@ -92,13 +94,13 @@ def _submit(self: Any, request: DeadDropRequest):
         live = _still_logged_in(self, request, login)
         if live is None:
             return _received_after_logout(self, request, form)
-        return self._to_lookup(request, live.session, _received_in(self, live.session, form))
+        return self.to_lookup(request, live.session, _received_in(self, live.session, form))
     page = yield store_submission(self, request, login, message, result, form)
     return page
 
 
 @inlineCallbacks
-def store_submission(self: Any, request: Any, login: SourceLogin, message: str, result: UploadResult,
+def store_submission(self: SourceSite, request: Any, login: SourceLogin, message: str, result: UploadResult,
                      form: SubmissionForm):
     """Encrypt the message, commit it with the (already encrypted) files, show what arrived."""
     parts: list[EncryptedPart] = []
@@ -115,7 +117,7 @@ def store_submission(self: Any, request: Any, login: SourceLogin, message: str, 
 
 
 @inlineCallbacks
-def _encrypt_and_commit(self: Any, request: Any, login: SourceLogin, message: str, result: UploadResult,
+def _encrypt_and_commit(self: SourceSite, request: Any, login: SourceLogin, message: str, result: UploadResult,
                         form: SubmissionForm, parts: list[EncryptedPart]):
     try:
         if message.strip():
@@ -141,35 +143,35 @@ def _encrypt_and_commit(self: Any, request: Any, login: SourceLogin, message: st
         return closed_page(self, request, message if same_origin(request) else "")
     first = bool(login.session.data.pop("first_visit", False))
     SubmissionForms.received(form, Receipt(bool(message.strip()), len(result.files), first=first))
-    self._drop_draft(login.session, f"draft:{form.token}")
+    self.drop_draft(login.session, f"draft:{form.token}")
     live = _still_logged_in(self, request, login)
     if live is None:
         return _received_after_logout(self, request, form)
-    return self._to_lookup(request, live.session, _received_in(self, live.session, form))
+    return self.to_lookup(request, live.session, _received_in(self, live.session, form))
 
 
-def _received_in(self: Any, session: Session, form: SubmissionForm) -> SubmissionForm:
+def _received_in(self: SourceSite, session: Session, form: SubmissionForm) -> SubmissionForm:
     """``form`` as known to ``session``: a source that logged in again while its submission
     was arriving sees what arrived in its new session too."""
-    mine = self._forms(session).adopt(form.token)
+    mine = self.submission_forms(session).adopt(form.token)
     if mine is not form and mine.state != RECEIVED and form.receipt is not None:
         first = form.receipt.first or bool(session.data.pop("first_visit", False))
         SubmissionForms.received(mine, dataclasses.replace(form.receipt, first=first))
     return mine
 
 
-def _still_logged_in(self: Any, request: Any, login: SourceLogin) -> SourceLogin | None:
+def _still_logged_in(self: SourceSite, request: Any, login: SourceLogin) -> SourceLogin | None:
     """``login``'s session if it is still live, else this browser's current login to the same
     source (logged in again meanwhile), else None (expired, logged out, or closed)."""
-    if self.sessions.is_live(login.session) and self._identity(login.session) == login.identity:
+    if self.sessions.is_live(login.session) and self.identity_of(login.session) == login.identity:
         return login
-    current = self._current_login(request)
+    current = self.current_login(request)
     if current is not None and current.identity == login.identity:
         return current
     return None
 
 
-def _received_after_logout(self: Any, request: Any, form: SubmissionForm) -> bytes:
+def _received_after_logout(self: SourceSite, request: Any, form: SubmissionForm) -> bytes:
     """Stored, but the session ended while the body was arriving: a redirect (post/redirect/get)
     to the login page, which says both; reloading it sends nothing again. What arrived rides
     in a sealed receipt token: nobody can forge one. It is not bound to the cookie, which
@@ -178,12 +180,12 @@ def _received_after_logout(self: Any, request: Any, form: SubmissionForm) -> byt
     receipt = form.receipt
     assert receipt is not None
     token = self.forms.issue(_RECEIPT, _RECEIPT, f"{int(receipt.message)}:{receipt.documents}")
-    return self._redirect(request, f"/login?received={token}")
+    return self.redirect(request, f"/login?received={token}")
 
 
-def receipt_thanks(self: Any, request: Any, lang: i18n.Language) -> str | None:
+def receipt_thanks(self: SourceSite, request: Any, lang: i18n.Language) -> str | None:
     """The thanks of a receipt token in the query (``_received_after_logout``), else None."""
-    opened = self.forms.open(self._arg(request, "received"), _RECEIPT, _RECEIPT) or ""
+    opened = self.forms.open(self.arg(request, "received"), _RECEIPT, _RECEIPT) or ""
     message, _, documents = opened.partition(":")
     if message not in ("0", "1") or not documents.isdigit() or len(documents) > 6:
         return None

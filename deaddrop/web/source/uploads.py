@@ -15,34 +15,11 @@ from deaddrop.transport.circuits import circuit_of
 from deaddrop.web._common.site import DeadDropRequest
 from deaddrop.web._common.upload import REASON_FILES_TOO_LARGE, MultipartUpload, UploadError, UploadLimits
 from deaddrop.web.source import pages
-from deaddrop.web.source._refusals import BUSY, CLOSED, EXPIRED, IN_FLIGHT, NO_ROOM, refused_upload_page
+from deaddrop.web.source._refusals import BUSY, EXPIRED, IN_FLIGHT, NO_ROOM, refused_upload_page
 from deaddrop.web.source.pages import MAX_FILES, MAX_MESSAGE_CHARS
+from deaddrop.web.source.interface import SourceSite
 
 STILL_RECEIVING = "Another submission from you is still being received. Please wait for it to finish."
-
-
-class InFlight:
-    """Uploads still arriving, per source id: a source the newsroom deletes has them ended."""
-
-    def __init__(self) -> None:
-        self._by_source: dict[int, set[MultipartUpload]] = {}
-
-    def add(self, source_id: int, upload: MultipartUpload) -> None:
-        self._by_source.setdefault(source_id, set()).add(upload)
-
-    def discard(self, source_id: int, upload: MultipartUpload) -> None:
-        uploads = self._by_source.get(source_id)
-        if uploads is not None:
-            uploads.discard(upload)
-            if not uploads:
-                del self._by_source[source_id]
-
-    def close(self, source_id: int) -> None:
-        """The source was deleted: uploads it started under a live session stop here. Their
-        ciphertext is discarded and the page that answers says the conversation was closed (the
-        typed message kept)."""
-        for upload in list(self._by_source.get(source_id, ())):
-            upload.cancel(UploadError(403, "The conversation was closed.", CLOSED))
 
 
 def multipart_limit(settings: InstanceSettings) -> int:
@@ -51,7 +28,7 @@ def multipart_limit(settings: InstanceSettings) -> int:
     return settings.max_upload_size + MAX_MESSAGE_CHARS * 4 + (1 << 20)
 
 
-def start_upload(self: Any, request: DeadDropRequest, boundary: bytes, length: int | None) -> MultipartUpload:
+def start_upload(self: SourceSite, request: DeadDropRequest, boundary: bytes, length: int | None) -> MultipartUpload:
     """Called when /submit's headers arrive, before any body byte is read.
 
     When the submission cannot be taken (session expired, another upload in flight, a
@@ -69,7 +46,7 @@ def start_upload(self: Any, request: DeadDropRequest, boundary: bytes, length: i
     files_refused = None
     # The one session check of an upload, before its first byte: whatever happens to the
     # session later (expiry, a logout in another tab), what this login started is received.
-    login = request.upload_login = self._current_login(request)
+    login = request.upload_login = self.current_login(request)
     session = login.session if login else None
     if login is None:
         files_refused = UploadError(403, "Your session expired; please log in again.", EXPIRED)
@@ -77,9 +54,12 @@ def start_upload(self: Any, request: DeadDropRequest, boundary: bytes, length: i
         files_refused = UploadError(429, STILL_RECEIVING, IN_FLIGHT)
     elif length is not None and length > multipart_limit(self.settings):
         files_refused = UploadError(413, "That upload is too large.", REASON_FILES_TOO_LARGE)
-    hold = self.newsroom.admit_upload(
-        login.identity.source_id if login else None, circuit_of(request),
-        evict=lambda: (self.defence.flood("upload_ended"), upload.cancel(UploadError(503, BUSY_MESSAGE, BUSY))))
+
+    def evict() -> None:  # another upload needs the room
+        self.defence.flood("upload_ended")
+        upload.cancel(UploadError(503, BUSY_MESSAGE, BUSY))
+
+    hold = self.newsroom.admit_upload(login.identity.source_id if login else None, circuit_of(request), evict=evict)
 
     def open_sink(filename: str, pause: Callable[[], None], resume: Callable[[], None]) -> Any:
         # Before the first file's first byte: the whole body's disk space (its Content-Length,
@@ -107,12 +87,12 @@ def start_upload(self: Any, request: DeadDropRequest, boundary: bytes, length: i
                              files_refused=files_refused, on_fail=answer_now, progress=hold.progress)
 
     if login is not None:
-        self._uploads.add(login.identity.source_id, upload)
+        self.in_flight.add(login.identity.source_id, upload)
 
     def done(result: Any) -> Any:
         hold.release()
         if login is not None:
-            self._uploads.discard(login.identity.source_id, upload)
+            self.in_flight.discard(login.identity.source_id, upload)
         return result
 
     upload.result.addBoth(done)

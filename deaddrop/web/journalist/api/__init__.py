@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from klein import Klein
 from twisted.internet.defer import inlineCallbacks
@@ -29,6 +29,7 @@ from deaddrop.web._common.site import log_failure_safely
 from deaddrop.web.journalist._files import FileResponse
 from deaddrop.web.journalist.api import auth, replies, sources, submissions
 from deaddrop.web.journalist.api._shared import PREFIX, ApiError, spell_as_securedrop, unsatisfiable
+from deaddrop.web.journalist.api.interface import ApiSite
 from deaddrop.web.journalist.cert_binding import issued_for
 
 
@@ -47,12 +48,12 @@ class JournalistAPI:
     # -- plumbing --------------------------------------------------------------------------
 
     @staticmethod
-    def _json(request: Any, data: Any, status: int = 200) -> bytes:
+    def json_response(request: Any, data: Any, status: int = 200) -> bytes:
         request.setResponseCode(status)
         request.setHeader(b"content-type", b"application/json")
         return json.dumps(data, sort_keys=True).encode("utf-8")
 
-    def _body(self, request: Any) -> dict[str, Any]:
+    def json_body(self, request: Any) -> dict[str, Any]:
         request.content.seek(0)
         raw = request.content.read()
         try:
@@ -64,7 +65,7 @@ class JournalistAPI:
         return data
 
     @staticmethod
-    def _bearer(request: Any) -> str | None:
+    def bearer(request: Any) -> str | None:
         header = request.getHeader(b"authorization")
         if not header:
             return None
@@ -76,34 +77,34 @@ class JournalistAPI:
         except UnicodeDecodeError:
             return None
 
-    def _current_login(self, request: Any) -> Any:
+    def current_login(self, request: Any) -> Any:
         """The journalist the request's token belongs to (a Deferred), or None (for ``token_required``).
 
         A token counts only over its journalist's own certificate, like the login that made it."""
-        d = self.accounts.journalist_for_token(self._bearer(request))
+        d = self.accounts.journalist_for_token(self.bearer(request))
         return d.addCallback(lambda j: j if j is not None and issued_for(request, j.username) else None)
 
-    def _refuse_anonymous(self, request: Any, post: bool) -> bytes:
+    def refuse_anonymous(self, request: Any, post: bool) -> bytes:
         raise ApiError(403, "Forbidden", "Token authentication failed: missing, expired or revoked token.")
 
     @inlineCallbacks
-    def _source(self, uuid: str):
+    def find_source(self, uuid: str):
         source = yield self.desk.source(uuid)
         if source is None:
             raise ApiError(404, "Not Found", "No such source.")
         return source
 
     @inlineCallbacks
-    def _source_item(self, uuid: str, item: str, find: Any, missing: str):
+    def find_source_item(self, uuid: str, item: str, find: Any, missing: str):
         """The source ``uuid`` and its submission or reply ``item`` (``find(source, item)``)."""
-        source = yield self._source(uuid)
+        source = yield self.find_source(uuid)
         found = yield find(source, item)
         if found is None:
             raise ApiError(404, "Not Found", missing)
         return source, found
 
     @inlineCallbacks
-    def _download(self, request: Any, opening: Any, gone: str):
+    def download(self, request: Any, opening: Any, gone: str):
         """The file ``opening`` (a Deferred of the desk's download) sends, with SecureDrop's ETag."""
         try:
             download = yield opening
@@ -116,7 +117,7 @@ class JournalistAPI:
 
     @app.route("/", methods=["GET"])
     def root(self, request: Any) -> bytes:
-        return self._json(request, {
+        return self.json_response(request, {
             "token_url": f"{PREFIX}/token", "sources_url": f"{PREFIX}/sources",
             "submissions_url": f"{PREFIX}/submissions", "replies_url": f"{PREFIX}/replies",
             "seen_url": f"{PREFIX}/seen", "user_url": f"{PREFIX}/user", "current_user_url": f"{PREFIX}/user",
@@ -127,7 +128,7 @@ class JournalistAPI:
     @token_required
     def instance(self, request: Any, journalist: Journalist) -> bytes:
         """The submission public key, so workstations encrypt replies to it as well."""
-        return self._json(request, {"submission_key": {
+        return self.json_response(request, {"submission_key": {
             "type": "PGP", "fingerprint": self.desk.newsroom.submission_fingerprint,
             "public": self.submission_key_armored}})
 
@@ -139,15 +140,20 @@ class JournalistAPI:
 
         if failure.check(ApiError):
             e = failure.value
-            return self._json(request, {"error": e.error, "message": e.message}, e.status)
+            return self.json_response(request, {"error": e.error, "message": e.message}, e.status)
         if failure.check(HTTPException):
             code = failure.value.code or 500
             names = {404: "Not Found", 405: "Method Not Allowed"}
-            return self._json(request, {"error": names.get(code, "Bad Request"),
+            return self.json_response(request, {"error": names.get(code, "Bad Request"),
                                         "message": "No such endpoint, or not with this method."}, code)
         log_failure_safely(failure)
-        return self._json(request, {"error": "Internal Server Error", "message": "The request could not be handled."}, 500)
+        return self.json_response(request, {"error": "Internal Server Error", "message": "The request could not be handled."}, 500)
 
 
 for _feature in (auth, sources, submissions, replies):
     _feature.register(JournalistAPI)
+
+
+if TYPE_CHECKING:
+    def _provides_what_its_features_use(api: JournalistAPI) -> ApiSite:
+        return api

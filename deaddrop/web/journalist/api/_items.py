@@ -14,6 +14,7 @@ from deaddrop.newsroom.accounts import Journalist
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.routes import Routes
 from deaddrop.web.journalist.api._shared import PREFIX, token_route
+from deaddrop.web.journalist.api.interface import ApiSite
 
 
 @dataclass(frozen=True)
@@ -50,30 +51,30 @@ def add_item_routes(routes: Routes, items: Items) -> None:
     """Add the five routes of ``items`` to ``routes``."""
     plural, singular = items.plural, items.singular
 
-    def every(self: Any, request: Any, journalist: Journalist):
+    def every(self: ApiSite, request: Any, journalist: Journalist):
         found = yield items.every(self.desk)
-        return self._json(request, {plural: [items.to_json(x) for x in found]})
+        return self.json_response(request, {plural: [items.to_json(x) for x in found]})
 
-    def of_source(self: Any, request: Any, journalist: Journalist, uuid: str):
-        source = yield self._source(uuid)
+    def of_source(self: ApiSite, request: Any, journalist: Journalist, uuid: str):
+        source = yield self.find_source(uuid)
         found = yield items.of_source(self.desk, source)
-        return self._json(request, {plural: [items.to_json(x) for x in found]})
+        return self.json_response(request, {plural: [items.to_json(x) for x in found]})
 
-    def _item(self: Any, uuid: str, item: str):
-        return self._source_item(uuid, item, lambda source, u: items.find(self.desk, source, u), items.missing)
+    def _item(self: ApiSite, uuid: str, item: str):
+        return self.find_source_item(uuid, item, lambda source, u: items.find(self.desk, source, u), items.missing)
 
-    def one(self: Any, request: Any, journalist: Journalist, uuid: str, item: str):
+    def one(self: ApiSite, request: Any, journalist: Journalist, uuid: str, item: str):
         _, found = yield _item(self, uuid, item)
-        return self._json(request, items.to_json(found))
+        return self.json_response(request, items.to_json(found))
 
-    def delete(self: Any, request: Any, journalist: Journalist, uuid: str, item: str):
+    def delete(self: ApiSite, request: Any, journalist: Journalist, uuid: str, item: str):
         source, found = yield _item(self, uuid, item)
         yield shield(items.delete(self.desk, source, found))
-        return self._json(request, {"message": items.deleted})
+        return self.json_response(request, {"message": items.deleted})
 
-    def download(self: Any, request: Any, journalist: Journalist, uuid: str, item: str):
+    def download(self: ApiSite, request: Any, journalist: Journalist, uuid: str, item: str):
         source, found = yield _item(self, uuid, item)
-        return (yield self._download(request, items.open(self.desk, source, found, journalist.id), items.gone))
+        return (yield self.download(request, items.open(self.desk, source, found, journalist.id), items.gone))
 
     one_url = f"/sources/<uuid>/{plural}/<item>"
     for name, url, method, f in ((f"all_{plural}", f"/{plural}", "GET", every),

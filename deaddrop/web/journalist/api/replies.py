@@ -11,9 +11,10 @@ from typing import Any
 from deaddrop.newsroom.desk import DuplicateReply, KeyNotReady, NotEncryptedToSource, ReplyView
 from deaddrop.newsroom.accounts import Journalist
 from deaddrop.web._common.deferreds import shield
-from deaddrop.web._common.routes import Routes
+from deaddrop.web._common.routes import Routed, Routes
 from deaddrop.web.journalist.api._items import Items, add_item_routes, item_json
 from deaddrop.web.journalist.api._shared import ApiError, token_route
+from deaddrop.web.journalist.api.interface import ApiSite
 
 routes = Routes()
 
@@ -27,9 +28,9 @@ def reply_json(r: ReplyView) -> dict[str, Any]:
 
 
 @token_route(routes, "/sources/<uuid>/replies", "POST")
-def post_reply(self: Any, request: Any, journalist: Journalist, uuid: str):
-    source = yield self._source(uuid)
-    body = self._body(request)
+def post_reply(self: ApiSite, request: Any, journalist: Journalist, uuid: str):
+    source = yield self.find_source(uuid)
+    body = self.json_body(request)
     reply_uuid = body.get("uuid")
     if reply_uuid is not None:
         try:
@@ -46,7 +47,7 @@ def post_reply(self: Any, request: Any, journalist: Journalist, uuid: str):
         raise ApiError(409, "Conflict", "A reply with this uuid already exists.") from None
     except KeyNotReady:
         raise ApiError(409, "Conflict", "The source has no key yet; try again after they log in.") from None
-    return self._json(request, {"message": "Your reply has been stored", "uuid": row["uuid"],
+    return self.json_response(request, {"message": "Your reply has been stored", "uuid": row["uuid"],
                                 "filename": row["filename"]}, 201)
 
 
@@ -59,6 +60,6 @@ add_item_routes(routes, Items(
     missing="No such reply.", gone="This reply was deleted by the source.", deleted="Reply deleted"))
 
 
-def register(cls: Any) -> None:
+def register(cls: type[Routed]) -> None:
     """Add the reply routes to the API class ``cls``."""
     routes.register(cls)

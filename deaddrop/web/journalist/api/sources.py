@@ -13,9 +13,10 @@ from twisted.internet.defer import inlineCallbacks
 from deaddrop.newsroom.desk import SourceView
 from deaddrop.newsroom.accounts import Journalist
 from deaddrop.web._common.deferreds import shield
-from deaddrop.web._common.routes import Routes
+from deaddrop.web._common.routes import Routed, Routes
 from deaddrop.web.journalist._stream import stream_json_list
 from deaddrop.web.journalist.api._shared import PREFIX, ApiError, iso, query_int, query_text, token_route
+from deaddrop.web.journalist.api.interface import ApiSite
 
 SOURCES_PER_PAGE = 100
 MAX_SOURCES_PER_PAGE = 1000
@@ -47,7 +48,7 @@ def source_json(s: SourceView) -> dict[str, Any]:
 
 
 @token_route(routes, "/sources", "GET")
-def sources(self: Any, request: Any, journalist: Journalist):
+def sources(self: ApiSite, request: Any, journalist: Journalist):
     """Every source, streamed, as SecureDrop answers; or, asked for pages, one page.
 
     Without ``per_page`` or ``after``: ``{"sources": [...]}`` with every source, in the
@@ -74,60 +75,60 @@ def sources(self: Any, request: Any, journalist: Journalist):
     next_url = f"{PREFIX}/sources?per_page={per_page}&after={cursor}" if cursor else None
     if next_url:
         request.setHeader(b"link", f'<{next_url}>; rel="next"'.encode("ascii"))
-    return self._json(request, {"sources": [source_json(s) for s in sources], "total": total,
+    return self.json_response(request, {"sources": [source_json(s) for s in sources], "total": total,
                                 "per_page": per_page, "next_cursor": cursor, "next": next_url})
 
 
 @token_route(routes, "/sources/<uuid>", "GET")
-def source(self: Any, request: Any, journalist: Journalist, uuid: str):
-    source = yield self._source(uuid)
-    return self._json(request, source_json(source))
+def source(self: ApiSite, request: Any, journalist: Journalist, uuid: str):
+    source = yield self.find_source(uuid)
+    return self.json_response(request, source_json(source))
 
 
 @token_route(routes, "/sources/<uuid>", "DELETE")
-def delete_source(self: Any, request: Any, journalist: Journalist, uuid: str):
+def delete_source(self: ApiSite, request: Any, journalist: Journalist, uuid: str):
     return (yield _delete(self, request, journalist, uuid, self.desk.delete_source, "journalist.source.deleted",
                           "Source and submissions deleted"))
 
 
 @token_route(routes, "/sources/<uuid>/conversation", "DELETE")
-def delete_conversation(self: Any, request: Any, journalist: Journalist, uuid: str):
+def delete_conversation(self: ApiSite, request: Any, journalist: Journalist, uuid: str):
     """Every submission and reply of the source goes; the source, its key and designation stay."""
     return (yield _delete(self, request, journalist, uuid, self.desk.delete_conversation,
                           "journalist.conversation.deleted", "Source data deleted"))
 
 
 @inlineCallbacks
-def _delete(self: Any, request: Any, journalist: Journalist, uuid: str, delete: Any, event: str, message: str):
+def _delete(self: ApiSite, request: Any, journalist: Journalist, uuid: str, delete: Any, event: str, message: str):
     """The source ``uuid`` found, ``delete(source)`` done even if the client goes, ``event`` recorded."""
-    source = yield self._source(uuid)
+    source = yield self.find_source(uuid)
     yield shield(delete(source))
     self.events.emit(event, username=journalist.username)
-    return self._json(request, {"message": message})
+    return self.json_response(request, {"message": message})
 
 
 @token_route(routes, "/sources/<uuid>/flag", "POST")
-def flag(self: Any, request: Any, journalist: Journalist, uuid: str):
+def flag(self: ApiSite, request: Any, journalist: Journalist, uuid: str):
     """Accepted and ignored, as in SecureDrop 2.x: sources here get a key as soon as they
     first write, so there is nothing to flag them for."""
-    yield self._source(uuid)
-    return self._json(request, {"message": "Source flagged for reply"})
+    yield self.find_source(uuid)
+    return self.json_response(request, {"message": "Source flagged for reply"})
 
 
 @token_route(routes, "/sources/<uuid>/add_star", "POST")
-def add_star(self: Any, request: Any, journalist: Journalist, uuid: str):
-    source = yield self._source(uuid)
+def add_star(self: ApiSite, request: Any, journalist: Journalist, uuid: str):
+    source = yield self.find_source(uuid)
     yield self.desk.set_starred(source, True)
-    return self._json(request, {"message": "Star added"}, 201)
+    return self.json_response(request, {"message": "Star added"}, 201)
 
 
 @token_route(routes, "/sources/<uuid>/remove_star", "DELETE")
-def remove_star(self: Any, request: Any, journalist: Journalist, uuid: str):
-    source = yield self._source(uuid)
+def remove_star(self: ApiSite, request: Any, journalist: Journalist, uuid: str):
+    source = yield self.find_source(uuid)
     yield self.desk.set_starred(source, False)
-    return self._json(request, {"message": "Star removed"})
+    return self.json_response(request, {"message": "Star removed"})
 
 
-def register(cls: Any) -> None:
+def register(cls: type[Routed]) -> None:
     """Add the source routes to the API class ``cls``."""
     routes.register(cls)

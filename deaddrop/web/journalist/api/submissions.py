@@ -9,9 +9,10 @@ from typing import Any
 
 from deaddrop.newsroom.desk import NotFound, SubmissionView
 from deaddrop.newsroom.accounts import Journalist
-from deaddrop.web._common.routes import Routes
+from deaddrop.web._common.routes import Routed, Routes
 from deaddrop.web.journalist.api._items import Items, add_item_routes, item_json
 from deaddrop.web.journalist.api._shared import ApiError, token_route
+from deaddrop.web.journalist.api.interface import ApiSite
 
 routes = Routes()
 
@@ -31,8 +32,8 @@ add_item_routes(routes, Items(
 
 
 @token_route(routes, "/seen", "POST")
-def seen(self: Any, request: Any, journalist: Journalist):
-    body = self._body(request)
+def seen(self: ApiSite, request: Any, journalist: Journalist):
+    body = self.json_body(request)
     lists = {}
     for key in ("files", "messages", "replies"):
         value = body.get(key, [])
@@ -45,9 +46,9 @@ def seen(self: Any, request: Any, journalist: Journalist):
         yield self.desk.mark_seen(journalist.id, lists["files"] + lists["messages"], lists["replies"])
     except NotFound:
         raise ApiError(404, "Not Found", "At least one of those uuids is not a submission or reply.") from None
-    return self._json(request, {"message": "resources marked seen"})
+    return self.json_response(request, {"message": "resources marked seen"})
 
 
-def register(cls: Any) -> None:
+def register(cls: type[Routed]) -> None:
     """Add the submission routes to the API class ``cls``."""
     routes.register(cls)
