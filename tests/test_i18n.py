@@ -83,7 +83,8 @@ class CatalogTests(unittest.TestCase):
         word = {"es": "nombre en clave", "fr": "nom de code", "de": "codename", "pt": "nome de código",
                 "ru": "кодов", "tr": "kod ad", "ar": "اسم", "fa": "نام رمز", "it": "in codice", "nl": "codenaam",
                 "pl": "kryptonim", "uk": "кодов", "id": "nama sandi", "vi": "mật danh", "sw": "siri",
-                "hi": "कोड नाम", "bn": "কোড নাম", "my": "ကုဒ်အမည်", "zh_Hans": "代号", "zh_Hant": "代號", "ko": "코드명"}
+                "hi": "कोड नाम", "bn": "কোড নাম", "my": "ကုဒ်အမည်", "zh_Hans": "代号", "zh_Hant": "代號", "ko": "코드명",
+                "he": "קוד", "ur": "کوڈ نام"}
         for code in i18n.TRANSLATED:
             self.assertIn(code, word, f"add {code}'s word for codename (as on the generate page) to this table")
             catalog = _catalog(code)
@@ -133,7 +134,7 @@ class NegotiationTests(unittest.TestCase):
             "it-IT,it;q=0.9": "it", "nl-BE": "nl", "pl": "pl", "uk-UA,ru;q=0.5": "uk", "id-ID": "id", "vi": "vi",
             "sw-KE,en;q=0.5": "sw",
             # Codes ISO 639 withdrew, which browsers may still send.
-            "in": "id",
+            "in": "id", "iw": "he", "he-IL": "he", "ur-PK,en;q=0.5": "ur",
         }
         for header, expected in cases.items():
             self.assertEqual(i18n.from_accept_language(header), expected, header)
