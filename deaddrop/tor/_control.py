@@ -17,6 +17,7 @@ def client_endpoint(reactor, endpoint: ControlEndpoint):
     if endpoint.host and ":" in endpoint.host:
         return TCP6ClientEndpoint(reactor, endpoint.host, endpoint.port, timeout=10)
     host = "127.0.0.1" if endpoint.host in (None, "localhost") else endpoint.host
+    assert endpoint.port is not None  # (a tcp endpoint has its port: _config parses both)
     return TCP4ClientEndpoint(reactor, host, endpoint.port, timeout=10)
 
 
@@ -62,7 +63,7 @@ def redact(command: str) -> str:
 
 
 def parse_keywords(reply: str) -> dict[str, str]:
-    found = {}
+    found: dict[str, str] = {}
     for line in reply.splitlines():
         key, sep, value = line.strip().partition("=")
         if sep:

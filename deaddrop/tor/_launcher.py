@@ -179,6 +179,7 @@ class TorLauncher:
         if not attempt.alive or attempt.connected.called:
             return
         files = attempt.files
+        assert files is not None  # (a launched Tor's attempt has its files)
         if files.use_unix_socket:
             endpoint = ControlEndpoint("unix", path=files.control_socket)
         else:

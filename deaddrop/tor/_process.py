@@ -190,7 +190,7 @@ class TorProcessProtocol(ProcessProtocol):
     def __init__(
         self,
         on_control_listener: Callable[[], None],
-        on_ended: Callable[[str, str], None],
+        on_ended: Callable[[str, str | None], None],
         on_line: Callable[[str, str], None] | None = None,
         count_line: Callable[[str, str], None] | None = None,
         fold_line: Callable[[str], bool] | None = None,
@@ -271,20 +271,21 @@ class TorProcessProtocol(ProcessProtocol):
         self.ended = True
         value = reason.value
         if getattr(value, "signal", None):
-            self.exit_reason = f"signal_{value.signal}"
+            exit_reason = f"signal_{value.signal}"
         else:
-            self.exit_reason = f"exit_{getattr(value, 'exitCode', None) or 0}"
+            exit_reason = f"exit_{getattr(value, 'exitCode', None) or 0}"
+        self.exit_reason = exit_reason
         waiters, self._exit_waiters = self._exit_waiters, []
-        self._on_ended(self.exit_reason, self.error_summary())
+        self._on_ended(exit_reason, self.error_summary())
         for d in waiters:
-            d.callback(self.exit_reason)
+            d.callback(exit_reason)
 
     def when_ended(self):
         from twisted.internet.defer import Deferred, succeed
 
         if self.ended:
             return succeed(self.exit_reason)
-        d = Deferred()
+        d: Deferred[str | None] = Deferred()
         self._exit_waiters.append(d)
         return d
 

@@ -77,7 +77,7 @@ class OnionPublisher:
     def when_ready(self) -> Deferred:
         if self.source_live and self.onion_address:
             return succeed(self.onion_address)
-        d = Deferred()
+        d: Deferred[str] = Deferred()
         self._ready_waiters.append(d)
         return d
 
@@ -110,7 +110,7 @@ class OnionPublisher:
 
     def torrc_onion(self, attempt: Attempt) -> None:
         """A launched Tor has the source onion in its torrc: it publishes it by itself."""
-        attempt.onions[SOURCE] = Onion(SOURCE, self.source_key, added_at=self._now())
+        attempt.onions[SOURCE] = Onion(SOURCE, self.load_source_key(), added_at=self._now())
 
     def locked_publish(self, attempt: Attempt, which: str, reason: str | None = None) -> Deferred:
         if reason is None:
@@ -123,10 +123,10 @@ class OnionPublisher:
             return
         clients: dict[str, str] = {}
         if which == SOURCE and self._in_torrc:
-            self._source_added(self.source_key)  # in the torrc: Tor publishes it by itself
+            self._source_added(self.load_source_key())  # in the torrc: Tor publishes it by itself
             return
         if which == SOURCE:
-            key = self.source_key
+            key = self.load_source_key()  # (loaded at start: this only reads it)
         else:
             clients = await self._journalist_clients(attempt)
             if not clients:

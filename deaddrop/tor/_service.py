@@ -283,6 +283,7 @@ class TorOnionService(service.Service):
 
     async def _connect_attached(self):
         endpoint = self._control_endpoint
+        assert endpoint is not None  # (attaching: --tor names the control endpoint)
         try:
             return await self._connect(endpoint)
         except Exception as e:

@@ -22,6 +22,7 @@ from deaddrop.web._common.pages import csrf_field, render_sync
 from deaddrop.web._common.routes import Routed, Routes
 from deaddrop.web._common.upload import REASON_FILES_TOO_LARGE, MultipartUpload, UploadError, UploadLimits
 from deaddrop.web.journalist.pages import _error, _page
+from deaddrop.web.journalist._login import JournalistLogin
 from deaddrop.web.journalist.interface import JournalistSite
 
 LOGO_PATH = b"/admin/source-logo"
@@ -96,12 +97,12 @@ routes = Routes()
 
 @routes.route("/admin/source-texts", methods=["GET"])
 @admin_required
-def source_texts_form(self: JournalistSite, request: Any, login: Any):
+def source_texts_form(self: JournalistSite, request: Any, login: JournalistLogin):
     return self.html(request, page(self.site_name, login.session, login.journalist, self.source_texts))
 
 
 @admin_route(routes, "/admin/source-texts", "POST")
-def save_source_texts(self: JournalistSite, request: Any, login: Any):
+def save_source_texts(self: JournalistSite, request: Any, login: JournalistLogin):
     code = form_arg(request, "language", 8) or ""
     values = {kind: (form_arg(request, kind, MAX_TEXT_CHARS + 1) or "").strip() for kind in KINDS}
     problem = "Unknown language." if code not in LANGUAGES else next(

@@ -14,7 +14,8 @@ from deaddrop.web._common.upload import (
 )
 from deaddrop.web.source import messages as msgs, pages
 from deaddrop.web.source._in_flight import CLOSED
-from deaddrop.web.source._submission_forms import RECEIVED, SubmissionForms
+from deaddrop.web.source._login import SourceLogin
+from deaddrop.web.source._submission_forms import RECEIVED, SubmissionForm, SubmissionForms
 from deaddrop.web.source.replies import received_page
 from deaddrop.web.source.i18n import Counted
 from deaddrop.web.source.pages import MAX_FILES, MAX_MESSAGE_CHARS, PageContext
@@ -65,7 +66,7 @@ def _early(request: Any) -> bool:
     return bool(getattr(request, "answering_early", False))
 
 
-def _already_received(self: SourceSite, request: Any, login: Any, form: Any) -> bytes:
+def _already_received(self: SourceSite, request: Any, login: SourceLogin, form: SubmissionForm) -> bytes:
     if _early(request):
         # 409 (this form was sent already): a browser still sending shows an answer that comes
         # before its body is through only when it is an error (Chromium resets the page on a 200).
