@@ -377,7 +377,7 @@ class StatusTableTests(unittest.TestCase):
         table = translation_status.table()
         for code in i18n.TRANSLATED:
             self.assertIn(f"| `{code}` |", table)
-        self.assertIn("| Deutsch (German) | `de` |", table)
+        self.assertIn("| Deutsch | German | `de` |", table)
 
     def test_the_table_says_what_each_file_says(self):
         from deaddrop.web.source import translation_status
@@ -398,7 +398,7 @@ class StatusTableTests(unittest.TestCase):
             write_po(f, catalog)
         total = sum(1 for m in catalogs.template(locales) if m.id)
         row = translation_status.table(locales).splitlines()[-1]
-        self.assertEqual(row, f"| አማርኛ (Amharic) | `am` | 1 of {total} (0%) | 2027-01-15, Amina "
+        self.assertEqual(row, f"| አማርኛ | Amharic | `am` | 1 of {total} (0%) | 2027-01-15, Amina "
                               "| not yet (docs/translating.md, step 5) |")
 
 

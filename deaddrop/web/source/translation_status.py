@@ -38,16 +38,16 @@ def table(locale_dir: str = catalogs.LOCALE_DIR) -> str:
     messages = catalogs.template(locale_dir)
     total = sum(1 for m in messages if m.id)
     lines = [
-        "| Language | Code | Messages translated | Reviewed by a native speaker | In the menu |",
-        "| --- | --- | --- | --- | --- |",
-        f"| {LANGUAGES[DEFAULT][0]} | `{DEFAULT}` | {total} (the source language) | - | yes |",
+        "| Language | In English | Code | Messages translated | Reviewed by a native speaker | In the menu |",
+        "| --- | --- | --- | --- | --- | --- |",
+        f"| {LANGUAGES[DEFAULT][0]} | English | `{DEFAULT}` | {total} (the source language) | - | yes |",
     ]
     for code in catalogs.catalog_codes(locale_dir):
         catalog = catalogs.read(catalogs.po_path(code, locale_dir), code)
         done = catalogs.progress(catalog, messages)
         name = LANGUAGES[code][0] if code in LANGUAGES else Locale.parse(code).get_display_name(code)
         english = Locale.parse(code).get_display_name("en")
-        lines.append(f"| {name} ({english}) | `{code}` | {done.translated} of {done.total} ({done.percent}%) "
+        lines.append(f"| {name} | {english} | `{code}` | {done.translated} of {done.total} ({done.percent}%) "
                      f"| {_reviewed(catalogs.review(catalog))} | {_in_menu(code, done.complete)} |")
     return "\n".join(lines)
 
