@@ -94,6 +94,11 @@ def seed(db_path: str, sources: int, per_source: int) -> float:
               f"{n + 1}-seeded_source_{base + i + 1:08d}-{'msg' if n % 2 == 0 else 'doc.gz'}.gpg",
               "msg" if n % 2 == 0 else "doc", 1000 + n, n % 2, now - 86400)
              for i in range(sources) for n in range(per_source)))
+        # On the default desk, as everything of an instance with one desk is (issue 29).
+        conn.execute("INSERT INTO source_desks(source_id, desk_id) SELECT s.id, d.id FROM sources s, desks d"
+                     " WHERE s.id > ? AND d.is_default = 1", (base,))
+        conn.execute("INSERT INTO submission_desks(submission_id, desk_id) SELECT x.id, d.id FROM submissions x, desks d"
+                     " WHERE x.source_id > ? AND d.is_default = 1", (base,))
     conn.close()
     return time.perf_counter() - start
 

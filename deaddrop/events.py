@@ -30,7 +30,7 @@ ALLOWED_FIELDS = frozenset(
         "onion",  # the instance's own onion address (public by design)
         "kind",  # sub-kind of an event
         "delay",  # seconds, e.g. a restart back-off
-        "target",  # the account acted upon by an admin action
+        "target",  # the account (or desk) acted upon by an admin action
         "fingerprint",  # the submission key fingerprint (public)
         "detail",  # a fixed, non-source-derived explanation
         "expires",  # when a CRL or certificate expires (ISO 8601, UTC)

@@ -20,6 +20,10 @@ class DeskTestCase(unittest.TestCase):
         self.server = yield start_server(self)
         self.desk = self.server.service.desk
         self.browsers = []
+        # Everything on the desk is seen through one journalist's desks (here: the default one).
+        account = yield add_journalist(self.server, "reader")
+        self.reader = (yield self.server.service.accounts.by_uuid(account.uuid)).id
+        self.reader_name = account.username
 
     @inlineCallbacks
     def tearDown(self):
@@ -29,13 +33,13 @@ class DeskTestCase(unittest.TestCase):
     @inlineCallbacks
     def a_source_that_sent(self, message: str = "", files: list[tuple[str, bytes]] = ()):
         """A new source that submitted ``message`` and ``files``. -> its desk view."""
-        before = {s.uuid for s in (yield self.desk.sources())[0]}
+        before = {s.uuid for s in (yield self.desk.sources(self.reader))[0]}
         browser = Browser(self.server.source_url)
         self.browsers.append(browser)
         yield browser.create_source()
         response, _ = yield browser.submit(message, list(files))
         self.assertEqual(response.code, 200)
-        [source] = [s for s in (yield self.desk.sources())[0] if s.uuid not in before]
+        [source] = [s for s in (yield self.desk.sources(self.reader))[0] if s.uuid not in before]
         return source
 
     @inlineCallbacks
@@ -64,23 +68,23 @@ class SourceListingTests(DeskTestCase):
         pending = Browser(self.server.source_url)
         self.browsers.append(pending)
         yield pending.create_source()  # made, nothing sent: not on the desk
-        self.assertEqual((yield self.desk.sources()), ([], 0))
+        self.assertEqual((yield self.desk.sources(self.reader)), ([], 0))
         source = yield self.a_source_that_sent("hello desk")
-        listed, total = yield self.desk.sources()
+        listed, total = yield self.desk.sources(self.reader)
         self.assertEqual(([s.uuid for s in listed], total), ([source.uuid], 1))
-        self.assertEqual((yield self.desk.source(source.uuid)).designation, source.designation)
+        self.assertEqual((yield self.desk.source(self.reader, source.uuid)).designation, source.designation)
         self.assertEqual(source.messages, 1)
-        self.assertIsNone((yield self.desk.source("not a uuid")))
-        self.assertIsNone((yield self.desk.source("00000000-0000-4000-8000-000000000000")))
+        self.assertIsNone((yield self.desk.source(self.reader, "not a uuid")))
+        self.assertIsNone((yield self.desk.source(self.reader, "00000000-0000-4000-8000-000000000000")))
 
     @inlineCallbacks
     def test_starring_and_deleting_a_source(self):
         source = yield self.a_source_that_sent("star me")
         yield self.desk.set_starred(source, True)
-        self.assertTrue((yield self.desk.source(source.uuid)).is_starred)
+        self.assertTrue((yield self.desk.source(self.reader, source.uuid)).is_starred)
         yield self.desk.delete_source(source)
-        self.assertIsNone((yield self.desk.source(source.uuid)))
-        self.assertEqual((yield self.desk.sources()), ([], 0))
+        self.assertIsNone((yield self.desk.source(self.reader, source.uuid)))
+        self.assertEqual((yield self.desk.sources(self.reader)), ([], 0))
 
 
 class SubmissionTests(DeskTestCase):
@@ -136,7 +140,7 @@ class SubmissionTests(DeskTestCase):
         self.assertEqual((yield self.desk.delete_conversation(source)), 1)
         self.assertFalse((yield self.stored(source.id, document.filename)))
         self.assertEqual((yield self.desk.submissions(source)), [])
-        self.assertIsNotNone((yield self.desk.source(source.uuid)))  # the conversation can start again
+        self.assertIsNotNone((yield self.desk.source(self.reader, source.uuid)))  # the conversation can start again
 
 
 class ReplyTests(DeskTestCase):
@@ -144,9 +148,9 @@ class ReplyTests(DeskTestCase):
     def test_a_plaintext_reply_is_stored_encrypted_listed_and_deleted(self):
         source = yield self.a_source_that_sent("answer me")
         yield self.server.service.newsroom.replies.key_ready(source.id)
-        yield self.desk.reply_plaintext(source, "REPLY-FROM-THE-DESK", 1)
+        yield self.desk.reply_plaintext(source, "REPLY-FROM-THE-DESK", self.reader)
         [reply] = yield self.desk.replies(source)
-        self.assertEqual(reply.journalist_username, None)  # account 1 does not exist here
+        self.assertEqual(reply.journalist_username, self.reader_name)
         ciphertext = self.read((yield self.desk.open_reply(source, reply, None)))
         self.assertNotIn(b"REPLY-FROM-THE-DESK", ciphertext)
         self.assertEqual(test_svs().decrypt(ciphertext), b"REPLY-FROM-THE-DESK")  # the submission key too
@@ -159,16 +163,16 @@ class ReplyTests(DeskTestCase):
     def test_an_encrypted_reply_must_be_one_armored_message_to_the_source_s_key(self):
         source = yield self.a_source_that_sent("answer me encrypted")
         yield self.server.service.newsroom.replies.key_ready(source.id)
-        source = yield self.desk.source(source.uuid)  # now with its key
+        source = yield self.desk.source(self.reader, source.uuid)  # now with its key
         for refused in ("plain words", "-----BEGIN PGP MESSAGE-----\n\nnot base64 !\n-----END PGP MESSAGE-----", 42):
             with self.assertRaises(NotEncryptedToSource):
-                yield self.desk.reply_encrypted(source, refused, None, 1)
+                yield self.desk.reply_encrypted(source, refused, None, self.reader)
         # A real message, but to the submission key alone: not readable by the source.
         to_svs_only = yield self.encrypted_to([self.server.service.newsroom.submission_fingerprint], b"not for you")
         with self.assertRaises(NotEncryptedToSource):
-            yield self.desk.reply_encrypted(source, to_svs_only, None, 1)
+            yield self.desk.reply_encrypted(source, to_svs_only, None, self.reader)
         self.assertEqual((yield self.desk.replies(source)), [])
         to_source = yield self.encrypted_to([source.key_fingerprint], b"for the source")
-        row = yield self.desk.reply_encrypted(source, to_source, None, 1)
+        row = yield self.desk.reply_encrypted(source, to_source, None, self.reader)
         [reply] = yield self.desk.replies(source)
         self.assertEqual(reply.filename, row["filename"])

@@ -18,10 +18,9 @@ from typing import Any
 
 import qrcode
 
-from deaddrop.admin._datadir import initialised_data_dir, open_database
+from deaddrop.admin._opened import OpenedDataDir, with_opened
 from deaddrop.admin._output import AdminError, Output
 from deaddrop.crypto.kdf import KdfCost
-from deaddrop.events import SecurityEvents
 from deaddrop.newsroom.accounts import (
     AccountError, Journalist, create_account_blocking, generate_passphrase, hash_passphrase, new_totp_secret,
     totp_uri,
@@ -30,7 +29,6 @@ from deaddrop.second_factor import hotp, policy
 from deaddrop.store import factor_queries as fq
 from deaddrop.store import journalist_queries as jq
 from deaddrop.store import queries
-from deaddrop.store.db import transaction
 
 
 def register(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
@@ -96,15 +94,7 @@ def _argument(parse: Any) -> Any:
 
 # -- plumbing -------------------------------------------------------------------------------
 
-class _Instance:
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.data_dir = initialised_data_dir(args.data_dir)
-        self.conn = open_database(self.data_dir)
-        self.events = SecurityEvents(os.path.join(self.data_dir, "logs", "security.jsonl"))
-
-    def run(self, fn: Any, *args: Any) -> Any:
-        return transaction(self.conn, fn, *args)
-
+class _Instance(OpenedDataDir):
     def issuer(self) -> str:
         return self.run(queries.get_settings).get("organisation_name", "DeadDrop")
 
@@ -114,19 +104,8 @@ class _Instance:
             raise AdminError(f"no journalist named {name!r} (see 'deaddrop-admin journalist list')")
         return Journalist.from_row(row)
 
-    def close(self) -> None:
-        self.events.close()
-        self.conn.close()
 
-
-def _with_instance(fn: Any) -> Any:
-    def run(args: argparse.Namespace, out: Output) -> int:
-        instance = _Instance(args)
-        try:
-            return fn(instance, args, out)
-        finally:
-            instance.close()
-    return run
+_with_instance = with_opened(_Instance)
 
 
 def _qr(uri: str) -> str:

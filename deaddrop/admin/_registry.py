@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from deaddrop.admin import (_backup_commands, _ca_commands, _digest_commands, _journalist_commands,
+from deaddrop.admin import (_backup_commands, _ca_commands, _desk_commands, _digest_commands, _journalist_commands,
                             _settings_commands, _source_commands, _status_commands, _tor_commands)
 
 
@@ -15,6 +15,7 @@ def registrars() -> list[Callable[[Any, Any], None]]:
     return [
         _ca_commands.register,  # ca init, cert issue|revoke, crl
         _journalist_commands.register,  # journalist add|list|delete|reset-2fa|reset-password
+        _desk_commands.register,  # desk add|list|rename|remove|members|key|describe|set
         _status_commands.register,  # status
         _tor_commands.register,  # onion-client add|remove|list
         _backup_commands.register,  # backup, restore

@@ -106,6 +106,20 @@ def counts(data_dir: str) -> dict[str, int]:
         conn.close()
 
 
+def desks(data_dir: str) -> list[dict[str, Any]]:
+    """Each desk: its name, key fingerprint, members and sources (issue 29)."""
+    conn = sqlite3.connect(f"file:{os.path.join(data_dir, 'db.sqlite')}?mode=ro", uri=True, timeout=10.0)
+    try:
+        return [{"name": r[0], "fingerprint": r[1], "default": bool(r[2]), "members": r[3], "sources": r[4]}
+                for r in conn.execute(
+                    "SELECT d.name, d.key_fingerprint, d.is_default,"
+                    " (SELECT COUNT(*) FROM desk_members m WHERE m.desk_id = d.id),"
+                    " (SELECT COUNT(*) FROM source_desks s WHERE s.desk_id = d.id)"
+                    " FROM desks d ORDER BY d.is_default DESC, d.name")]
+    finally:
+        conn.close()
+
+
 def _digest_recipients(data_dir: str) -> int:
     conn = sqlite3.connect(f"file:{os.path.join(data_dir, 'db.sqlite')}?mode=ro", uri=True, timeout=10.0)
     try:
@@ -211,6 +225,7 @@ def instance_status(data_dir: str) -> dict[str, Any]:
     status["tor_mode"] = reported.get("tor_mode")
     status["server"] = server
     status["counts"] = counts(data_dir)
+    status["desks"] = desks(data_dir)
     status["disk"] = disk(data_dir)
     status["submission_key_fingerprint"] = reported.get("submission_key_fingerprint") or key_fingerprint(
         os.path.join(data_dir, "submission-key.asc"))
@@ -283,6 +298,10 @@ def format_status(status: dict[str, Any]) -> str:
             f"{status['submission_key_replacements'][-1]['previous']} (--replace-submission-key; "
             f"{len(status['submission_key_replacements'])} time(s) in all, see the security log)"]
           if status.get("submission_key_replacements") else []),
+        *(["Desks:            " + "; ".join(
+            f"{d['name']}{' (default)' if d['default'] else ''}: key {d['fingerprint'] or '(none)'}, "
+            f"{d['members']} member(s), {d['sources']} source(s)" for d in status["desks"])]
+          if len(status.get("desks", ())) > 1 else []),
         "CRL:              " + (f"next update {crl['next_update']}" + (" (EXPIRED)" if crl["expired"] else
                                  f" (in {crl['days_left']} days)") if crl else "(none)"),
     ]

@@ -1,4 +1,4 @@
-"""Encrypt a stream to the submission key while it arrives, so plaintext never reaches disk.
+"""Encrypt a stream to the submission keys while it arrives, so plaintext never reaches disk.
 
 The reactor hands plaintext chunks to ``StreamEncryption.write``; a worker thread pumps them
 (optionally through a gzip framer) into a ``gpg --encrypt`` process that writes ciphertext
@@ -44,16 +44,25 @@ class EncryptionFailed(Exception):
 
 
 class EncryptionTarget:
-    """Where and how to encrypt: the submission key file and the gpg to use."""
+    """Where and how to encrypt: the recipients' key files and the gpg to use.
 
-    def __init__(self, gpg_binary: str, homedir: str, recipient_file: str) -> None:
+    Several key files make one ciphertext that each of their secret keys opens (a desk each,
+    issue 29): the data is encrypted once, under one session key wrapped for every recipient."""
+
+    def __init__(self, gpg_binary: str, homedir: str, recipient_files: str | list[str]) -> None:
         self.gpg_binary = gpg_binary
         self.homedir = homedir
-        self.recipient_file = recipient_file
+        self.recipient_files = [recipient_files] if isinstance(recipient_files, str) else list(recipient_files)
+        if not self.recipient_files:
+            raise ValueError("no recipient: a submission must be encrypted to at least one key")
+
+    def to(self, recipient_files: list[str]) -> "EncryptionTarget":
+        """The same gpg, encrypting to these key files instead."""
+        return EncryptionTarget(self.gpg_binary, self.homedir, recipient_files)
 
     def argv(self, out_path: str, compress: bool) -> list[str]:
-        return gpg_base_argv(self.gpg_binary, self.homedir) + [
-            "--recipient-file", self.recipient_file,
+        recipients = [arg for path in self.recipient_files for arg in ("--recipient-file", path)]
+        return gpg_base_argv(self.gpg_binary, self.homedir) + recipients + [
             "--compress-algo", "zlib" if compress else "none",
             "--output", out_path,
             "--encrypt",
@@ -132,13 +141,20 @@ class StreamEncryption:
             self._abandoned = True
         elif not isinstance(self._outcome, Failure):
             _remove_quietly(self.out_path)  # finished already: its ciphertext has no owner now
+            if self.on_gone is not None:
+                self.on_gone()
 
     _abandoned = False
+    # Called on the reactor once the ciphertext is gone (failed, aborted or abandoned): its
+    # owner forgets it.
+    on_gone: Callable[[], None] | None = None
 
     def _settle(self, outcome: Any) -> None:
         self._outcome = outcome
         if self._abandoned and not isinstance(outcome, Failure):
             _remove_quietly(self.out_path)
+        if (self._abandoned or isinstance(outcome, Failure)) and self.on_gone is not None:
+            self.on_gone()
         waiters, self._waiters = self._waiters, []
         for d in waiters:
             self._fire(d)

@@ -63,12 +63,15 @@ class SourceView:
     interaction_count: int
     key_fingerprint: str | None
     public_key: str | None = field(repr=False)
+    # The journalist whose view this is: what it holds, and what the desk does with it, is what
+    # that journalist's desks may see (counts included).
+    reader: int = 0
 
     @classmethod
-    def from_row(cls, row: Any) -> "SourceView":
+    def from_row(cls, row: Any, reader: int) -> "SourceView":
         return cls(row["id"], row["uuid"], row["designation"], bool(row["is_starred"]), float(row["last_updated"]),
                    int(row["unread"]), int(row["documents"]), int(row["messages"]), int(row["next_n"]) - 1,
-                   row["key_fingerprint"], row["public_key"])
+                   row["key_fingerprint"], row["public_key"], reader)
 
     @property
     def folder_name(self) -> str:
@@ -151,13 +154,15 @@ class SourceFilter:
         return bool(self.designation) or self.starred or self.unread
 
 
-def _page_and_total(conn: sqlite3.Connection, limit: int, offset: int, only: SourceFilter) -> tuple[list, int]:
+def _page_and_total(conn: sqlite3.Connection, reader: int, limit: int, offset: int,
+                    only: SourceFilter) -> tuple[list, int]:
     narrow = (only.designation, only.starred, only.unread)
-    return jq.visible_sources(conn, limit, offset, *narrow), jq.count_visible_sources(conn, *narrow)
+    return jq.visible_sources(conn, reader, limit, offset, *narrow), jq.count_visible_sources(conn, reader, *narrow)
 
 
-def _after_and_total(conn: sqlite3.Connection, after: tuple[int, float, str] | None, limit: int) -> tuple[list, int]:
-    return jq.visible_sources_after(conn, after, limit), jq.count_visible_sources(conn)
+def _after_and_total(conn: sqlite3.Connection, reader: int, after: tuple[int, float, str] | None,
+                     limit: int) -> tuple[list, int]:
+    return jq.visible_sources_after(conn, reader, after, limit), jq.count_visible_sources(conn, reader)
 
 
 def valid_uuid(text: Any) -> bool:
@@ -165,6 +170,10 @@ def valid_uuid(text: Any) -> bool:
 
 
 class Desk:
+    """Every call is for one journalist, the reader (a journalist id; a ``SourceView`` carries
+    its reader): it sees, counts, downloads and deletes only what its desks were sent, and a
+    source of other desks only is, to it, a source that does not exist."""
+
     def __init__(self, newsroom: Newsroom) -> None:
         self.newsroom = newsroom
         self.db = newsroom.db
@@ -173,59 +182,75 @@ class Desk:
     # -- sources ---------------------------------------------------------------------------
 
     @inlineCallbacks
-    def sources(self, page: int = 1, per_page: int = -1, only: SourceFilter = SourceFilter()):
+    def sources(self, reader: int, page: int = 1, per_page: int = -1, only: SourceFilter = SourceFilter()):
         """-> (one page of sources in listing order, how many there are); ``page`` from 1."""
-        rows, total = yield self.db.run(_page_and_total, per_page, max(0, (page - 1) * per_page), only)
-        return [SourceView.from_row(r) for r in rows], total
+        rows, total = yield self.db.run(_page_and_total, reader, per_page, max(0, (page - 1) * per_page), only)
+        return [SourceView.from_row(r, reader) for r in rows], total
 
     @inlineCallbacks
-    def sources_among(self, uuids: list[str]):
+    def sources_among(self, reader: int, uuids: list[str]):
         """The visible sources among ``uuids`` (a journalist's selection), in listing order."""
-        rows = yield self.db.run(jq.visible_sources_by_uuid, [u for u in dict.fromkeys(uuids) if valid_uuid(u)])
-        return [SourceView.from_row(r) for r in rows]
+        rows = yield self.db.run(jq.visible_sources_by_uuid, reader,
+                                 [u for u in dict.fromkeys(uuids) if valid_uuid(u)])
+        return [SourceView.from_row(r, reader) for r in rows]
 
     @inlineCallbacks
-    def sources_after(self, cursor: str | None, limit: int):
+    def sources_after(self, reader: int, cursor: str | None, limit: int):
         """-> (sources after ``cursor`` in listing order, the total, the next page's cursor or None).
 
         Raises ``ValueError`` for a cursor this desk did not hand out."""
         after = parse_source_cursor(cursor) if cursor is not None else None
-        rows, total = yield self.db.run(_after_and_total, after, limit + 1)
-        sources = [SourceView.from_row(r) for r in rows[:limit]]
+        rows, total = yield self.db.run(_after_and_total, reader, after, limit + 1)
+        sources = [SourceView.from_row(r, reader) for r in rows[:limit]]
         return sources, total, source_cursor(sources[-1]) if len(rows) > limit else None
 
     @inlineCallbacks
-    def sources_by_id(self, after_id: int, limit: int):
+    def sources_by_id(self, reader: int, after_id: int, limit: int):
         """-> up to ``limit`` sources after row id ``after_id`` (see ``jq.visible_sources_by_id``):
         one short transaction each, for walking every source without holding them all."""
-        rows = yield self.db.run(jq.visible_sources_by_id, after_id, limit)
-        return [SourceView.from_row(r) for r in rows]
+        rows = yield self.db.run(jq.visible_sources_by_id, reader, after_id, limit)
+        return [SourceView.from_row(r, reader) for r in rows]
 
     @inlineCallbacks
-    def source(self, uuid: str):
-        """A source that has submitted something, or None (pending sources do not exist here)."""
+    def source(self, reader: int, uuid: str):
+        """A source that has submitted something to a desk of ``reader``, or None (pending
+        sources, and other desks' sources, do not exist here)."""
         if not valid_uuid(uuid):
             return None
-        row = yield self.db.run(jq.visible_source, uuid)
-        return SourceView.from_row(row) if row is not None else None
+        row = yield self.db.run(jq.visible_source, reader, uuid)
+        return SourceView.from_row(row, reader) if row is not None else None
 
     def set_starred(self, source: SourceView, starred: bool):
         return self.db.run(jq.set_starred, source.id, starred)
 
+    @inlineCallbacks
     def delete_source(self, source: SourceView):
-        """Files, key, rows; the source's own sessions end (Newsroom's hooks)."""
-        return self.newsroom.delete_source(source.id)
+        """For the reader's desks: what they were sent goes, and the source leaves them. A source
+        left on no desk goes whole (files, key, rows; its own sessions end: Newsroom's hooks);
+        one also on another desk stays there, with what that desk was sent."""
+        fid, names, alone = yield self.db.run_and_scrub(jq.leave_source, source.reader, source.id)
+        if alone:
+            deleted = yield self.newsroom.delete_source(source.id)
+            return deleted
+        yield self._remove_files(fid, names)
+        return True
+
+    @inlineCallbacks
+    def _remove_files(self, fid: str | None, names: list[str]):
+        if fid is not None:
+            for name in names:
+                yield self.newsroom.crypto_pool.run(self.store.remove, fid, name)
 
     # -- submissions and replies -----------------------------------------------------------
 
     @inlineCallbacks
     def submissions(self, source: SourceView):
-        rows = yield self.db.run(jq.submissions_of, source.id)
+        rows = yield self.db.run(jq.submissions_of, source.reader, source.id)
         return [_submission(r, source.uuid) for r in rows if self.newsroom.is_placed(r["filename"])]
 
     @inlineCallbacks
-    def all_submissions(self):
-        rows = yield self.db.run(jq.all_visible_submissions)
+    def all_submissions(self, reader: int):
+        rows = yield self.db.run(jq.all_visible_submissions, reader)
         return [_submission(r, r["source_uuid"]) for r in rows if self.newsroom.is_placed(r["filename"])]
 
     def submission(self, source: SourceView, uuid: str) -> Deferred:
@@ -234,13 +259,13 @@ class Desk:
 
     @inlineCallbacks
     def replies(self, source: SourceView):
-        rows = yield self.db.run(jq.replies_of, source.id)
+        rows = yield self.db.run(jq.replies_of, source.reader, source.id)
         names = yield self.db.run(jq.usernames_by_id)
         return [_reply(r, source.uuid, names) for r in rows if self.newsroom.is_placed(r["filename"])]
 
     @inlineCallbacks
-    def all_replies(self):
-        rows = yield self.db.run(jq.all_visible_replies)
+    def all_replies(self, reader: int):
+        rows = yield self.db.run(jq.all_visible_replies, reader)
         names = yield self.db.run(jq.usernames_by_id)
         return [_reply(r, r["source_uuid"], names) for r in rows if self.newsroom.is_placed(r["filename"])]
 
@@ -313,9 +338,10 @@ class Desk:
 
     @inlineCallbacks
     def mark_seen(self, journalist_id: int, submission_uuids: list[str], reply_uuids: list[str]):
-        """All or nothing: raises ``NotFound`` if any uuid is not a visible submission or reply."""
-        subs = yield self.db.run(jq.ids_for_uuids, "submissions", list(submission_uuids))
-        reps = yield self.db.run(jq.ids_for_uuids, "replies", list(reply_uuids))
+        """All or nothing: raises ``NotFound`` if any uuid is not a submission or reply the
+        journalist may see."""
+        subs = yield self.db.run(jq.ids_for_uuids, "submissions", journalist_id, list(submission_uuids))
+        reps = yield self.db.run(jq.ids_for_uuids, "replies", journalist_id, list(reply_uuids))
         if len(subs) != len(set(submission_uuids)) or len(reps) != len(set(reply_uuids)):
             raise NotFound()
         yield self.db.run(jq.mark_seen, journalist_id, list(subs.values()), list(reps.values()))
@@ -323,7 +349,7 @@ class Desk:
     @inlineCallbacks
     def mark_sources(self, sources: list[SourceView], journalist_id: int, read: bool):
         """Every submission of these sources read (by this journalist) or unread again (for all)."""
-        ids = yield self.db.run(jq.submission_ids_of, [s.id for s in sources])
+        ids = yield self.db.run(jq.submission_ids_of, journalist_id, [s.id for s in sources])
         yield self._mark(ids, journalist_id, read)
         return len(ids)
 
@@ -344,25 +370,25 @@ class Desk:
 
     @inlineCallbacks
     def delete_submissions(self, source: SourceView, uuids: list[str]):
-        """Rows first (then they are gone for everyone), files after. -> how many were deleted."""
-        fid, names = yield self.db.run_and_scrub(jq.delete_submissions, source.id, [u for u in uuids if valid_uuid(u)])
-        for name in names:
-            yield self.newsroom.crypto_pool.run(self.store.remove, fid, name)
-        return len(names)
+        """Rows first (then they are gone for the reader's desks), files after (of those no
+        other desk was sent). -> how many the reader no longer has."""
+        fid, names, count = yield self.db.run_and_scrub(jq.delete_submissions, source.reader, source.id,
+                                                        [u for u in uuids if valid_uuid(u)])
+        yield self._remove_files(fid, names)
+        return count
 
     @inlineCallbacks
     def delete_conversation(self, source: SourceView):
-        """Every submission and reply of ``source`` (rows, then files); the source, its key and
-        its designation stay, so the conversation can start again. -> how many files went."""
-        fid, names = yield self.db.run_and_scrub(jq.delete_conversation, source.id)
-        if fid is not None:
-            for name in names:
-                yield self.newsroom.crypto_pool.run(self.store.remove, fid, name)
-        return len(names)
+        """Every submission and reply of ``source`` the reader sees (rows, then files of what no
+        other desk was sent); the source, its key and its designation stay, so the conversation
+        can start again. -> how many the reader no longer has."""
+        fid, names, count = yield self.db.run_and_scrub(jq.delete_conversation, source.reader, source.id)
+        yield self._remove_files(fid, names)
+        return count
 
     @inlineCallbacks
     def delete_reply(self, source: SourceView, uuid: str):
-        fid, name = yield self.db.run_and_scrub(jq.delete_reply, source.id, uuid)
+        fid, name = yield self.db.run_and_scrub(jq.delete_reply, source.reader, source.id, uuid)
         if fid is None:
             return False
         if name is not None:
@@ -372,8 +398,8 @@ class Desk:
     # -- replies ---------------------------------------------------------------------------
 
     def reply_plaintext(self, source: SourceView, text: str, journalist_id: int):
-        """Encrypted here to the source key and the submission key; the plaintext is never stored.
-        Raises ``KeyNotReady`` if the source has no key yet."""
+        """Encrypted here to the source key and the keys of the source's desks the journalist is
+        on; the plaintext is never stored. Raises ``KeyNotReady`` if the source has no key yet."""
         return self.newsroom.replies.add(source.id, text, journalist_id)
 
     @inlineCallbacks

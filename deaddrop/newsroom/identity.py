@@ -14,6 +14,9 @@ class SourceIdentity:
     source_id: int
     filesystem_id: str
     designation: str
+    # The desks (ids) that read this source, as it chose them (issue 29); empty until it chose,
+    # and on an instance with one desk before its first submission.
+    desks: tuple[int, ...] = ()
 
 
 class SourceNotFound(Exception):

@@ -13,7 +13,6 @@ import os
 import sqlite3
 import time
 import uuid as uuidlib
-import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterable
 
@@ -30,26 +29,19 @@ from deaddrop.crypto.pool import WorkerPool
 from deaddrop.crypto.streaming import EncryptionTarget, StreamEncryption
 from deaddrop.admission.upload_slots import UploadSlots
 from deaddrop.newsroom.daily_report import SourceActivity
+from deaddrop.newsroom.desks import Desks, NoSuchDesk
+from deaddrop.newsroom.encryption import EncryptedPart, SubmissionEncryption
 from deaddrop.events import SecurityEvents
 from deaddrop.newsroom.identity import SourceIdentity, SourceNotFound
 from deaddrop.newsroom.replies import SourceReplies
 from deaddrop.newsroom.uploads import HasTempPath, UploadHold, discard
-from deaddrop.store import queries
+from deaddrop.store import desk_queries, queries
 from deaddrop.store.db import Database
-from deaddrop.admission.disk_space import DiskSpace, NoRoom
+from deaddrop.admission.disk_space import DiskSpace
 from deaddrop.store.files import Store
 from deaddrop.admission.throttle import FailureThrottle
 
 _log = Logger(namespace="deaddrop.sources")  # the name its log lines carried before the module moved
-
-
-@dataclass
-class EncryptedPart:
-    """A submission part already encrypted into a temp file, waiting to be committed."""
-
-    kind: str  # "msg" or "doc"
-    temp_path: str
-    size: int = 0
 
 
 class StorageFailed(Exception):
@@ -233,13 +225,19 @@ class Newsroom:
     # reactor, which adds its names here, before the result of any later query.)
     _placing: set[str] = field(default_factory=set)
     _source_deleted_hooks: list[Callable[[int], None]] = field(default_factory=list)
-    _streams: "weakref.WeakSet[StreamEncryption]" = field(default_factory=lambda: weakref.WeakSet())
     replies: SourceReplies = field(init=False)
+    desks: Desks = field(init=False)
+    encrypting: SubmissionEncryption = field(init=False)
 
     def __post_init__(self) -> None:
+        self.desks = Desks(self.db, self.keyring, self.crypto_pool, os.path.dirname(self.store.root))
+        self.encrypting = SubmissionEncryption(
+            reactor=self.reactor, store=self.store, desks=self.desks, target=self.encryption,
+            stream_pool=self.stream_pool, message_pool=self.message_pool, messages=self.queues.messages,
+            activity=self.activity, disk=self.disk)
         self.replies = SourceReplies(
             db=self.db, store=self.store, keyring=self.keyring, crypto_pool=self.crypto_pool, io_pool=self.io_pool,
-            submission_fingerprint=self.submission_fingerprint, activity=self.activity,
+            desks=self.desks, activity=self.activity,
             keygen=self.queues.keygen, decrypt=self.queues.decrypt, clock=self.clock, placing=self._placing)
 
     def is_placed(self, filename: str) -> bool:
@@ -283,7 +281,7 @@ class Newsroom:
             break
         else:
             raise NoFreeDesignation()
-        return SourceIdentity(source_id, fid, designation), derived.key_passphrase
+        return SourceIdentity(source_id, fid, designation, ()), derived.key_passphrase
 
     def _evict_pending(self) -> None:
         """Beyond ``max_pending_sources`` sources that never submitted, delete the oldest (a
@@ -380,7 +378,8 @@ class Newsroom:
         passphrase = derived.key_passphrase
         if row["key_wrap"] is not None:
             passphrase = unwrap_passphrase(derived, row["key_wrap"])
-        identity = SourceIdentity(row["id"], row["filesystem_id"], row["designation"])
+        desks = yield self.db.run(desk_queries.desks_of_source, row["id"])
+        identity = SourceIdentity(row["id"], row["filesystem_id"], row["designation"], desks)
         if row["key_fingerprint"] is None and not row["pending"]:
             self.replies.ensure_key(identity, passphrase)
         return identity, passphrase
@@ -408,16 +407,30 @@ class Newsroom:
         row = yield self.db.run(queries.source_by_id, row["id"])
         return row
 
+    # -- desks ---------------------------------------------------------------------------
+
+    @inlineCallbacks
+    def add_desks(self, identity: SourceIdentity, desk_uuids: Iterable[str]):
+        """The source adds desks to its own (never removes one: what was sent stays where it was
+        sent). -> its identity with every desk it has now. Raises ``NoSuchDesk``."""
+        chosen = []
+        for uuid in desk_uuids:
+            desk = self.desks.by_uuid(uuid)
+            if desk is None or not desk.key_file:
+                raise NoSuchDesk()
+            chosen.append(desk.id)
+        desks = yield self.db.run(desk_queries.add_source_desks, identity.source_id, chosen)
+        return SourceIdentity(identity.source_id, identity.filesystem_id, identity.designation, desks)
+
     # -- submissions ---------------------------------------------------------------------
 
     def encrypt_stream(self, *, gzip_name: str | None, compress: bool,
-                       on_pause: Callable[[], None], on_resume: Callable[[], None]) -> StreamEncryption:
-        stream = StreamEncryption(
-            self.reactor, self.stream_pool, self.encryption, self.store.new_temp_path(),
-            gzip_name=gzip_name, compress=compress, on_pause=on_pause, on_resume=on_resume,
-        )
-        self._streams.add(stream)
-        return stream
+                       on_pause: Callable[[], None], on_resume: Callable[[], None],
+                       identity: SourceIdentity | None = None) -> StreamEncryption:
+        """A file part, encrypted as it arrives to the keys of ``identity``'s desks (None: the
+        one desk of an instance that has one). Raises ``DeskNotChosen``."""
+        return self.encrypting.stream(identity, gzip_name=gzip_name, compress=compress, on_pause=on_pause,
+                                      on_resume=on_resume)
 
     def may_upload(self, source_id: int) -> bool:
         """Whether this source may start another upload (each holds a pump slot while it arrives)."""
@@ -430,45 +443,21 @@ class Newsroom:
 
     def discard(self, received: Iterable[HasTempPath]) -> None:
         """Remove the ciphertext of parts that will not be stored."""
+        received = list(received)
+        self.encrypting.forget(part.temp_path for part in received)
         discard(self.store, received)
 
     def abort_streams(self) -> None:
         """At shutdown: stop every upload in flight, or its pump thread would block pool.stop()."""
-        for stream in list(self._streams):
-            stream.abort()
+        self.encrypting.abort_all()
 
     def encrypt_message(self, identity: SourceIdentity, text: str, room_held: bool = False) -> Deferred:
         """Encrypt a text part on the message pool: slow file uploads cannot hold it up.
 
         Raises ``NoRoom`` if the disk cannot take its largest ciphertext and keep its reserve,
         unless ``room_held``: it came in a body whose files were admitted (``UploadHold``), and
-        that body's length counted it."""
-        return self.queues.messages.admit(identity.source_id, lambda ticket: self._encrypt_message(text, room_held))
-
-    @inlineCallbacks
-    def _encrypt_message(self, text: str, room_held: bool = False):
-        data = text.encode("utf-8")
-        room = None
-        if self.disk is not None and not room_held:
-            try:
-                # Held while it is written; then its bytes are off the free space. Text may use
-                # the TEXT_ROOM that file uploads must leave.
-                room = self.disk.admit(len(data), text=True)
-            except NoRoom:
-                self.activity.not_stored("no_room")  # for the day's report (disk_watch tells the admin)
-                raise
-        try:
-            stream = StreamEncryption(
-                self.reactor, self.message_pool, self.encryption, self.store.new_temp_path(),
-                gzip_name=None, compress=True, on_pause=lambda: None, on_resume=lambda: None,
-            )
-            self._streams.add(stream)
-            stream.write(data)
-            size = yield stream.finish()
-        finally:
-            if room is not None:
-                room.release()
-        return EncryptedPart("msg", stream.out_path, size)
+        that body's length counted it. Raises ``DeskNotChosen`` if the source must choose first."""
+        return self.encrypting.message(identity, text, room_held)
 
     def commit_submission(self, identity: SourceIdentity, parts: list[EncryptedPart],
                           passphrase: str | None = None) -> Deferred:
@@ -496,9 +485,10 @@ class Newsroom:
     def _commit_submission(self, identity: SourceIdentity, parts: list[EncryptedPart]):
         placed: list[str] = []
         try:
+            desks = self.encrypting.sent_to(identity, parts)  # each part records the desks it was encrypted to
             names = yield self.db.run(
                 queries.insert_submissions, identity.source_id, identity.designation,
-                [(p.kind, p.size) for p in parts], self.clock(),
+                [(p.kind, p.size, d) for p, d in zip(parts, desks)], self.clock(),
             )
             if names is None:
                 raise SourceNotFound()

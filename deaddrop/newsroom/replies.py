@@ -3,8 +3,8 @@
 newsroom answer a source, and the source read and delete the answers (``newsroom.replies``).
 
 A source gets its key pair after its first submission (nobody can reply to a source that never
-wrote); a reply is encrypted to that key and the submission key, written as a temp file and
-moved into the store once its row exists.
+wrote); a reply is encrypted to that key and the keys of the desks that send it (the source's
+desks the journalist is on), written as a temp file and moved into the store once its row exists.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from deaddrop.crypto.pool import WorkerPool, forbid_reactor_thread
 from deaddrop.newsroom.daily_report import SourceActivity
 from deaddrop.durable import write_new_file
 from deaddrop.newsroom.identity import KeyNotReady, SourceIdentity, SourceNotFound
-from deaddrop.store import queries
+from deaddrop.store import desk_queries, queries
 from deaddrop.store.db import Database
 from deaddrop.store.files import Store
 
@@ -46,7 +46,7 @@ class SourceReplies:
     keyring: Keyring
     crypto_pool: WorkerPool
     io_pool: WorkerPool
-    submission_fingerprint: str
+    desks: Any  # newsroom.desks.Desks: whose keys a reply is encrypted to
     activity: SourceActivity
     keygen: AdmissionQueue  # key: source id
     decrypt: AdmissionQueue  # key: source id; a logged-in source's replies
@@ -165,26 +165,42 @@ class SourceReplies:
 
     @inlineCallbacks
     def add(self, source_id: int, plaintext: str, journalist_id: int | None = None):
-        """Encrypt a journalist's reply to the source key and the submission key; store it.
+        """Encrypt a journalist's reply to the source key and the keys of the desks sending it
+        (the source's desks the journalist is on; None: all the source's desks); store it.
 
         Waits for a key generation in flight, so a reply is never lost to a slow key.
         """
         fingerprint = yield self.key_ready(source_id)
+        desks = yield self._sending_desks(source_id, journalist_id)
         ciphertext = yield self.crypto_pool.run(
-            self.keyring.encrypt, plaintext.encode("utf-8"), [fingerprint, self.submission_fingerprint]
+            self.keyring.encrypt, plaintext.encode("utf-8"), [fingerprint] + [d.fingerprint for d in desks]
         )
-        result = yield self.store_encrypted(source_id, ciphertext, journalist_id)
+        result = yield self.store_encrypted(source_id, ciphertext, journalist_id, desks=desks)
         return result
 
     @inlineCallbacks
+    def _sending_desks(self, source_id: int, journalist_id: int | None):
+        ids = yield self.db.run(desk_queries.shared_desks, source_id, journalist_id)
+        if any(self.desks.by_id(i) is None for i in ids):
+            yield self.desks.reload()  # a desk added moments ago
+        desks = [d for d in (self.desks.by_id(i) for i in ids) if d is not None and d.fingerprint]
+        if not desks:
+            raise SourceNotFound()  # not the journalist's source (the desk checked that already)
+        return desks
+
+    @inlineCallbacks
     def store_encrypted(self, source_id: int, ciphertext: bytes, journalist_id: int | None = None,
-                              reply_uuid: str | None = None):
+                        reply_uuid: str | None = None, desks: Any = None):
+        """Store an encrypted reply for the desks sending it (``desks``; None: the source's desks
+        the journalist is on)."""
+        if desks is None:
+            desks = yield self._sending_desks(source_id, journalist_id)
         temp = self.store.new_temp_path()
         yield self.io_pool.run(_write_temp, temp, ciphertext)
         try:
             row = yield self.db.run(
                 queries.insert_reply, source_id, reply_uuid or str(uuidlib.uuid4()), len(ciphertext),
-                hashlib.sha256(ciphertext).hexdigest(), journalist_id, self.clock(),
+                hashlib.sha256(ciphertext).hexdigest(), journalist_id, self.clock(), tuple(d.id for d in desks),
             )
             if row is None:
                 raise SourceNotFound()

@@ -25,7 +25,7 @@ from deaddrop.service.tor_side import add_tor
 from deaddrop.service.tree import DeadDropService
 from deaddrop.newsroom.settings import InstanceSettings
 from deaddrop.newsroom.newsroom import Newsroom, SourceQueues
-from deaddrop.store import queries
+from deaddrop.store import desk_queries, queries
 from deaddrop.store.db import SCHEMA_VERSION, Database
 from deaddrop.admission.disk_space import DiskReserve, DiskSpace
 from deaddrop.store.files import Store
@@ -116,6 +116,10 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
         activity=SourceActivity(),
         max_pending_sources=config.max_pending_sources,
     )
+    # The instance's submission key is the default desk's (issue 29); every desk's key is
+    # written out and imported before the first upload.
+    db.run_blocking(desk_queries.set_default_key, fingerprint, submission_armored)
+    newsroom.desks.reload_blocking()
     report = newsroom.recover_blocking()
     _log.info(
         "store recovery: {t} temp files removed, {r} rows without file removed, {f} files without row removed",
@@ -129,6 +133,7 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
     add_journalist_interface(top, config, reactor)
     add_tor(top, config, reactor)
     _add_retention(top, reactor)
+    _add_desk_reload(top, reactor)
     if newsroom.disk is not None:
         from deaddrop.admission.disk_watch import DiskWatch
 
@@ -149,6 +154,22 @@ def _add_file_times(top: DeadDropService, config: Config, reactor: Any, io_pool:
 
     top.file_times = FileTimeNormaliser(reactor, config.data_dir, io_pool)
     top.file_times.setServiceParent(top)
+
+
+def _add_desk_reload(top: DeadDropService, reactor: Any) -> None:
+    """Desks changed by ``deaddrop-admin desk`` (another process) reach sources within seconds."""
+    from twisted.application.internet import TimerService
+
+    from deaddrop.newsroom.desks import RELOAD_SECONDS
+
+    def reload() -> Any:
+        # Only the error's type, as other timers log: a message could name a path.
+        return top.newsroom.desks.reload().addErrback(
+            lambda f: _log.error("reloading desks failed: {error}", error=f.type.__name__))
+
+    timer = TimerService(RELOAD_SECONDS, reload)
+    timer.clock = reactor
+    timer.setServiceParent(top)
 
 
 def _add_retention(top: DeadDropService, reactor: Any) -> None:

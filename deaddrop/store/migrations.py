@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+import uuid
 from typing import Callable
 
 
@@ -198,6 +199,68 @@ def _v9_second_factors(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX IF NOT EXISTS api_codes_journalist ON api_codes(journalist_id)")
 
 
+def _v10_desks(conn: sqlite3.Connection) -> None:
+    # Issue 29: desks. Each has its own submission key and members; a source chooses its desks
+    # and each submission and reply records the desks whose keys it was encrypted to (a desk a
+    # source adds later cannot open what was sent before). ``texts``: the name and description
+    # sources see, per language (JSON, like the instance's own texts); ``name`` is the admin's.
+    conn.execute("CREATE TABLE IF NOT EXISTS desks ("
+                 " id INTEGER PRIMARY KEY, uuid TEXT NOT NULL UNIQUE,"
+                 " name TEXT NOT NULL COLLATE NOCASE UNIQUE, texts TEXT NOT NULL DEFAULT '{}',"
+                 " key_fingerprint TEXT, public_key TEXT, show_members INTEGER NOT NULL DEFAULT 0,"
+                 " retention_days INTEGER, is_default INTEGER NOT NULL DEFAULT 0, created_at REAL NOT NULL)")
+    conn.execute("CREATE UNIQUE INDEX IF NOT EXISTS desks_one_default ON desks(is_default) WHERE is_default = 1")
+    conn.execute("CREATE TABLE IF NOT EXISTS desk_members ("
+                 " desk_id INTEGER NOT NULL REFERENCES desks(id) ON DELETE CASCADE,"
+                 " journalist_id INTEGER NOT NULL REFERENCES journalists(id) ON DELETE CASCADE,"
+                 " PRIMARY KEY (journalist_id, desk_id))")
+    conn.execute("CREATE INDEX IF NOT EXISTS desk_members_desk ON desk_members(desk_id)")
+    # No cascade from desks: a desk that still has sources cannot be removed.
+    conn.execute("CREATE TABLE IF NOT EXISTS source_desks ("
+                 " source_id INTEGER NOT NULL REFERENCES sources(id) ON DELETE CASCADE,"
+                 " desk_id INTEGER NOT NULL REFERENCES desks(id),"
+                 " PRIMARY KEY (source_id, desk_id))")
+    conn.execute("CREATE INDEX IF NOT EXISTS source_desks_desk ON source_desks(desk_id, source_id)")
+    for item, table in (("submission", "submissions"), ("reply", "replies")):
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {item}_desks ("
+                     f" {item}_id INTEGER NOT NULL REFERENCES {table}(id) ON DELETE CASCADE,"
+                     " desk_id INTEGER NOT NULL REFERENCES desks(id),"
+                     f" PRIMARY KEY ({item}_id, desk_id))")
+        conn.execute(f"CREATE INDEX IF NOT EXISTS {item}_desks_desk ON {item}_desks(desk_id)")
+    # The instance's key becomes the default desk's (its key is filled in at start-up from
+    # DATA/submission-key.asc); every source, submission, reply and journalist is on it, so an
+    # upgraded instance behaves exactly as before until an admin adds a second desk.
+    conn.execute("INSERT INTO desks(uuid, name, is_default, created_at) VALUES (?, 'Newsroom', 1, ?)",
+                 (str(uuid.uuid4()), float(int(time.time() // 86400 * 86400))))
+    desk = conn.execute("SELECT id FROM desks WHERE is_default = 1").fetchone()[0]
+    conn.execute("INSERT INTO source_desks(source_id, desk_id) SELECT id, ? FROM sources", (desk,))
+    conn.execute("INSERT INTO submission_desks(submission_id, desk_id) SELECT id, ? FROM submissions", (desk,))
+    conn.execute("INSERT INTO reply_desks(reply_id, desk_id) SELECT id, ? FROM replies", (desk,))
+    conn.execute("INSERT INTO desk_members(desk_id, journalist_id) SELECT ?, id FROM journalists", (desk,))
+    # The digest counts, for each journalist, only what their desks receive: a submission once
+    # (whichever of its desks the journalist is on), a source when it first submits and when it
+    # adds a desk of theirs. Made after the rows above, which were counted long ago.
+    conn.execute("DROP TRIGGER IF EXISTS digest_count_submission")
+    conn.execute("DROP TRIGGER IF EXISTS digest_count_source")
+    members = "SELECT journalist_id FROM desk_members WHERE desk_id = NEW.desk_id"
+    conn.execute("CREATE TRIGGER IF NOT EXISTS digest_count_submission AFTER INSERT ON submission_desks"
+                 " BEGIN UPDATE digest_recipients SET new_submissions = new_submissions + 1"
+                 f" WHERE journalist_id IN ({members}) AND journalist_id NOT IN ("
+                 "  SELECT m.journalist_id FROM desk_members m JOIN submission_desks d ON d.desk_id = m.desk_id"
+                 "  WHERE d.submission_id = NEW.submission_id AND d.desk_id != NEW.desk_id); END")
+    conn.execute("CREATE TRIGGER IF NOT EXISTS digest_count_source AFTER UPDATE OF pending ON sources"
+                 " WHEN OLD.pending = 1 AND NEW.pending = 0"
+                 " BEGIN UPDATE digest_recipients SET new_sources = new_sources + 1 WHERE journalist_id IN ("
+                 "  SELECT m.journalist_id FROM desk_members m JOIN source_desks s ON s.desk_id = m.desk_id"
+                 "  WHERE s.source_id = NEW.id); END")
+    conn.execute("CREATE TRIGGER IF NOT EXISTS digest_count_source_desk AFTER INSERT ON source_desks"
+                 " WHEN (SELECT pending FROM sources WHERE id = NEW.source_id) = 0"
+                 " BEGIN UPDATE digest_recipients SET new_sources = new_sources + 1"
+                 f" WHERE journalist_id IN ({members}) AND journalist_id NOT IN ("
+                 "  SELECT m.journalist_id FROM desk_members m JOIN source_desks s ON s.desk_id = m.desk_id"
+                 "  WHERE s.source_id = NEW.source_id AND s.desk_id != NEW.desk_id); END")
+
+
 Step = Callable[[sqlite3.Connection], None]
 
 # (the version a step produces, the step); versions are consecutive from BASELINE + 1.
@@ -210,6 +273,7 @@ STEPS: list[tuple[int, Step]] = [
     (7, _v7_login_tags),
     (8, _v8_digest_recipients),
     (9, _v9_second_factors),
+    (10, _v10_desks),
 ]
 
 CURRENT = BASELINE + len(STEPS)

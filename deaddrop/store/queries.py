@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, cast
 
+from deaddrop.store import desk_queries
 from deaddrop.store.files import day_of, stored_filename
 
 Row = sqlite3.Row
@@ -146,9 +147,11 @@ def _allocate(conn: sqlite3.Connection, source_id: int, count: int) -> tuple[int
 # -- submissions ---------------------------------------------------------------------------
 
 def insert_submissions(
-    conn: sqlite3.Connection, source_id: int, designation: str, parts: list[tuple[str, int]], now: float
+    conn: sqlite3.Connection, source_id: int, designation: str, parts: list[tuple[str, int, tuple[int, ...]]],
+    now: float,
 ) -> list[str] | None:
-    """Allocate numbers (never reused) and insert one row per part. -> stored filenames."""
+    """Allocate numbers (never reused) and insert one row per part (kind, size, the desks whose
+    keys it was encrypted to); those desks become the source's too. -> stored filenames."""
     import uuid as uuidlib
 
     allocated = _allocate(conn, source_id, len(parts))
@@ -156,14 +159,17 @@ def insert_submissions(
         return None
     now = day_of(now)
     first_n, designation = allocated
+    # Before the source stops being pending: the digest counts it for its desks' journalists.
+    desk_queries.add_source_desks(conn, source_id, sorted({d for _, _, desks in parts for d in desks}))
     names = []
-    for offset, (kind, size) in enumerate(parts):
+    for offset, (kind, size, desks) in enumerate(parts):
         n = first_n + offset
         name = stored_filename(n, designation, kind)
-        conn.execute(
+        cur = conn.execute(
             "INSERT INTO submissions(uuid, source_id, n, filename, kind, size, created_at) VALUES (?,?,?,?,?,?,?)",
             (str(uuidlib.uuid4()), source_id, n, name, kind, size, now),
         )
+        desk_queries.record_submission_desks(conn, int(cur.lastrowid), desks)
         names.append(name)
     conn.execute("UPDATE sources SET pending = 0, last_updated = ? WHERE id = ?", (now, source_id))
     return names
@@ -177,19 +183,21 @@ def delete_submissions_by_filename(conn: sqlite3.Connection, filenames: list[str
 
 def insert_reply(
     conn: sqlite3.Connection, source_id: int, uuid: str, size: int, sha256: str,
-    journalist_id: int | None, now: float,
+    journalist_id: int | None, now: float, desks: tuple[int, ...],
 ) -> dict[str, Any] | None:
+    """``desks``: those whose keys the reply was encrypted to (who may read it besides the source)."""
     allocated = _allocate(conn, source_id, 1)
     if allocated is None:
         return None
     now = day_of(now)
     n, designation = allocated
     name = stored_filename(n, designation, "reply")
-    conn.execute(
+    cur = conn.execute(
         "INSERT INTO replies(uuid, source_id, n, filename, size, sha256, journalist_id, created_at)"
         " VALUES (?,?,?,?,?,?,?,?)",
         (uuid, source_id, n, name, size, sha256, journalist_id, now),
     )
+    desk_queries.record_reply_desks(conn, int(cur.lastrowid), desks)
     conn.execute("UPDATE sources SET last_updated = ? WHERE id = ?", (now, source_id))
     fid = conn.execute("SELECT filesystem_id FROM sources WHERE id = ?", (source_id,)).fetchone()[0]
     return {"filename": name, "filesystem_id": fid, "uuid": uuid, "n": n}

@@ -382,7 +382,12 @@ class DecryptJob:
         if res.has("NODATA") and not res.has("ENC_TO"):
             return "not an OpenPGP encrypted file"
         if res.has("NO_SECKEY") and not res.has("DECRYPTION_OKAY"):
-            return "not encrypted to this station's submission key"
+            # With desks (issue 29) each desk has its own SVS: a file sent to another desk is
+            # the usual case, not damage. Name the keys it is for, so the journalist knows which
+            # station opens it.
+            keys = sorted({s[1] for s in res.status if s[0] == "ENC_TO" and len(s) > 1})
+            return ("not encrypted to this station's submission key: it belongs to another desk (encrypted to key "
+                    f"{', '.join(keys) or 'unknown'}); decrypt it on that desk's SVS")
         if res.has("BADMDC"):
             return "integrity check failed (tampered with or damaged)"
         if own_failures_only:  # (we may have stopped it before it began decrypting)

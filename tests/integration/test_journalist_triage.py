@@ -73,6 +73,9 @@ class TriageTests(unittest.TestCase):
                              " VALUES (?, ?, ?, ?, 'msg', 10, ?, 0)",
                 str(uuidlib.uuid4()), source_id, n, f"{n}-seeded-{uuidlib.uuid4().hex[:8]}-msg.gpg", int(seen))
         db_rows(self.server, "UPDATE sources SET next_n = next_n + 1 WHERE id = ?", source_id)
+        db_rows(self.server, "INSERT INTO submission_desks(submission_id, desk_id) SELECT x.id, d.id"
+                             " FROM submissions x, desks d WHERE x.source_id = ? AND x.n = ? AND d.is_default = 1",
+                source_id, n)
 
     def designation(self, uuid: str) -> str:
         return db_rows(self.server, "SELECT designation FROM sources WHERE uuid = ?", uuid)[0][0]

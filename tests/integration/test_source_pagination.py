@@ -51,6 +51,9 @@ def seed_sources(server, count: int, *, starred_every: int = 0, same_time_every:
                  1 if starred_every and n % starred_every == 0 else 0, 1 if i >= count else 0))
             if i < count:
                 uuids.append(uuid)
+        # On the default desk, as every source of an instance with one desk is.
+        conn.execute("INSERT INTO source_desks(source_id, desk_id) SELECT s.id, d.id FROM sources s, desks d"
+                     " WHERE s.id > ? AND d.is_default = 1", (base,))
     conn.close()
     return uuids
 
@@ -187,9 +190,9 @@ class SourcePaginationTests(unittest.TestCase):
         batches = []
         real = desk.sources_by_id
 
-        def counted(after, limit):
+        def counted(reader, after, limit):
             batches.append(after)
-            return real(after, limit)
+            return real(reader, after, limit)
 
         self.patch(desk, "sources_by_id", counted)
         reader = SlowReader(self.server, self.cert, self.api.token)

@@ -100,8 +100,10 @@ class JournalistInterface(HtmlResponses):
         return self.error(request, 403, "Administrators only", "This page is for administrators.")
 
     @inlineCallbacks
-    def find_source(self, request: Any, uuid: str) -> Generator[Deferred[Any], Any, SourceView]:
-        source = yield self.desk.source(uuid)
+    def find_source(self, request: Any, login: JournalistLogin, uuid: str) -> Generator[Deferred[Any], Any, SourceView]:
+        """The source ``uuid`` as ``login``'s journalist sees it; another desk's source is, as a
+        source that does not exist, a 404."""
+        source = yield self.desk.source(login.journalist.id, uuid)
         if source is None:
             raise Refused(self.error(request, 404, "Not found", "There is no such source (it may have been deleted)."))
         return source

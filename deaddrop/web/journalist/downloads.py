@@ -27,9 +27,9 @@ NO_SUCH_SUBMISSION = "There is no such submission (it may have been deleted)."
 
 
 @inlineCallbacks
-def _submission(self: JournalistSite, request: Any, uuid: str, item: str):
+def _submission(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str, item: str):
     """The source ``uuid`` and its submission ``item``; else the page saying there is none."""
-    source = yield self.find_source(request, uuid)
+    source = yield self.find_source(request, login, uuid)
     submission = yield self.desk.submission(source, item)
     if submission is None:
         raise Refused(self.error(request, 404, "Not found", NO_SUCH_SUBMISSION))
@@ -40,14 +40,14 @@ def _submission(self: JournalistSite, request: Any, uuid: str, item: str):
 def fetch_submission(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str, item: str):
     """A file link on the source page: mark it read, then show the page again (with the new
     counts), which sends the browser on to the download itself."""
-    source, submission = yield _submission(self, request, uuid, item)
+    source, submission = yield _submission(self, request, login, uuid, item)
     yield self.desk.mark_submissions(source, [submission.uuid], login.journalist.id, read=True)
     return self.redirect(request, f"/sources/{uuid}?fetch={submission.uuid}")
 
 
 @login_route(routes, "/sources/<uuid>/submissions/<item>/download", "GET")
 def download_submission(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str, item: str):
-    source, submission = yield _submission(self, request, uuid, item)
+    source, submission = yield _submission(self, request, login, uuid, item)
     try:
         download = yield self.desk.open_submission(source, submission, login.journalist.id)
     except NotFound:  # its file is gone, or is not a regular file inside the store
@@ -57,7 +57,7 @@ def download_submission(self: JournalistSite, request: Any, login: JournalistLog
 
 @login_route(routes, "/sources/<uuid>/replies/<item>/download", "GET")
 def download_reply(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str, item: str):
-    source = yield self.find_source(request, uuid)
+    source = yield self.find_source(request, login, uuid)
     reply = yield self.desk.reply(source, item)
     if reply is None or reply.deleted_by_source:
         return self.error(request, 404, "Not found", "There is no such reply.")
@@ -70,7 +70,7 @@ def download_reply(self: JournalistSite, request: Any, login: JournalistLogin, u
 
 @login_route(routes, "/sources/<uuid>/download-unread", "POST")
 def download_unread(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str):
-    source = yield self.find_source(request, uuid)
+    source = yield self.find_source(request, login, uuid)
     unread = [i.uuid for i in (yield self.desk.submissions(source)) if not i.is_read]
     return (yield zip_then_page(self, request, login, source, unread, "There are no unread submissions."))
 
@@ -97,7 +97,7 @@ def zip_then_page(self: JournalistSite, request: Any, login: JournalistLogin, so
 @login_route(routes, "/sources/<uuid>/zip/<ticket>", "GET")
 def download_zip(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str, ticket: str):
     """The zip a download button asked for (its ticket lives in this session only)."""
-    source = yield self.find_source(request, uuid)
+    source = yield self.find_source(request, login, uuid)
     owner, chosen = login.session.data.get("zips", {}).get(ticket, (None, []))
     if owner != source.uuid:
         return self.error(request, 404, "Not found", "This download has expired. Ask for it again.")

@@ -61,8 +61,9 @@ class JournalistSite(Guarded, Protocol):
     def end_other_sessions(self, keep: Session | None, journalist: Journalist) -> None:
         """Every session of ``journalist`` but ``keep`` ends (a credential changed)."""
 
-    def find_source(self, request: Any, uuid: str) -> Deferred[SourceView]:
-        """The source ``uuid``; raises ``Refused`` with a 404 page if there is none."""
+    def find_source(self, request: Any, login: JournalistLogin, uuid: str) -> Deferred[SourceView]:
+        """The source ``uuid`` as ``login``'s journalist sees it; raises ``Refused`` with a 404
+        page if there is none, or it is another desk's (the same page)."""
 
     # -- answers ------------------------------------------------------------------------------
     def html(self, request: Any, page: Any, status: int = 200) -> Deferred[bytes]:

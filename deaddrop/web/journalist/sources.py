@@ -26,11 +26,11 @@ routes = Routes()
 @login_route(routes, "/sources", "GET")
 def sources(self: JournalistSite, request: Any, login: JournalistLogin):
     only, page = _list_state(request)
-    sources, total = yield self.desk.sources(page, pages.SOURCES_PER_PAGE, only)
+    sources, total = yield self.desk.sources(login.journalist.id, page, pages.SOURCES_PER_PAGE, only)
     last = max(1, -(-total // pages.SOURCES_PER_PAGE))
     if page > last:  # a stale link after deletions: show the last page there is
         page = last
-        sources, total = yield self.desk.sources(page, pages.SOURCES_PER_PAGE, only)
+        sources, total = yield self.desk.sources(login.journalist.id, page, pages.SOURCES_PER_PAGE, only)
     paging = pages.Paging(page, last, total)
     return (yield self.html(request, pages.source_list(self.site_name, login.session, login.journalist, sources,
                                                         paging, only, form_arg(request, "select") == "all")))
@@ -44,7 +44,7 @@ def sources_selected(self: JournalistSite, request: Any, login: JournalistLogin)
     action = form_arg(request, "action")
     if action not in ("star", "unstar", "read", "unread", "delete", "delete-confirmed"):
         return self.error(request, 400, "Nothing done", "Choose an action for the selected sources.")
-    chosen = yield self.desk.sources_among(form_args(request, "source"))
+    chosen = yield self.desk.sources_among(login.journalist.id, form_args(request, "source"))
     session, journalist = login.session, login.journalist
     if not chosen:
         session.flash("Select at least one source first.", "warning")
@@ -71,7 +71,7 @@ def sources_selected(self: JournalistSite, request: Any, login: JournalistLogin)
 
 @login_route(routes, "/sources/<uuid>", "GET")
 def source(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str):
-    source = yield self.find_source(request, uuid)
+    source = yield self.find_source(request, login, uuid)
     downloading = None
     fetch, zip_ticket = form_arg(request, "fetch", 64), form_arg(request, "zip", 64)
     if fetch is not None:
@@ -100,7 +100,7 @@ def _source_page(self: JournalistSite, request: Any, login: JournalistLogin, sou
 def selected(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str):
     action = form_arg(request, "action")
     chosen = [u for u in form_args(request, "submission") if valid_uuid(u)]
-    source = yield self.find_source(request, uuid)
+    source = yield self.find_source(request, login, uuid)
     if action == "download":
         return (yield zip_then_page(self, request, login, source, chosen,
                                           "Nothing to download: select submissions first."))
@@ -125,7 +125,7 @@ def selected(self: JournalistSite, request: Any, login: JournalistLogin, uuid: s
 
 @login_route(routes, "/sources/<uuid>/unread", "POST")
 def mark_source_unread(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str):
-    source = yield self.find_source(request, uuid)
+    source = yield self.find_source(request, login, uuid)
     count = yield self.desk.mark_sources([source], login.journalist.id, read=False)
     login.session.flash(f"Marked {count_text(count, 'submission')} unread.", "ok")
     return self.redirect(request, f"/sources/{uuid}")
@@ -133,14 +133,14 @@ def mark_source_unread(self: JournalistSite, request: Any, login: JournalistLogi
 
 @login_route(routes, "/sources/<uuid>/star", "POST")
 def star(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str):
-    source = yield self.find_source(request, uuid)
+    source = yield self.find_source(request, login, uuid)
     yield self.desk.set_starred(source, form_arg(request, "starred") == "1")
     return self.redirect(request, f"/sources/{uuid}")
 
 
 @login_route(routes, "/sources/<uuid>/reply", "POST")
 def reply(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str):
-    source = yield self.find_source(request, uuid)
+    source = yield self.find_source(request, login, uuid)
     text = form_arg(request, "reply", 1 << 20) or ""
     if not text.strip():
         return (yield _source_page(self, request, login, source, status=400, error="Write a reply first."))
@@ -160,13 +160,13 @@ def reply(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str)
 
 @login_route(routes, "/sources/<uuid>/delete", "GET")
 def delete_source_confirm(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str):
-    source = yield self.find_source(request, uuid)
+    source = yield self.find_source(request, login, uuid)
     return (yield self.html(request, pages.confirm_delete_source(self.site_name, login.session, login.journalist, source)))
 
 
 @login_route(routes, "/sources/<uuid>/delete", "POST")
 def delete_source(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str):
-    source = yield self.find_source(request, uuid)
+    source = yield self.find_source(request, login, uuid)
     yield shield(self.desk.delete_source(source))
     self.events.emit("journalist.source.deleted", username=login.journalist.username)
     login.session.flash(f"{source.designation} and everything they sent were deleted.", "ok")

@@ -13,6 +13,7 @@ from twisted.internet.defer import Deferred, inlineCallbacks
 
 from deaddrop.admission.queues import Busy
 from deaddrop.crypto.streaming import EncryptionFailed
+from deaddrop.newsroom.identity import SourceIdentity
 from deaddrop.newsroom.newsroom import EncryptedPart, SourceNotFound, StorageFailed
 from deaddrop.admission.disk_space import NoRoom
 from deaddrop.web._common.deferreds import shield
@@ -163,12 +164,17 @@ def _received_in(self: SourceSite, session: Session, form: SubmissionForm) -> Su
 def _still_logged_in(self: SourceSite, request: Any, login: SourceLogin) -> SourceLogin | None:
     """``login``'s session if it is still live, else this browser's current login to the same
     source (logged in again meanwhile), else None (expired, logged out, or closed)."""
-    if self.sessions.is_live(login.session) and self.identity_of(login.session) == login.identity:
+    # The same source: its identity may have gained a desk meanwhile (the source chose one more).
+    if self.sessions.is_live(login.session) and _source_id(self.identity_of(login.session)) == login.identity.source_id:
         return login
     current = self.current_login(request)
-    if current is not None and current.identity == login.identity:
+    if current is not None and current.identity.source_id == login.identity.source_id:
         return current
     return None
+
+
+def _source_id(identity: SourceIdentity | None) -> int | None:
+    return identity.source_id if identity is not None else None
 
 
 def _received_after_logout(self: SourceSite, request: Any, form: SubmissionForm) -> bytes:

@@ -73,7 +73,9 @@ def start_upload(self: SourceSite, request: DeadDropRequest, boundary: bytes, le
         except Busy:
             self.defence.flood("busy")
             raise UploadError(503, BUSY_MESSAGE, BUSY)
-        return self.newsroom.encrypt_stream(gzip_name=filename, compress=False, on_pause=pause, on_resume=resume)
+        # To the keys of the desks this login's source chose (what it chose when the upload began).
+        return self.newsroom.encrypt_stream(gzip_name=filename, compress=False, on_pause=pause, on_resume=resume,
+                                            identity=login.identity if login else None)
 
     def answer_now(error: UploadError) -> None:
         # Not a word more is read: the page goes out now, with what was typed.

@@ -88,16 +88,18 @@ class JournalistAPI:
         raise ApiError(403, "Forbidden", "Token authentication failed: missing, expired or revoked token.")
 
     @inlineCallbacks
-    def find_source(self, uuid: str):
-        source = yield self.desk.source(uuid)
+    def find_source(self, journalist: Journalist, uuid: str):
+        """The source ``uuid`` as ``journalist`` sees it; another desk's source is, as a source
+        that does not exist, a 404."""
+        source = yield self.desk.source(journalist.id, uuid)
         if source is None:
             raise ApiError(404, "Not Found", "No such source.")
         return source
 
     @inlineCallbacks
-    def find_source_item(self, uuid: str, item: str, find: Any, missing: str):
+    def find_source_item(self, journalist: Journalist, uuid: str, item: str, find: Any, missing: str):
         """The source ``uuid`` and its submission or reply ``item`` (``find(source, item)``)."""
-        source = yield self.find_source(uuid)
+        source = yield self.find_source(journalist, uuid)
         found = yield find(source, item)
         if found is None:
             raise ApiError(404, "Not Found", missing)

@@ -22,7 +22,7 @@ class Items:
     plural: str  # the URL's segment and the listing's key: "submissions"
     singular: str  # in the endpoints' names: "submission"
     to_json: Callable[[Any], dict[str, Any]]
-    every: Callable[[Any], Any]  # desk -> Deferred of every item
+    every: Callable[[Any, int], Any]  # desk, reader -> Deferred of every item the reader may see
     of_source: Callable[[Any, Any], Any]  # desk, source -> Deferred of its items
     find: Callable[[Any, Any, str], Any]  # desk, source, uuid -> Deferred of the item or None
     delete: Callable[[Any, Any, Any], Any]  # desk, source, item -> Deferred
@@ -52,28 +52,28 @@ def add_item_routes(routes: Routes, items: Items) -> None:
     plural, singular = items.plural, items.singular
 
     def every(self: ApiSite, request: Any, journalist: Journalist):
-        found = yield items.every(self.desk)
+        found = yield items.every(self.desk, journalist.id)
         return self.json_response(request, {plural: [items.to_json(x) for x in found]})
 
     def of_source(self: ApiSite, request: Any, journalist: Journalist, uuid: str):
-        source = yield self.find_source(uuid)
+        source = yield self.find_source(journalist, uuid)
         found = yield items.of_source(self.desk, source)
         return self.json_response(request, {plural: [items.to_json(x) for x in found]})
 
-    def _item(self: ApiSite, uuid: str, item: str):
-        return self.find_source_item(uuid, item, lambda source, u: items.find(self.desk, source, u), items.missing)
+    def _item(self: ApiSite, journalist: Journalist, uuid: str, item: str):
+        return self.find_source_item(journalist, uuid, item, lambda source, u: items.find(self.desk, source, u), items.missing)
 
     def one(self: ApiSite, request: Any, journalist: Journalist, uuid: str, item: str):
-        _, found = yield _item(self, uuid, item)
+        _, found = yield _item(self, journalist, uuid, item)
         return self.json_response(request, items.to_json(found))
 
     def delete(self: ApiSite, request: Any, journalist: Journalist, uuid: str, item: str):
-        source, found = yield _item(self, uuid, item)
+        source, found = yield _item(self, journalist, uuid, item)
         yield shield(items.delete(self.desk, source, found))
         return self.json_response(request, {"message": items.deleted})
 
     def download(self: ApiSite, request: Any, journalist: Journalist, uuid: str, item: str):
-        source, found = yield _item(self, uuid, item)
+        source, found = yield _item(self, journalist, uuid, item)
         return (yield self.download(request, items.open(self.desk, source, found, journalist.id), items.gone))
 
     one_url = f"/sources/<uuid>/{plural}/<item>"

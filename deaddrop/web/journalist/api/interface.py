@@ -41,10 +41,11 @@ class ApiSite(Protocol):
     def refuse_anonymous(self, request: Any, post: bool) -> bytes:
         """Raises ``ApiError`` (403): the token is missing, expired or revoked."""
 
-    def find_source(self, uuid: str) -> Deferred[SourceView]:
-        """The source ``uuid``; raises ``ApiError`` (404) if there is none."""
+    def find_source(self, journalist: Journalist, uuid: str) -> Deferred[SourceView]:
+        """The source ``uuid`` as ``journalist`` sees it; raises ``ApiError`` (404) if there is
+        none, or it is another desk's (the same answer)."""
 
-    def find_source_item(self, uuid: str, item: str, find: Callable[[SourceView, str], Deferred[Any]],
+    def find_source_item(self, journalist: Journalist, uuid: str, item: str, find: Callable[[SourceView, str], Deferred[Any]],
                          missing: str) -> Deferred[tuple[SourceView, Any]]:
         """The source ``uuid`` and its submission or reply ``item`` (``find(source, item)``)."""
 

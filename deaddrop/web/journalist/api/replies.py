@@ -29,7 +29,7 @@ def reply_json(r: ReplyView) -> dict[str, Any]:
 
 @token_route(routes, "/sources/<uuid>/replies", "POST")
 def post_reply(self: ApiSite, request: Any, journalist: Journalist, uuid: str):
-    source = yield self.find_source(uuid)
+    source = yield self.find_source(journalist, uuid)
     body = self.json_body(request)
     reply_uuid = body.get("uuid")
     if reply_uuid is not None:
@@ -53,7 +53,7 @@ def post_reply(self: ApiSite, request: Any, journalist: Journalist, uuid: str):
 
 add_item_routes(routes, Items(
     "replies", "reply", reply_json,
-    every=lambda desk: desk.all_replies(), of_source=lambda desk, source: desk.replies(source),
+    every=lambda desk, reader: desk.all_replies(reader), of_source=lambda desk, source: desk.replies(source),
     find=lambda desk, source, uuid: desk.reply(source, uuid),
     delete=lambda desk, source, item: desk.delete_reply(source, item.uuid),
     open=lambda desk, source, item, journalist_id: desk.open_reply(source, item, journalist_id),

@@ -63,13 +63,13 @@ def sources(self: ApiSite, request: Any, journalist: Journalist):
     if b"per_page" not in request.args and b"after" not in request.args:
         request.setHeader(b"content-type", b"application/json")
         return (yield stream_json_list(
-            request, "sources", self.desk.sources_by_id,
+            request, "sources", lambda after, limit: self.desk.sources_by_id(journalist.id, after, limit),
             lambda s: json.dumps(source_json(s), sort_keys=True).encode("utf-8"),
             lambda s: s.id, 0, STREAM_BATCH))
     per_page = query_int(request, b"per_page", SOURCES_PER_PAGE, 1, MAX_SOURCES_PER_PAGE)
     after = query_text(request, b"after")
     try:
-        sources, total, cursor = yield self.desk.sources_after(after, per_page)
+        sources, total, cursor = yield self.desk.sources_after(journalist.id, after, per_page)
     except ValueError:
         raise ApiError(400, "Bad Request", "'after' must be the next_cursor of a previous page.") from None
     next_url = f"{PREFIX}/sources?per_page={per_page}&after={cursor}" if cursor else None
@@ -81,7 +81,7 @@ def sources(self: ApiSite, request: Any, journalist: Journalist):
 
 @token_route(routes, "/sources/<uuid>", "GET")
 def source(self: ApiSite, request: Any, journalist: Journalist, uuid: str):
-    source = yield self.find_source(uuid)
+    source = yield self.find_source(journalist, uuid)
     return self.json_response(request, source_json(source))
 
 
@@ -101,7 +101,7 @@ def delete_conversation(self: ApiSite, request: Any, journalist: Journalist, uui
 @inlineCallbacks
 def _delete(self: ApiSite, request: Any, journalist: Journalist, uuid: str, delete: Any, event: str, message: str):
     """The source ``uuid`` found, ``delete(source)`` done even if the client goes, ``event`` recorded."""
-    source = yield self.find_source(uuid)
+    source = yield self.find_source(journalist, uuid)
     yield shield(delete(source))
     self.events.emit(event, username=journalist.username)
     return self.json_response(request, {"message": message})
@@ -111,20 +111,20 @@ def _delete(self: ApiSite, request: Any, journalist: Journalist, uuid: str, dele
 def flag(self: ApiSite, request: Any, journalist: Journalist, uuid: str):
     """Accepted and ignored, as in SecureDrop 2.x: sources here get a key as soon as they
     first write, so there is nothing to flag them for."""
-    yield self.find_source(uuid)
+    yield self.find_source(journalist, uuid)
     return self.json_response(request, {"message": "Source flagged for reply"})
 
 
 @token_route(routes, "/sources/<uuid>/add_star", "POST")
 def add_star(self: ApiSite, request: Any, journalist: Journalist, uuid: str):
-    source = yield self.find_source(uuid)
+    source = yield self.find_source(journalist, uuid)
     yield self.desk.set_starred(source, True)
     return self.json_response(request, {"message": "Star added"}, 201)
 
 
 @token_route(routes, "/sources/<uuid>/remove_star", "DELETE")
 def remove_star(self: ApiSite, request: Any, journalist: Journalist, uuid: str):
-    source = yield self.find_source(uuid)
+    source = yield self.find_source(journalist, uuid)
     yield self.desk.set_starred(source, False)
     return self.json_response(request, {"message": "Star removed"})
 

@@ -24,7 +24,7 @@ def submission_json(x: SubmissionView) -> dict[str, Any]:
 
 add_item_routes(routes, Items(
     "submissions", "submission", submission_json,
-    every=lambda desk: desk.all_submissions(), of_source=lambda desk, source: desk.submissions(source),
+    every=lambda desk, reader: desk.all_submissions(reader), of_source=lambda desk, source: desk.submissions(source),
     find=lambda desk, source, uuid: desk.submission(source, uuid),
     delete=lambda desk, source, item: desk.delete_submissions(source, [item.uuid]),
     open=lambda desk, source, item, journalist_id: desk.open_submission(source, item, journalist_id),
