@@ -62,7 +62,7 @@ class SubmissionEncryption:
         stream = StreamEncryption(self.reactor, pool, target, self.store.new_temp_path(), **kw)
         self._streams.add(stream)
         self._sent_to[stream.out_path] = desk_ids
-        stream.on_gone = lambda: self._sent_to.pop(stream.out_path, None)
+        stream.on_gone = lambda: self.forget([stream.out_path])
         return stream
 
     def stream(self, identity: SourceIdentity | None, *, gzip_name: str | None, compress: bool,

@@ -11,6 +11,7 @@ import os
 from typing import Any, Callable
 
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from deaddrop.newsroom.codenames import check_designation_space
 from deaddrop.config import Config, ConfigError
@@ -162,10 +163,12 @@ def _add_desk_reload(top: DeadDropService, reactor: Any) -> None:
 
     from deaddrop.newsroom.desks import RELOAD_SECONDS
 
-    def reload() -> Any:
+    def failed(failure: Failure) -> None:
         # Only the error's type, as other timers log: a message could name a path.
-        return top.newsroom.desks.reload().addErrback(
-            lambda f: _log.error("reloading desks failed: {error}", error=f.type.__name__))
+        _log.error("reloading desks failed: {error}", error=type(failure.value).__name__)
+
+    def reload() -> Any:
+        return top.newsroom.desks.reload().addErrback(failed)
 
     timer = TimerService(RELOAD_SECONDS, reload)
     timer.clock = reactor

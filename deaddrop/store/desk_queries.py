@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Any, Iterable
+from typing import Any, Iterable, cast
 
 Row = sqlite3.Row
 
@@ -74,7 +74,7 @@ def insert_desk(conn: sqlite3.Connection, uuid: str, name: str, fingerprint: str
             (uuid, name, json.dumps(texts or {}, sort_keys=True), fingerprint, public_key, now))
     except sqlite3.IntegrityError:
         raise DeskError(f"there is already a desk named {name!r}") from None
-    return int(cur.lastrowid)
+    return cast(int, cur.lastrowid)  # (an INSERT sets it)
 
 
 def rename_desk(conn: sqlite3.Connection, desk_id: int, name: str) -> None:

@@ -155,7 +155,7 @@ def _escape_like(text: str) -> str:
 
 def _source_filter(reader: int, designation: str | None, starred: bool, unread: bool) -> tuple[str, dict[str, Any]]:
     """The WHERE clause of the source list: the reader's visible sources, narrowed by its filters."""
-    where, args = ["s.pending = 0", _SEES_SOURCE], {"reader": reader}
+    where, args = ["s.pending = 0", _SEES_SOURCE], dict[str, Any](reader=reader)
     if designation:
         # Designations are ASCII words, so LIKE's ASCII-only case folding is the right one.
         where.append("s.designation LIKE :designation ESCAPE '\\'")

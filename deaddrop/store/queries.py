@@ -169,7 +169,7 @@ def insert_submissions(
             "INSERT INTO submissions(uuid, source_id, n, filename, kind, size, created_at) VALUES (?,?,?,?,?,?,?)",
             (str(uuidlib.uuid4()), source_id, n, name, kind, size, now),
         )
-        desk_queries.record_submission_desks(conn, int(cur.lastrowid), desks)
+        desk_queries.record_submission_desks(conn, cast(int, cur.lastrowid), desks)
         names.append(name)
     conn.execute("UPDATE sources SET pending = 0, last_updated = ? WHERE id = ?", (now, source_id))
     return names
@@ -197,7 +197,7 @@ def insert_reply(
         " VALUES (?,?,?,?,?,?,?,?)",
         (uuid, source_id, n, name, size, sha256, journalist_id, now),
     )
-    desk_queries.record_reply_desks(conn, int(cur.lastrowid), desks)
+    desk_queries.record_reply_desks(conn, cast(int, cur.lastrowid), desks)
     conn.execute("UPDATE sources SET last_updated = ? WHERE id = ?", (now, source_id))
     fid = conn.execute("SELECT filesystem_id FROM sources WHERE id = ?", (source_id,)).fetchone()[0]
     return {"filename": name, "filesystem_id": fid, "uuid": uuid, "n": n}
