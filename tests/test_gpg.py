@@ -71,3 +71,31 @@ class AgentTests(unittest.TestCase):
         os.chmod(self.keyring.gpg_binary, 0o700)
         error = yield self.assertFailure(deferToThread(self.keyring.generate_source_key, "p" * 40), GpgError)
         self.assertIn("agent_genkey failed: No agent running", str(error))
+
+
+class ConcurrentDeletionTests(unittest.TestCase):
+    """Journalists may delete several sources at once: each deletion rewrites the keyring, and the
+    rewrites must not trip over one another (one's swap removed the trust database another's
+    import was writing: "could not rewrite the keyring (import failed, gpg exit 2)")."""
+
+    def setUp(self):
+        self.home = os.path.join(short_tempdir(), "g")
+        self.keyring = Keyring(self.home)
+        self.addCleanup(kill_gpg_agent, self.home)
+
+    @inlineCallbacks
+    def test_several_source_keys_deleted_at_once_all_go(self):
+        from twisted.internet.defer import gatherResults
+
+        keys = []
+        for _ in range(13):
+            keys.append((yield deferToThread(self.keyring.generate_source_key, "p" * 40)))
+        yield gatherResults([deferToThread(self.keyring.delete_key_pair, key.fingerprint) for key in keys[:12]],
+                            consumeErrors=True)
+        for key in keys[:12]:
+            self.assertFalse((yield deferToThread(self.keyring.has_secret_key, key.fingerprint)))
+        self.assertTrue((yield deferToThread(self.keyring.has_secret_key, keys[12].fingerprint)))
+        with open(os.path.join(self.home, "pubring.kbx"), "rb") as f:
+            keybox = f.read()
+        for key in keys[:12]:  # the rewrite dropped every deleted key's packets, not just the last
+            self.assertNotIn(bytes.fromhex(key.fingerprint), keybox)

@@ -184,6 +184,10 @@ class Keyring:
         self._gpg.encoding = "utf-8"
         self._lock = _ReadWriteLock()
         self._generation = 0  # bumped by every change of the key set (under the write lock)
+        # One keyring rebuild at a time: a rebuild's import runs gpg on this home outside the
+        # write lock, and another rebuild's swap removes the trust database that import writes
+        # (several sources deleted at once failed with "import failed, gpg exit 2").
+        self._rebuilding = threading.Lock()
 
     # -- the submission key -------------------------------------------------------------
 
@@ -333,6 +337,10 @@ class Keyring:
         the live keyring, blocking nobody; only the final swap takes the write lock, and only
         if no key was added or deleted meanwhile (else it starts again).
         """
+        with self._rebuilding:
+            self._rebuild_keybox()
+
+    def _rebuild_keybox(self) -> None:
         for _ in range(3):
             with self._lock.reading():
                 generation = self._generation
