@@ -1,5 +1,6 @@
 # -*- test-case-name: tests.integration.test_retention -*-
-"""Retention: submissions and replies older than N days are deleted by a daily timer.
+"""Retention: submissions and replies older than N days are deleted by a daily timer (N: the
+instance's setting, or a desk's own, see ``retention_queries``).
 
 Deletion is the one a journalist's manual delete does (rows first, so they are gone for every
 reader at once; then the files through the store), and a source left with nothing and no
@@ -35,25 +36,28 @@ class Retention:
     @inlineCallbacks
     def run_once(self):
         """One pass with the current setting. -> the counts deleted, or None when off (or busy)."""
-        days = self._settings.retention_days
-        if not days or self._running:
+        days = self._settings.retention_days or None
+        if self._running:
+            return None
+        newsroom = self._newsroom
+        # A desk may keep things for its own number of days (issue 29), with the setting off too.
+        if days is None and not (yield newsroom.db.run(rq.any_desk_retention)):
             return None
         self._running = True
         try:
-            cutoff = self._clock() - days * DAY
-            newsroom = self._newsroom
-            submissions = yield newsroom.db.run(rq.expire_submissions, cutoff)
-            replies = yield newsroom.db.run(rq.expire_replies, cutoff)
+            now = self._clock()
+            submissions = yield newsroom.db.run(rq.expire_submissions, now, days)
+            replies = yield newsroom.db.run(rq.expire_replies, now, days)
             for fid, name in submissions + replies:
                 yield newsroom.crypto_pool.run(newsroom.store.remove, fid, name)
-            sources = yield newsroom.db.run(rq.idle_empty_sources, cutoff)
+            sources = yield newsroom.db.run(rq.idle_empty_sources, now, days)
             deleted = 0
             for source_id in sources:
                 if (yield newsroom.delete_source(source_id)):
                     deleted += 1
             counts = {"submissions": len(submissions), "replies": len(replies), "sources": deleted}
             if any(counts.values()):
-                self._events.emit("retention.deleted", count=days, **counts)
+                self._events.emit("retention.deleted", count=days or 0, **counts)
             return counts
         finally:
             self._running = False

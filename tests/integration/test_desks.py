@@ -363,3 +363,26 @@ class DeskCommandTests(TwoDesks):
             ("Newsroom", self.newsroom.submission_fingerprint, 0), ("A", self.desk_a.fingerprint, 1),
             ("B", self.desk_b.fingerprint, 1)])
         self.assertIn(f"A: key {self.desk_a.fingerprint}, 1 member(s), 0 source(s)", format_status(status))
+
+
+class RetentionTests(TwoDesks):
+    @inlineCallbacks
+    def test_a_desk_s_own_retention_deletes_what_it_alone_keeps(self):
+        code, _, err = yield deferToThread(run_admin, "desk", "set", "B", "--retention-days", "30",
+                                           "--data-dir", self.server.data_dir)
+        self.assertEqual(code, 0, err)
+        only_a, p1 = yield self.new_source(self.desk_a)
+        only_b, p2 = yield self.new_source(self.desk_b)
+        both, p3 = yield self.new_source(self.desk_a, self.desk_b)
+        for identity, passphrase in ((only_a, p1), (only_b, p2), (both, p3)):
+            yield self.send(identity, passphrase, "old news")
+        old = self.server.service.newsroom.clock() - 40 * 86400
+        db_rows(self.server, "UPDATE submissions SET created_at = ?", old)
+        db_rows(self.server, "UPDATE sources SET last_updated = ?", old)
+        self.assertIsNone(self.server.service.settings.retention_days)  # the instance keeps everything
+        counts = yield self.server.service.retention.run_once()
+        # B's alone went, and its source with it; what A keeps (A's alone, and A's and B's) stays.
+        self.assertEqual(counts, {"submissions": 1, "replies": 0, "sources": 1})
+        left = {r[0] for r in db_rows(self.server, "SELECT source_id FROM submissions")}
+        self.assertEqual(left, {only_a.source_id, both.source_id})
+        self.assertEqual(db_rows(self.server, "SELECT COUNT(*) FROM sources WHERE id = ?", only_b.source_id), [(0,)])
