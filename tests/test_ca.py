@@ -329,6 +329,9 @@ class CLITests(unittest.TestCase):
         self.assertEqual(sorted(set(os.listdir(self.tmp)) - {"ca"}), ["server.key", "server.pem"])
         self.assertIn(f"wrote {out}", stdout)
         self.assertIn(f"wrote {os.path.join(self.tmp, 'server.key')}", stdout)
+        # Where the install guide puts the pair, and no option it does not use (issue 27).
+        self.assertIn("on the server: DATA/tls/server.pem and DATA/tls/server.key", stdout)
+        self.assertNotIn("--journalist-tls", stdout)
         self.assertEqual(_mode(os.path.join(self.tmp, "server.key")), 0o600)
         leaf, chained_ca = x509.load_pem_x509_certificates(Path(out).read_bytes())
         ca_cert = _cert(os.path.join(self.ca_dir, ca.CA_CERT))

@@ -118,8 +118,8 @@ def _cert_server(args: argparse.Namespace, out: Output) -> int:
     out.result(r, f"issued the server certificate for {', '.join(r['hosts'])} (serial {r['serial']}, "
                   f"expires {r['not_after']})\n"
                   f"  wrote {r['cert']} (certificate + CA)\n  wrote {r['key']} (its key: keep it secret)\n"
-                  f"  on the server: --journalist-tls-cert {os.path.basename(r['cert'])} "
-                  f"--journalist-tls-key {os.path.basename(r['key'])}\n"
+                  f"  on the server: DATA/tls/server.pem and DATA/tls/server.key, the service user's, the key 0600 "
+                  f"(the server reads its pair there)\n"
                   f"  renew it before then: copy a new pair over these files (temporary name, then mv) and the "
                   f"server picks it up without a restart; 'deaddrop-admin status' warns 30 days before")
     return 0
