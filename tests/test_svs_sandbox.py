@@ -80,6 +80,19 @@ class WallTests(_MetadataCase):
         self.assertNotIn(b"a source's text", shipped)
         self.assertIn(b"No such file or directory", shipped)
 
+    def test_a_program_found_through_a_link_outside_the_system_folders_runs(self) -> None:
+        # PATH may reach mat2 through a link in a folder the wall does not show (a folder of
+        # links to /usr/bin, /usr/local/bin/mat2 -> /usr/bin/mat2 with /usr/local elsewhere):
+        # the wall runs what the link names.
+        links = os.path.join(self.base, "links")
+        os.mkdir(links)
+        os.symlink("/bin/echo", os.path.join(links, "echo"))
+        with RamScratch() as scratch, scratch.item() as item:
+            command = _sandbox.sandbox().command(item.folder, [os.path.join(links, "echo"), "ran inside"])
+            inside = subprocess.run(command, cwd=item.folder, env=_sandbox.minimal_env(item.folder),
+                                    capture_output=True, check=False)
+        self.assertEqual(inside.stdout, b"ran inside\n", inside.stderr)
+
 
 class ScrubNeedsTheHomeTests(_MetadataCase):
     def test_scrub_without_home_refuses_and_says_why(self) -> None:

@@ -109,10 +109,12 @@ class Sandbox:
         if self.bwrap is None:
             return self.netns + argv
         env = [arg for name, value in minimal_env(folder).items() for arg in ("--setenv", name, value)]
+        # The program itself, not the link PATH found (a link outside the system folders, as in a
+        # folder of links to /usr/bin, names nothing inside); one outside them (a mat2 installed
+        # elsewhere) is shown, alone.
         program = os.path.realpath(argv[0])
-        # A program outside the system folders (a mat2 installed elsewhere) is shown, alone.
-        own = [] if _under(program, SYSTEM_ROOTS) else ["--ro-bind", argv[0], argv[0]]
-        return self.bwrap + env + own + ["--bind", folder, folder, "--chdir", folder, "--"] + argv
+        own = [] if _under(program, SYSTEM_ROOTS) else ["--ro-bind", program, program]
+        return self.bwrap + env + own + ["--bind", folder, folder, "--chdir", folder, "--", program] + argv[1:]
 
 
 _sandbox: Sandbox | None = None
