@@ -246,7 +246,7 @@ def _set_user_agent(driver, ua: str) -> None:
 def _axe_violations(driver) -> list[dict]:
     """axe-core at WCAG 2.1 AA on the current page, injected by WebDriver (not by the page: CSP)."""
     if not os.path.exists(AXE_SCRIPT):
-        raise AssertionError(f"{AXE_SCRIPT} is missing: run scripts/fetch-axe (.ci/run and scripts/demo do)")
+        raise AssertionError(f"{AXE_SCRIPT} is missing: run scripts/fetch-axe (.ci/run and DEMO_TESTS=1 scripts/demo do)")
     with open(AXE_SCRIPT, encoding="utf-8") as f:
         driver.execute_script(f.read())
     outcome = driver.execute_async_script(
