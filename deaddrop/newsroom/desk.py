@@ -397,6 +397,13 @@ class Desk:
 
     # -- replies ---------------------------------------------------------------------------
 
+    def reply_keys(self, source: SourceView) -> Deferred:
+        """The desks whose keys a reply from the reader to ``source`` is encrypted to besides the
+        source's own: the source's desks the reader is on (``DeskInfo``, with ``public_key``). A
+        workstation encrypts to exactly these, so the desks that will list the reply can read it
+        on their SVS, and no other desk can."""
+        return self.newsroom.replies.sending_desks(source.id, source.reader)
+
     def reply_plaintext(self, source: SourceView, text: str, journalist_id: int):
         """Encrypted here to the source key and the keys of the source's desks the journalist is
         on; the plaintext is never stored. Raises ``KeyNotReady`` if the source has no key yet."""

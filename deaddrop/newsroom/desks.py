@@ -50,6 +50,7 @@ class DeskInfo:
     member_names: tuple[str, ...]  # only if the desk shows its members to sources
     retention_days: int | None
     is_default: bool
+    public_key: str | None = field(default=None, repr=False)  # armored: what workstations encrypt replies to
 
     def text(self, language: str, what: str, fallback: str = "en") -> str:
         """The desk's ``what`` ("name" or "description") in ``language``, else in ``fallback``."""
@@ -133,7 +134,8 @@ class Desks:
                     self._imported.add(fingerprint)
             desks.append(DeskInfo(
                 row["id"], row["uuid"], row["name"], row["texts"], fingerprint, key_file, row["members"],
-                tuple(row["member_names"]), row["retention_days"], bool(row["is_default"])))
+                tuple(row["member_names"]), row["retention_days"], bool(row["is_default"]),
+                row["public_key"] if key_file else None))
         return tuple(desks)
 
 

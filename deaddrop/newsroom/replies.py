@@ -171,7 +171,7 @@ class SourceReplies:
         Waits for a key generation in flight, so a reply is never lost to a slow key.
         """
         fingerprint = yield self.key_ready(source_id)
-        desks = yield self._sending_desks(source_id, journalist_id)
+        desks = yield self.sending_desks(source_id, journalist_id)
         ciphertext = yield self.crypto_pool.run(
             self.keyring.encrypt, plaintext.encode("utf-8"), [fingerprint] + [d.fingerprint for d in desks]
         )
@@ -179,7 +179,9 @@ class SourceReplies:
         return result
 
     @inlineCallbacks
-    def _sending_desks(self, source_id: int, journalist_id: int | None):
+    def sending_desks(self, source_id: int, journalist_id: int | None):
+        """The desks a reply of ``journalist_id`` to the source is encrypted to (the source's
+        desks the journalist is on; None: all the source's desks). -> ``DeskInfo``s with keys."""
         ids = yield self.db.run(desk_queries.shared_desks, source_id, journalist_id)
         if any(self.desks.by_id(i) is None for i in ids):
             yield self.desks.reload()  # a desk added moments ago
@@ -194,7 +196,7 @@ class SourceReplies:
         """Store an encrypted reply for the desks sending it (``desks``; None: the source's desks
         the journalist is on)."""
         if desks is None:
-            desks = yield self._sending_desks(source_id, journalist_id)
+            desks = yield self.sending_desks(source_id, journalist_id)
         temp = self.store.new_temp_path()
         yield self.io_pool.run(_write_temp, temp, ciphertext)
         try:

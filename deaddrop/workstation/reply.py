@@ -10,7 +10,7 @@ import uuid
 from twisted.internet.defer import inlineCallbacks
 from twisted.internet.threads import deferToThread
 
-from deaddrop.workstation.api import JournalistApi
+from deaddrop.workstation.api import ApiError, JournalistApi
 
 
 class ReplyError(Exception):
@@ -60,6 +60,21 @@ def find_source(api: JournalistApi, designation: str):
 
 
 @inlineCallbacks
+def reply_keys(api: JournalistApi, source_uuid: str):
+    """The keys of the source's desks this journalist is on (issue 29): the desks that list the
+    reply read it on their SVS. A server from before desks has no such endpoint: its one key,
+    the instance's submission key (``/instance``), is every desk's."""
+    try:
+        found = yield api.get_json(f"/sources/{source_uuid}/reply_keys")
+    except ApiError as e:
+        if e.status != 404:
+            raise
+        instance = yield api.get_json("/instance")
+        return [instance["submission_key"]["public"]]
+    return [d["public"] for d in found.get("desk_keys", []) if d.get("public")]
+
+
+@inlineCallbacks
 def send_reply(api: JournalistApi, designation: str, message: str):
     if not message.strip():
         raise ReplyError("the reply is empty")
@@ -67,9 +82,8 @@ def send_reply(api: JournalistApi, designation: str, message: str):
     source_key = (source.get("key") or {}).get("public") or source.get("public_key")
     if not source_key:
         raise ReplyError(f"{designation}: this source has no key yet; try again after their next visit")
-    instance = yield api.get_json("/instance")
-    submission_key = instance["submission_key"]["public"]
-    armored = yield deferToThread(encrypt_armored, message.encode("utf-8"), [source_key, submission_key])
+    desk_keys = yield reply_keys(api, source["uuid"])
+    armored = yield deferToThread(encrypt_armored, message.encode("utf-8"), [source_key, *desk_keys])
     reply_uuid = str(uuid.uuid4())
     result = yield api.request_json("POST", f"/sources/{source['uuid']}/replies", {"reply": armored, "uuid": reply_uuid})
     return result

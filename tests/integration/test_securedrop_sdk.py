@@ -47,25 +47,32 @@ class _CertifiedRequests:
         self.request = session.request
 
 
+def certify_the_sdk(testcase: unittest.TestCase, server, client: tuple[str, str]) -> None:
+    """The SDK's ``requests``, for the rest of ``testcase``: a session with ``client``'s (key,
+    certificate) that trusts the newsroom CA."""
+    key_pem, cert_pem = client
+    session = requests.Session()
+    session.cert = (cert_pem, key_pem)
+    session.verify = server.server_cert
+    # Nothing from the environment: a CA bundle variable there would replace ``verify``.
+    session.trust_env = False
+    # One connection a call, closed by the server when it has answered: none outlives the test.
+    session.headers["Connection"] = "close"
+    testcase.addCleanup(session.close)
+    testcase.patch(sdclientapi, "requests", _CertifiedRequests(session))
+
+
 class SecureDropSdkTests(unittest.TestCase):
     timeout = 120
 
     @inlineCallbacks
     def setUp(self):
         self.server = yield start_journalist_server(self)
-        key_pem, cert_pem = self.client = issue_client_cert(self.server, "alice")
+        self.client = issue_client_cert(self.server, "alice")
         self.account = yield add_journalist(self.server, "alice")
         yield add_journalist(self.server, "bob")
         self.device = TotpDevice(self.server, self.account.totp_secret)
-        session = requests.Session()
-        session.cert = (cert_pem, key_pem)
-        session.verify = self.server.server_cert
-        # Nothing from the environment: a CA bundle variable there would replace ``verify``.
-        session.trust_env = False
-        # One connection a call, closed by the server when it has answered: none outlives the test.
-        session.headers["Connection"] = "close"
-        self.addCleanup(session.close)
-        self.patch(sdclientapi, "requests", _CertifiedRequests(session))
+        certify_the_sdk(self, self.server, self.client)
         self.downloads = tempfile.mkdtemp(prefix="dd-sdk-")
         self.addCleanup(shutil.rmtree, self.downloads, True)
         self.called: set[str] = set()

@@ -85,6 +85,19 @@ def source(self: ApiSite, request: Any, journalist: Journalist, uuid: str):
     return self.json_response(request, source_json(source))
 
 
+@token_route(routes, "/sources/<uuid>/reply_keys", "GET")
+def reply_keys(self: ApiSite, request: Any, journalist: Journalist, uuid: str):
+    """What a workstation encrypts a reply to: the source's key and the keys of the source's
+    desks this journalist is on (issue 29). ``/instance``'s submission key is the default desk's
+    only: a reply encrypted to it alone could not be read on the SVS of the desk that lists it."""
+    source = yield self.find_source(journalist, uuid)
+    desks = yield self.desk.reply_keys(source)
+    return self.json_response(request, {
+        "source_key": {"type": "PGP", "public": source.public_key, "fingerprint": source.key_fingerprint},
+        "desk_keys": [{"type": "PGP", "desk": d.name, "fingerprint": d.fingerprint, "public": d.public_key}
+                      for d in desks]})
+
+
 @token_route(routes, "/sources/<uuid>", "DELETE")
 def delete_source(self: ApiSite, request: Any, journalist: Journalist, uuid: str):
     return (yield _delete(self, request, journalist, uuid, self.desk.delete_source, "journalist.source.deleted",
