@@ -44,6 +44,7 @@ ALLOWED_FIELDS = frozenset(
         "files",
         "not_stored",
         "errors",
+        "desk",  # a desk's name (an admin's words, never a source's): per-desk daily counts
     }
 )
 

@@ -91,6 +91,22 @@ class DailyReportTests(unittest.TestCase):
         self.report.startService()
         self.assertEqual([(e["day"], e["messages"], e["errors"]) for e in self.lines()], [("2026-04-30", 3, 2)])
 
+    def test_counts_per_desk_survive_a_clean_shutdown_and_each_desk_has_its_line(self):
+        """Issue 29: per desk (by uuid), kept across a restart like the rest, reported by name."""
+        report = DailyReport(self.clock, self.activity, self.events, db=None,
+                             desks=lambda: [("u-default", "Newsroom"), ("u-a", "Investigations")])
+        self.activity.stored("msg", ["u-a"])
+        self.activity.stored("doc", ["u-a", "u-gone"])
+        saved = DayCounts.from_json(self.activity.today.as_json())
+        self.assertEqual(saved, self.activity.today)
+        self.activity.today = DayCounts(saved.day)
+        self.activity.restore(saved)
+        self.activity.stored("msg", ["u-default"])
+        self.clock.advance(61)
+        report.report_ended_days()
+        self.assertEqual([(e["desk"], e["messages"], e["files"]) for e in self.lines("submissions.daily.desk")],
+                         [("Newsroom", 1, 0), ("Investigations", 1, 1), ("u-gone", 0, 1)])
+
 
     def test_tors_lines_are_counted_by_kind_and_reported_with_the_day(self):
         """What the launched Tor prints once bootstrapped may be about a visitor (issue 17 §5):

@@ -16,12 +16,15 @@ import shutil
 import subprocess
 import tempfile
 import time
+from typing import Sequence
 
 from deaddrop.crypto.gpg import gpg_base_argv
 
 SUBJECT = "Encrypted message"
 PLAINTEXT_SIZE = 1024  # the inner MIME entity, padded to exactly this many bytes
 MAX_KEY_BYTES = 256 * 1024
+# Sizes are computed with every count this long, so no count changes a mail's size.
+_BIGGEST_COUNT = 10 ** 12 - 1
 
 
 class KeyProblem(ValueError):
@@ -36,20 +39,33 @@ def day_of(slot: float) -> str:
     return time.strftime("%Y-%m-%d", time.gmtime(slot))
 
 
-def plaintext(slot: float, submissions: int, sources: int) -> bytes:
-    """The inner MIME entity: counts and the day, padded to ``PLAINTEXT_SIZE`` bytes."""
-    lines = [
-        f"DeadDrop digest, {day_of(slot)} (UTC)",
-        "",
-        "Since the last digest:",
-        f"  new submissions: {submissions}",
-        f"  new sources:     {sources}",
-        "",
-        "Log in to the journalist interface to read them." if submissions else "Nothing new.",
-        "",
-        "This mail comes at every interval, also when nothing arrived: its coming says nothing.",
-    ]
-    return _padded(lines)
+def plaintext(slot: float, submissions: int, sources: int, desks: Sequence[tuple[str, int, int]] = ()) -> bytes:
+    """The inner MIME entity: counts and the day, padded to ``PLAINTEXT_SIZE`` bytes (or a
+    multiple of it, for a journalist on so many desks that their lines need more; the size
+    follows from the desks' names and never from the counts). ``desks``: (name, submissions,
+    sources) for each of the journalist's desks, on an instance with several (issue 29)."""
+    def lines(n: int, m: int, per_desk: Sequence[tuple[str, int, int]]) -> list[str]:
+        said = [
+            f"DeadDrop digest, {day_of(slot)} (UTC)",
+            "",
+            "Since the last digest:",
+            f"  new submissions: {n}",
+            f"  new sources:     {m}",
+        ]
+        if per_desk:
+            said += ["", "Of those, each of your desks received:"]
+            said += [f"  {name}: {s} new submissions, {r} new sources" for name, s, r in per_desk]
+        return said + [
+            "",
+            "Log in to the journalist interface to read them." if n else "Nothing new.",
+            "",
+            "This mail comes at every interval, also when nothing arrived: its coming says nothing.",
+        ]
+
+    largest = _BIGGEST_COUNT
+    longest = len(_body(lines(largest, largest, [(name, largest, largest) for name, _, _ in desks])))
+    size = PLAINTEXT_SIZE * max(1, -(-(longest + 2) // PLAINTEXT_SIZE))
+    return _padded(lines(submissions, sources, desks), size)
 
 
 def test_plaintext(now: float) -> bytes:
@@ -65,13 +81,17 @@ def test_plaintext(now: float) -> bytes:
     ])
 
 
-def _padded(lines: list[str]) -> bytes:
-    body = ("Content-Type: text/plain; charset=us-ascii\r\nContent-Transfer-Encoding: 7bit\r\n\r\n"
-            + "\r\n".join(lines) + "\r\n").encode("ascii")
-    if len(body) + 2 > PLAINTEXT_SIZE:
+def _body(lines: list[str]) -> bytes:
+    return ("Content-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: 8bit\r\n\r\n"
+            + "\r\n".join(lines) + "\r\n").encode("utf-8")
+
+
+def _padded(lines: list[str], size: int = PLAINTEXT_SIZE) -> bytes:
+    body = _body(lines)
+    if len(body) + 2 > size:
         raise ValueError("digest text longer than its padded size")
     # Padding: spaces on a last line (invisible), then the final line break.
-    return body + b" " * (PLAINTEXT_SIZE - len(body) - 2) + b"\r\n"
+    return body + b" " * (size - len(body) - 2) + b"\r\n"
 
 
 def encrypt(gpg_binary: str, homedir: str, armored_key: str, data: bytes) -> bytes:
@@ -140,10 +160,10 @@ def mime_message(from_addr: str, to_addr: str, slot: float, armored: bytes) -> b
 
 
 def compose(gpg_binary: str, homedir: str, from_addr: str, to_addr: str, armored_key: str, slot: float,
-            submissions: int, sources: int) -> bytes:
+            submissions: int, sources: int, desks: Sequence[tuple[str, int, int]] = ()) -> bytes:
     """Blocking (thread pool): the whole mail, ready for SMTP ``DATA``."""
     return mime_message(from_addr, to_addr, slot, encrypt(gpg_binary, homedir, armored_key,
-                                                         plaintext(slot, submissions, sources)))
+                                                         plaintext(slot, submissions, sources, desks)))
 
 
 def compose_test(gpg_binary: str, homedir: str, from_addr: str, to_addr: str, armored_key: str,

@@ -220,7 +220,8 @@ class _Job:
             try:
                 self.message = yield service.pool.run(
                     mail.compose, service.gpg_binary, service.homedir, service.target.from_addr, r.email,
-                    r.public_key, self.slot, r.new_submissions, r.new_sources)
+                    r.public_key, self.slot, r.new_submissions, r.new_sources,
+                    [(d.name, d.new_submissions, d.new_sources) for d in r.desks])
             except mail.EncryptionFailed:
                 self._failed("key_unusable", retry=False)  # the key will not mend itself
                 return
@@ -232,7 +233,7 @@ class _Job:
             return
         if self._stopped:
             return
-        yield service.db.run(dq.reported, r.journalist_id, r.new_submissions, r.new_sources)
+        yield service.db.run(dq.reported, r.journalist_id, r.new_submissions, r.new_sources, r.desks)
         service.failing.pop(r.username, None)
         if service.smtp_check is not None and not service.smtp_check["ok"]:
             service._record_contact("a digest was sent since the start-up check failed")

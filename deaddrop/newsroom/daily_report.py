@@ -29,7 +29,7 @@ import datetime
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from twisted.application.service import Service
 from twisted.logger import Logger
@@ -39,6 +39,8 @@ from deaddrop.store import queries
 
 DAY = 86400
 EVENT = "submissions.daily"
+# With several desks (issue 29), one more line per desk, after EVENT: what that desk was sent.
+DESK_EVENT = "submissions.daily.desk"
 TOR_EVENT = "tor.log.daily"
 # The settings key under which a clean shutdown keeps the day's counts.
 SETTINGS_KEY = "daily_counts"
@@ -69,12 +71,20 @@ class DayCounts:
     # The source side's defences that one visitor can set off (a busy page, a check abandoned,
     # an upload ended to make room), by reason: counted here, written at once only in a flood.
     defences: collections.Counter = field(default_factory=collections.Counter)
+    # Per desk (its uuid: a name may change during the day): {"messages": n, "files": n}. A
+    # submission sent to two desks counts for each.
+    desks: dict[str, collections.Counter] = field(default_factory=dict)
 
     def as_json(self) -> str:
         return json.dumps({"day": self.day, "messages": self.messages, "files": self.files,
                            "not_stored": self.not_stored, "errors": self.errors,
                            "failures": dict(self.failures), "tor_warnings": self.tor_warnings,
-                           "tor_lines": dict(self.tor_lines), "defences": dict(self.defences)}, sort_keys=True)
+                           "tor_lines": dict(self.tor_lines), "defences": dict(self.defences),
+                           "desks": {k: dict(v) for k, v in self.desks.items()}}, sort_keys=True)
+
+    def add_desks(self, desks: dict[str, collections.Counter]) -> None:
+        for uuid, counts in desks.items():
+            self.desks.setdefault(uuid, collections.Counter()).update(counts)
 
     @classmethod
     def from_json(cls, text: str) -> "DayCounts | None":
@@ -85,7 +95,9 @@ class DayCounts:
                          collections.Counter({str(k): int(v) for k, v in data.get("failures", {}).items()}),
                          int(data.get("tor_warnings", 0)),
                          collections.Counter({str(k): int(v) for k, v in data.get("tor_lines", {}).items()}),
-                         collections.Counter({str(k): int(v) for k, v in data.get("defences", {}).items()}))
+                         collections.Counter({str(k): int(v) for k, v in data.get("defences", {}).items()}),
+                         {str(d): collections.Counter({str(k): int(v) for k, v in c.items()})
+                          for d, c in data.get("desks", {}).items()})
             datetime.date.fromisoformat(counts.day)
             return counts
         except (ValueError, KeyError, TypeError, AttributeError):
@@ -108,13 +120,16 @@ class SourceActivity:
             self.today = DayCounts(day)
         return self.today
 
-    def stored(self, kind: str) -> None:
-        """A message (``msg``) or a file (``doc``) was stored."""
+    def stored(self, kind: str, desks: Iterable[str] = ()) -> None:
+        """A message (``msg``) or a file (``doc``) was stored, for ``desks`` (their uuids)."""
         counts = self._current()
+        what = "messages" if kind == "msg" else "files"
         if kind == "msg":
             counts.messages += 1
         else:
             counts.files += 1
+        for desk in desks:
+            counts.desks.setdefault(desk, collections.Counter())[what] += 1
 
     def not_stored(self, reason: str) -> None:
         """A submission could not be stored (``reason``: a fixed word, e.g. ``disk_full``)."""
@@ -167,6 +182,7 @@ class SourceActivity:
             today.tor_warnings += saved.tor_warnings
             today.tor_lines.update(saved.tor_lines)
             today.defences.update(saved.defences)
+            today.add_desks(saved.desks)
         elif saved.day < self.today.day:
             self._ended.insert(0, saved)
 
@@ -176,11 +192,14 @@ class DailyReport(Service):
 
     name = "daily-report"  # type: ignore[assignment]  # (Twisted types Service.name as None)
 
-    def __init__(self, reactor: Any, activity: SourceActivity, events: Any, db: Any) -> None:
+    def __init__(self, reactor: Any, activity: SourceActivity, events: Any, db: Any,
+                 desks: Callable[[], Iterable[tuple[str, str]]] = tuple) -> None:
+        """``desks``: the instance's desks now, as (uuid, name), the default first."""
         self._reactor = reactor
         self.activity = activity
         self._events = events
         self._db = db
+        self._desks = desks
         self._call: Any = None
 
     def restore_saved_blocking(self) -> None:
@@ -229,6 +248,7 @@ class DailyReport(Service):
                                   not_stored=counts.not_stored, errors=counts.errors)
             except OSError as e:
                 _log.error("security event {event} not written: {error}", event=EVENT, error=e.strerror)
+            self._report_desks(counts)
             for description, n in sorted(counts.failures.items()):
                 _log.error("source requests on {day}: {n} x {description}", day=counts.day, n=n,
                            description=description)
@@ -242,3 +262,18 @@ class DailyReport(Service):
                 say = _log.warn if line.startswith("[warn]") else _log.info
                 say("Tor's log on {day}: {n} x {line}", day=counts.day, n=n, line=line)
         return ended
+
+    def _report_desks(self, counts: DayCounts) -> None:
+        """With several desks, one ``submissions.daily.desk`` line for each, zeros too (as the
+        day's line, its presence says nothing); a desk removed since is named by its uuid."""
+        desks = list(self._desks())
+        known = {uuid for uuid, _ in desks}
+        desks += [(uuid, uuid) for uuid in sorted(counts.desks) if uuid not in known]
+        if len(desks) < 2:
+            return
+        for uuid, name in desks:
+            sent = counts.desks.get(uuid, collections.Counter())
+            try:
+                self._events.emit(DESK_EVENT, day=counts.day, desk=name, messages=sent["messages"], files=sent["files"])
+            except OSError as e:
+                _log.error("security event {event} not written: {error}", event=DESK_EVENT, error=e.strerror)

@@ -514,8 +514,8 @@ class Newsroom:
             for part in parts:
                 self.store.discard_temp(part.temp_path)
             raise
-        for part in parts:
-            self.activity.stored(part.kind)
+        for part, sent_to in zip(parts, desks):  # counted per desk too, for the day's report
+            self.activity.stored(part.kind, [d.uuid for d in map(self.desks.by_id, sent_to) if d is not None])
         return names
 
     # -- deletion ------------------------------------------------------------------------

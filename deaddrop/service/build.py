@@ -140,7 +140,8 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
 
         top.disk_watch = DiskWatch(reactor, newsroom.disk, settings, events)
         top.disk_watch.setServiceParent(top)
-    top.daily_report = DailyReport(reactor, newsroom.activity, events, db)
+    top.daily_report = DailyReport(reactor, newsroom.activity, events, db,
+                                   desks=lambda: [(d.uuid, d.name) for d in newsroom.desks.all()])
     top.daily_report.restore_saved_blocking()
     top.daily_report.setServiceParent(top)
     _add_digest(top, config, reactor)

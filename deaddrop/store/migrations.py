@@ -261,6 +261,42 @@ def _v10_desks(conn: sqlite3.Connection) -> None:
                  "  WHERE s.source_id = NEW.source_id AND s.desk_id != NEW.desk_id); END")
 
 
+def _v11_digest_per_desk(conn: sqlite3.Connection) -> None:
+    # Issue 29: the digest counts per desk too. For each journalist who gets the digest and each
+    # of their desks: what that desk received since their last digest (a submission sent to two
+    # of their desks counts in both lines, once in the totals of digest_recipients). Kept by
+    # triggers in the transaction that stores a submission, as the totals are; rows go with the
+    # recipient (``journalist notify --off``) and with the desk.
+    conn.execute("CREATE TABLE IF NOT EXISTS digest_desk_counts ("
+                 " journalist_id INTEGER NOT NULL REFERENCES digest_recipients(journalist_id) ON DELETE CASCADE,"
+                 " desk_id INTEGER NOT NULL REFERENCES desks(id) ON DELETE CASCADE,"
+                 " new_submissions INTEGER NOT NULL DEFAULT 0, new_sources INTEGER NOT NULL DEFAULT 0,"
+                 " PRIMARY KEY (journalist_id, desk_id))")
+    conn.execute("CREATE INDEX IF NOT EXISTS digest_desk_counts_desk ON digest_desk_counts(desk_id)")
+
+    def bump(column: str, desk: str) -> str:
+        """+1 in ``column`` for every digest recipient on desk ``desk`` (an SQL expression)."""
+        return ("INSERT INTO digest_desk_counts(journalist_id, desk_id, " + column + ")"
+                " SELECT r.journalist_id, " + desk + ", 1 FROM digest_recipients r JOIN desk_members m"
+                " ON m.journalist_id = r.journalist_id AND m.desk_id = " + desk +
+                " WHERE true ON CONFLICT(journalist_id, desk_id) DO UPDATE SET " + column + " = " + column + " + 1")
+
+    conn.execute("CREATE TRIGGER IF NOT EXISTS digest_desk_count_submission AFTER INSERT ON submission_desks"
+                 f" BEGIN {bump('new_submissions', 'NEW.desk_id')}; END")
+    # A source is new to a desk when it first submits (pending 1 -> 0), for each desk it has
+    # then, and when it adds a desk afterwards.
+    conn.execute("CREATE TRIGGER IF NOT EXISTS digest_desk_count_source AFTER UPDATE OF pending ON sources"
+                 " WHEN OLD.pending = 1 AND NEW.pending = 0 BEGIN"
+                 " INSERT INTO digest_desk_counts(journalist_id, desk_id, new_sources)"
+                 " SELECT r.journalist_id, s.desk_id, 1 FROM source_desks s"
+                 " JOIN desk_members m ON m.desk_id = s.desk_id"
+                 " JOIN digest_recipients r ON r.journalist_id = m.journalist_id WHERE s.source_id = NEW.id"
+                 " ON CONFLICT(journalist_id, desk_id) DO UPDATE SET new_sources = new_sources + 1; END")
+    conn.execute("CREATE TRIGGER IF NOT EXISTS digest_desk_count_source_desk AFTER INSERT ON source_desks"
+                 " WHEN (SELECT pending FROM sources WHERE id = NEW.source_id) = 0"
+                 f" BEGIN {bump('new_sources', 'NEW.desk_id')}; END")
+
+
 Step = Callable[[sqlite3.Connection], None]
 
 # (the version a step produces, the step); versions are consecutive from BASELINE + 1.
@@ -274,6 +310,7 @@ STEPS: list[tuple[int, Step]] = [
     (8, _v8_digest_recipients),
     (9, _v9_second_factors),
     (10, _v10_desks),
+    (11, _v11_digest_per_desk),
 ]
 
 CURRENT = BASELINE + len(STEPS)
