@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
-from deaddrop.web.source import catalogs
+from deaddrop.i18n import catalogs
 
 # Words that mark English prose and are not words of the other shipped Latin-script languages
 # ("die", "was", "will", "of", "in", "is", "to" are left out: German, Dutch, Polish use them).

@@ -15,7 +15,8 @@ from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po
 from twisted.trial import unittest
 
-from deaddrop.web.source import catalogs, i18n
+from deaddrop.i18n import catalogs
+from deaddrop.web.source import i18n
 from deaddrop.web.source._browser import is_tor_browser
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -184,26 +185,6 @@ class TorBrowserTests(unittest.TestCase):
             self.assertFalse(is_tor_browser(ua), ua)
 
 
-class JournalistExtractionTests(unittest.TestCase):
-    """The journalist interface stays English, but its strings can be extracted as they stand."""
-
-    def test_the_journalist_pages_strings_are_extractable(self):
-        from deaddrop.web.journalist._extract import extract_tag_strings, fstrings_in
-
-        found = set()
-        for name in ("pages.py", "app.py", "auth.py", "sources.py", "downloads.py", "account.py", "users.py",
-                     "settings.py"):
-            path = os.path.join(ROOT, "deaddrop", "web", "journalist", name)
-            with open(path, "rb") as f:
-                found |= {message for _l, _f, message, _c in extract_tag_strings(f, {}, [], {})}
-            with open(path, encoding="utf-8") as f:
-                fstrings_in(f.read())  # parses; the count is for whoever translates it next
-        for expected in ("Instance settings", "Sources", "Add a user", "Settings saved."):
-            self.assertIn(expected, found)
-        self.assertFalse({m for m in found if m in ("POST", "hidden", "ok", "warning")})
-        self.assertGreater(len(found), 60)
-
-
 class ArabicPluralTests(unittest.TestCase):
     """Issue 17 §7: Arabic counts follow Babel's plural rule (six forms), and one and two are said
     in words ("5 دقيقة" and "و1 مستند" were wrong)."""
@@ -369,7 +350,7 @@ class StatusTableTests(unittest.TestCase):
     """Issue 31 item 4: the README's status table is the one the catalogs make."""
 
     def test_the_readme_table_is_current(self):
-        from deaddrop.web.source import translation_status
+        from deaddrop.i18n import translation_status
 
         with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
             readme = f.read()
@@ -380,7 +361,7 @@ class StatusTableTests(unittest.TestCase):
         self.assertIn("| Deutsch | German | `de` |", table)
 
     def test_the_table_says_what_each_file_says(self):
-        from deaddrop.web.source import translation_status
+        from deaddrop.i18n import translation_status
 
         locales = self.mktemp()
         os.makedirs(locales)
@@ -470,7 +451,7 @@ class TranslatorWorkflowTests(unittest.TestCase):
         os.makedirs(os.path.join(copy, "tests"))
         os.makedirs(os.path.join(copy, "docs"))
         for name in ("tests/__init__.py", "tests/_event_catalogue.py", "tests/_markdown.py", "tests/test_i18n.py",
-                     "docs/monitoring.md", "babel.cfg", "README.md"):
+                     "docs/monitoring.md", "babel.cfg", "babel-journalist.cfg", "README.md"):
             shutil.copy(os.path.join(ROOT, name), os.path.join(copy, name))
         return copy
 
@@ -537,7 +518,7 @@ class TranslatorWorkflowTests(unittest.TestCase):
         with open(source, "a", encoding="utf-8") as f:
             f.write('\nADDED = N_("A message added after the translation.")\n')
         self._follow(copy, commands[5])
-        done = subprocess.run([sys.executable, "-m", "deaddrop.web.source.catalogs", "check", self.DUMMY], cwd=copy,
+        done = subprocess.run([sys.executable, "-m", "deaddrop.i18n.catalogs", "check", self.DUMMY], cwd=copy,
                               capture_output=True, text=True)
         self.assertEqual(done.returncode, 1)
         self.assertIn("not translated: 'A message added after the translation.'", done.stdout)

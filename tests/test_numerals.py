@@ -1,5 +1,5 @@
 """Issue 27 item 7: numbers and dates as each source language writes them. Farsi: Persian digits
-and the Solar Hijri calendar; Arabic: Latin digits (see deaddrop/web/source/numerals.py)."""
+and the Solar Hijri calendar; Arabic: Latin digits (see deaddrop/i18n/numerals.py)."""
 from __future__ import annotations
 
 import datetime
@@ -11,7 +11,8 @@ from babel import Locale
 from twisted.trial import unittest
 
 from deaddrop.web._common.pages import render_sync
-from deaddrop.web.source import i18n, messages, numerals, pages, solar_hijri
+from deaddrop.i18n import numerals, solar_hijri
+from deaddrop.web.source import i18n, messages, pages
 from deaddrop.web.source.pages import PageContext, ShownReply
 
 _TAG = re.compile(r"<[^>]*>")

@@ -75,11 +75,12 @@ def _recipient(data_dir: str, name: str) -> Any:
 def _compose(target: Any, recipient: Any, gpg_binary: str = "gpg") -> bytes | None:
     """The test mail, encrypted to the registered key; None if gpg refuses the key."""
     from deaddrop.digest import mail
+    from deaddrop.i18n import journalist as i18n
 
     home = tempfile.mkdtemp(prefix="dd-dt-")
     try:
         return mail.compose_test(gpg_binary, home, target.from_addr, recipient.email, recipient.public_key,
-                                         time.time())
+                                 time.time(), i18n.speech(recipient.language))
     except mail.EncryptionFailed:
         return None
     finally:

@@ -6,6 +6,12 @@ shows anyone but the journalist is fixed: the subject is constant, the Date head
 sending slot (not the moment of sending), the Message-ID is random, and the encrypted part has
 the same length whatever the counts (the text is padded, OpenPGP compression is off), so
 neither the headers nor the size say whether anything arrived.
+
+The text is in the journalist's language (the account's, English until one is chosen), through
+the journalist catalogue (``scripts/i18n`` extracts this module's messages into it): a
+``Speech`` is handed in. A language whose words are longer may take a larger multiple of
+``PLAINTEXT_SIZE``, the same whatever the counts. The subject stays English and constant: mail
+servers see it, and it must say nothing, not even a language.
 """
 from __future__ import annotations
 
@@ -19,9 +25,10 @@ import time
 from typing import Sequence
 
 from deaddrop.crypto.gpg import gpg_base_argv
+from deaddrop.i18n.speech import ENGLISH, Speech
 
 SUBJECT = "Encrypted message"
-PLAINTEXT_SIZE = 1024  # the inner MIME entity, padded to exactly this many bytes
+PLAINTEXT_SIZE = 1024  # the inner MIME entity, padded to exactly this many bytes (or a multiple)
 MAX_KEY_BYTES = 256 * 1024
 # Sizes are computed with every count this long, so no count changes a mail's size.
 _BIGGEST_COUNT = 10 ** 12 - 1
@@ -39,49 +46,61 @@ def day_of(slot: float) -> str:
     return time.strftime("%Y-%m-%d", time.gmtime(slot))
 
 
-def plaintext(slot: float, submissions: int, sources: int, desks: Sequence[tuple[str, int, int]] = ()) -> bytes:
-    """The inner MIME entity: counts and the day, padded to ``PLAINTEXT_SIZE`` bytes (or a
-    multiple of it, for a journalist on so many desks that their lines need more; the size
-    follows from the desks' names and never from the counts). ``desks``: (name, submissions,
-    sources) for each of the journalist's desks, on an instance with several (issue 29)."""
+def plaintext(slot: float, submissions: int, sources: int, desks: Sequence[tuple[str, int, int]] = (),
+              say: Speech = ENGLISH) -> bytes:
+    """The inner MIME entity: counts and the day, in ``say``'s language, padded to
+    ``PLAINTEXT_SIZE`` bytes (or a multiple of it, for a journalist on so many desks, or in a
+    language so long, that their lines need more; the size follows from the desks' names and
+    the language and never from the counts: no message here changes with a count but its
+    digits). ``desks``: (name, submissions, sources) for each of the journalist's desks, on an
+    instance with several (issue 29)."""
+    _ = say._
+
     def lines(n: int, m: int, per_desk: Sequence[tuple[str, int, int]]) -> list[str]:
         said = [
-            f"DeadDrop digest, {day_of(slot)} (UTC)",
+            _("DeadDrop digest, {day} (UTC)", day=say.day(slot)),
             "",
-            "Since the last digest:",
-            f"  new submissions: {n}",
-            f"  new sources:     {m}",
+            _("Since the last digest:"),
+            "  " + _("new submissions: {n}", n=n),
+            "  " + _("new sources: {n}", n=m),
         ]
         if per_desk:
-            said += ["", "Of those, each of your desks received:"]
-            said += [f"  {name}: {s} new submissions, {r} new sources" for name, s, r in per_desk]
+            said += ["", _("Of those, each of your desks received:")]
+            # TRANSLATORS: the same words for every count (a mail's size must not follow a count):
+            # write it so that it reads for any number, as a label and its number if need be.
+            said += ["  " + _("{desk}: {submissions} new submissions, {sources} new sources", desk=name,
+                              submissions=s, sources=r) for name, s, r in per_desk]
         return said + [
             "",
-            "Log in to the journalist interface to read them." if n else "Nothing new.",
+            _("Log in to the journalist interface to read them.") if n else _("Nothing new."),
             "",
-            "This mail comes at every interval, also when nothing arrived: its coming says nothing.",
+            _("This mail comes at every interval, also when nothing arrived: its coming says nothing."),
         ]
 
     largest = _BIGGEST_COUNT
-    longest = len(_body(lines(largest, largest, [(name, largest, largest) for name, _, _ in desks])))
+    longest = max(len(_body(lines(count, largest, [(name, largest, largest) for name, _s, _r in desks])))
+                  for count in (0, largest))  # with and without news: its last line differs
     size = PLAINTEXT_SIZE * max(1, -(-(longest + 2) // PLAINTEXT_SIZE))
     return _padded(lines(submissions, sources, desks), size)
 
 
-def test_plaintext(now: float) -> bytes:
+def test_plaintext(now: float, say: Speech = ENGLISH) -> bytes:
     """The inner entity of ``deaddrop-admin digest test``'s mail: no counts at all (a count sent at
     an admin's moment would date arrivals more finely than the slots do), the same padded size."""
-    return _padded([
-        f"DeadDrop digest test, {day_of(now)} (UTC)",
+    _ = say._
+    lines = [
+        _("DeadDrop digest test, {day} (UTC)", day=say.day(now)),
         "",
-        "An admin sent this with deaddrop-admin digest test: the digest mail reaches",
-        "this address, and only your key opens it.",
+        _("An admin sent this with deaddrop-admin digest test: the digest mail reaches this address, and only "
+          "your key opens it."),
         "",
-        "It counts nothing: the next digest, at its usual time, counts what arrived.",
-    ])
+        _("It counts nothing: the next digest, at its usual time, counts what arrived."),
+    ]
+    return _padded(lines, PLAINTEXT_SIZE * max(1, -(-(len(_body(lines)) + 2) // PLAINTEXT_SIZE)))
 
 
 def _body(lines: list[str]) -> bytes:
+    # 8bit UTF-8 inside the encryption: the armour carries it; the mail itself stays ASCII.
     return ("Content-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: 8bit\r\n\r\n"
             + "\r\n".join(lines) + "\r\n").encode("utf-8")
 
@@ -160,17 +179,19 @@ def mime_message(from_addr: str, to_addr: str, slot: float, armored: bytes) -> b
 
 
 def compose(gpg_binary: str, homedir: str, from_addr: str, to_addr: str, armored_key: str, slot: float,
-            submissions: int, sources: int, desks: Sequence[tuple[str, int, int]] = ()) -> bytes:
+            submissions: int, sources: int, desks: Sequence[tuple[str, int, int]] = (),
+            say: Speech = ENGLISH) -> bytes:
     """Blocking (thread pool): the whole mail, ready for SMTP ``DATA``."""
     return mime_message(from_addr, to_addr, slot, encrypt(gpg_binary, homedir, armored_key,
-                                                         plaintext(slot, submissions, sources, desks)))
+                                                         plaintext(slot, submissions, sources, desks, say)))
 
 
 def compose_test(gpg_binary: str, homedir: str, from_addr: str, to_addr: str, armored_key: str,
-                 now: float) -> bytes:
+                 now: float, say: Speech = ENGLISH) -> bytes:
     """Blocking: the test mail, the digest's shape, dated to the minute it was sent."""
     minute = now - now % 60
-    return mime_message(from_addr, to_addr, minute, encrypt(gpg_binary, homedir, armored_key, test_plaintext(now)))
+    return mime_message(from_addr, to_addr, minute, encrypt(gpg_binary, homedir, armored_key,
+                                                            test_plaintext(now, say)))
 
 
 def check_key(armored: str, gpg_binary: str = "gpg") -> str:

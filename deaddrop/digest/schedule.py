@@ -31,6 +31,7 @@ from twisted.python.failure import Failure
 
 from deaddrop.digest import mail, smtp
 from deaddrop.delayed_calls import cancel
+from deaddrop.i18n.speech import ENGLISH, Speech
 from deaddrop.store import digest_queries as dq
 
 FIRST_RETRY = 60.0
@@ -51,7 +52,9 @@ class DigestService(Service):
     def __init__(self, *, reactor: Any, clock: Any, db: Any, pool: Any, events: Any, target: smtp.SmtpTarget,
                  interval_minutes: int, gpg_binary: str, homedir: str,
                  send: Callable[..., Deferred] = smtp.send,
-                 check: Callable[..., Deferred] = smtp.check) -> None:
+                 check: Callable[..., Deferred] = smtp.check,
+                 speech: Callable[[str | None], Speech] = lambda code: ENGLISH) -> None:
+        """``speech``: a journalist language's words for the mail (the journalist catalogue's)."""
         self.reactor = reactor  # connects
         self.clock = clock  # schedules (a Clock in tests)
         self.db = db
@@ -63,6 +66,7 @@ class DigestService(Service):
         self.homedir = homedir
         self._send = send
         self._check = check
+        self.speech = speech
         self._checking: Deferred | None = None
         self.smtp_check: dict[str, Any] | None = None  # the start-up check's outcome, once known
         self._next_call: Any = None
@@ -221,7 +225,7 @@ class _Job:
                 self.message = yield service.pool.run(
                     mail.compose, service.gpg_binary, service.homedir, service.target.from_addr, r.email,
                     r.public_key, self.slot, r.new_submissions, r.new_sources,
-                    [(d.name, d.new_submissions, d.new_sources) for d in r.desks])
+                    [(d.name, d.new_submissions, d.new_sources) for d in r.desks], service.speech(r.language))
             except mail.EncryptionFailed:
                 self._failed("key_unusable", retry=False)  # the key will not mend itself
                 return

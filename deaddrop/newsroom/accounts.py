@@ -39,6 +39,7 @@ from twisted.internet.defer import Deferred, inlineCallbacks, succeed
 from twisted.internet.task import deferLater
 
 from deaddrop.newsroom import codenames
+from deaddrop.newsroom.languages import JOURNALIST_LANGUAGES
 from deaddrop.crypto.kdf import KdfCost
 from deaddrop.crypto.pool import WorkerPool, forbid_reactor_thread
 from deaddrop.events import EventGate, SecurityEvents
@@ -101,11 +102,16 @@ class Journalist:
     auth_epoch: int
     created_at: float
     last_login_at: float | None
+    # The language chosen for the journalist interface and the digest (``JOURNALIST_LANGUAGES``);
+    # None: not chosen (the browser's language on pages, English in the digest).
+    language: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> "Journalist":
+        language = row["language"] if "language" in row.keys() else None
         return cls(row["id"], row["uuid"], row["username"], bool(row["is_admin"]), int(row["auth_epoch"]),
-                   float(row["created_at"]), row["last_login_at"])
+                   float(row["created_at"]), row["last_login_at"],
+                   language if language in JOURNALIST_LANGUAGES else None)
 
 
 @dataclass(frozen=True)
@@ -444,6 +450,13 @@ class Accounts:
 
     def delete(self, journalist_id: int):
         return self.db.run(jq.delete_journalist, journalist_id)
+
+    def set_language(self, journalist_id: int, code: str) -> Deferred:
+        """The account's language from now on (``JOURNALIST_LANGUAGES``); -> Deferred[bool]: the
+        account exists. Not a credential: sessions and tokens go on."""
+        if code not in JOURNALIST_LANGUAGES:
+            raise AccountError(f"not a journalist language: {code!r}")
+        return self.db.run(jq.set_language, journalist_id, code)
 
     @inlineCallbacks
     def verify_again(self, journalist: Journalist, passphrase: Any, code: Any):

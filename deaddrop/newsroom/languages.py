@@ -1,5 +1,6 @@
 # -*- test-case-name: tests.test_i18n -*-
-"""The languages the source interface speaks (its pages and the admin's per-language texts).
+"""The languages the source interface speaks (its pages and the admin's per-language texts), and
+those of the journalist interface.
 
 A language is shipped once it is listed here and its catalog is compiled (docs/translating.md);
 the menu lists them in the order below. The codes are gettext's (the folder names under
@@ -42,3 +43,10 @@ DEFAULT = "en"
 # missing messages are shown in English (one by one), and tests/test_i18n.py lets them through.
 # Every other language must be translated in full.
 INCOMPLETE: frozenset[str] = frozenset()
+
+# The languages of the journalist interface and its digest mail (a catalogue of its own, under
+# deaddrop/web/journalist/locales): each account chooses one on its account page. Names and
+# directions are those of ``LANGUAGES``; the order is the menu's.
+JOURNALIST_LANGUAGES: tuple[str, ...] = ("en",)
+# As ``INCOMPLETE``, for the journalist catalogue.
+JOURNALIST_INCOMPLETE: frozenset[str] = frozenset()

@@ -33,6 +33,7 @@ from deaddrop.store.files import Store
 from deaddrop.submission_key import KEY_FILE as SUBMISSION_KEY_FILE, use_submission_key
 from deaddrop.transport.connections import ConnectionLimits, budget_for, raise_fd_limit
 from deaddrop.service.journalist_side import add_journalist_interface
+from deaddrop.i18n import journalist as journalist_i18n
 
 _log = Logger()
 
@@ -201,7 +202,8 @@ def _add_digest(top: DeadDropService, config: Config, reactor: Any) -> None:
                         password=read_password_file(password_file) if password_file else None)
     top.digest = DigestService(reactor=reactor, clock=reactor, db=top.db, pool=top.newsroom.crypto_pool,
                                events=top.events, target=target, interval_minutes=config.notify_interval_minutes,
-                               gpg_binary=config.gpg_binary, homedir=config.path("digest-gnupg"))
+                               gpg_binary=config.gpg_binary, homedir=config.path("digest-gnupg"),
+                               speech=journalist_i18n.speech)
     top.digest.setServiceParent(top)
     _log.info("digest mail: every {minutes} min via {server}", minutes=config.notify_interval_minutes,
               server=target.describe())

@@ -29,13 +29,14 @@ class Recipient:
     fingerprint: str
     new_submissions: int
     new_sources: int
+    language: str | None = None  # the account's (None: not chosen, English)
     # Each of the journalist's desks, zeros too, when the instance has several (else none: the
     # mail is as it was before desks).
     desks: tuple[DeskCount, ...] = ()
 
 
 _SELECT = ("SELECT d.journalist_id, j.username, d.email, d.public_key, d.fingerprint, d.new_submissions,"
-           " d.new_sources FROM digest_recipients d JOIN journalists j ON j.id = d.journalist_id")
+           " d.new_sources, j.language FROM digest_recipients d JOIN journalists j ON j.id = d.journalist_id")
 
 
 def recipients(conn: sqlite3.Connection) -> list[Recipient]:

@@ -103,13 +103,10 @@ def remove_key(conn: sqlite3.Connection, journalist_id: int, key_id: int, keep_o
     return str(row["name"])
 
 
-def second_factors(conn: sqlite3.Connection) -> dict[int, str]:
-    """Account id -> how it logs in, for the users page: "app", "YubiKey (HOTP)", "N security keys"."""
-    out = {}
-    for row in conn.execute("SELECT j.id, j.hotp_secret IS NOT NULL AS hotp,"
-                            " (SELECT COUNT(*) FROM security_keys k WHERE k.journalist_id = j.id) AS keys"
-                            " FROM journalists j"):
-        keys = int(row["keys"])
-        out[row["id"]] = (f"{keys} security key{'s' if keys != 1 else ''}" if keys
-                          else "YubiKey (HOTP)" if row["hotp"] else "app")
-    return out
+def second_factors(conn: sqlite3.Connection) -> dict[int, tuple[int, bool]]:
+    """Account id -> (its security keys, whether it has a YubiKey in HOTP mode), for the users
+    page (which says it in the reader's language: an app, a YubiKey, N security keys)."""
+    return {row["id"]: (int(row["keys"]), bool(row["hotp"]))
+            for row in conn.execute("SELECT j.id, j.hotp_secret IS NOT NULL AS hotp,"
+                                    " (SELECT COUNT(*) FROM security_keys k WHERE k.journalist_id = j.id) AS keys"
+                                    " FROM journalists j")}

@@ -86,6 +86,11 @@ def set_totp_secret(conn: sqlite3.Connection, journalist_id: int, secret: str) -
     return int(conn.execute("SELECT auth_epoch FROM journalists WHERE id = ?", (journalist_id,)).fetchone()[0])
 
 
+def set_language(conn: sqlite3.Connection, journalist_id: int, code: str | None) -> bool:
+    """-> whether the account exists."""
+    return conn.execute("UPDATE journalists SET language = ? WHERE id = ?", (code, journalist_id)).rowcount > 0
+
+
 def delete_journalist(conn: sqlite3.Connection, journalist_id: int) -> bool:
     cur = conn.execute("DELETE FROM journalists WHERE id = ?", (journalist_id,))
     return cur.rowcount == 1

@@ -297,6 +297,13 @@ def _v11_digest_per_desk(conn: sqlite3.Connection) -> None:
                  f" BEGIN {bump('new_sources', 'NEW.desk_id')}; END")
 
 
+def _v12_journalist_language(conn: sqlite3.Connection) -> None:
+    # Issue 31 item 3: the language an account chose for the journalist interface and its digest
+    # mail (a code of languages.JOURNALIST_LANGUAGES). NULL, as every existing account has it: not
+    # chosen, so the pages follow the browser and the digest is in English, as before.
+    conn.execute("ALTER TABLE journalists ADD COLUMN language TEXT")
+
+
 Step = Callable[[sqlite3.Connection], None]
 
 # (the version a step produces, the step); versions are consecutive from BASELINE + 1.
@@ -311,6 +318,7 @@ STEPS: list[tuple[int, Step]] = [
     (9, _v9_second_factors),
     (10, _v10_desks),
     (11, _v11_digest_per_desk),
+    (12, _v12_journalist_language),
 ]
 
 CURRENT = BASELINE + len(STEPS)

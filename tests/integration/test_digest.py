@@ -124,7 +124,7 @@ class DigestDeliveryTests(_DigestCase):
         self.assertEqual(envelope["helo"], "newsroom.example")  # never this machine's host name
         first = ReadDigest(self, raw, self.home)
         self.assertEqual((first.count("submissions"), first.count("sources")), (1, 1))
-        self.assertIn("2026-01-01", first.text)
+        self.assertIn("January 1, 2026", first.text)  # Babel's English day (issue 31 item 3)
         # Headers: constant subject, the slot as Date (not the moment of sending), a random id.
         self.assertEqual(first.headers["Subject"], digest_mail.SUBJECT)
         self.assertEqual(email.utils.parsedate_to_datetime(first.headers["Date"]).timestamp(), SLOT)

@@ -256,8 +256,9 @@ class TriageTests(unittest.TestCase):
                                       data={"csrf_token": b.csrf(html), "reply": "thank you"})
         [(created,)] = db_rows(self.server, "SELECT created_at FROM replies")
         day = time.strftime("%Y-%m-%d", time.gmtime(created))
-        self.assertRegex(html, rf'-reply\.gpg</a> \(by alice, <time datetime="{day}">{day}</time>\)')
-        self.assertRegex(html, rf'<td data-label="Received">{day}</td>')
+        said = time.strftime("%B %-d, %Y", time.gmtime(created))  # Babel's long English date (issue 31 item 3)
+        self.assertRegex(html, rf'-reply\.gpg</a> \(by alice, <time datetime="{day}">{said}</time>\)')
+        self.assertRegex(html, rf'<td data-label="Received">{said}</td>')
 
     def kind(self, submission_uuid: str) -> str:
         return db_rows(self.server, "SELECT kind FROM submissions WHERE uuid = ?", submission_uuid)[0][0]
@@ -297,12 +298,13 @@ class TriageTests(unittest.TestCase):
         response, html = yield b.get("/admin/users")
         shown = dict(re.findall(r'<tr><td class="lead">(\w+)(?:<[^>]+>)*?.*?<span class="cert cert-\w+">([^<]+)</span>',
                                 html))
-        self.assertRegex(shown["alice"], r"^valid until \d{4}-\d\d-\d\d$")
-        self.assertRegex(shown["bob"], r"^expires \d{4}-\d\d-\d\d \(in (9|10) days\)$")
-        self.assertRegex(shown["carol"], r"^revoked \d{4}-\d\d-\d\d$")
+        day = r"[A-Z][a-z]+ \d{1,2}, \d{4}"  # days as Babel writes them in English
+        self.assertRegex(shown["alice"], rf"^valid until {day}$")
+        self.assertRegex(shown["bob"], rf"^expires {day} \(in (9|10) days\)$")
+        self.assertRegex(shown["carol"], rf"^revoked {day}$")
         self.assertEqual(shown["dave"], "none issued")
         self.assertIn("not yet in the server's CRL", shown["erin"])
-        self.assertEqual(shown["frank"], "expired 2020-01-02")
+        self.assertEqual(shown["frank"], "expired January 2, 2020")
         self.assertNotIn("has no copy of that list", html)
 
         # Without the issued list the page says where the status comes from.

@@ -33,8 +33,13 @@ def layout(
     flashes: Iterable[tuple[str, str]] = (),
     nav: Iterable[Any] = (),
     body_class: str = "",
+    lang: str = "en",
+    direction: str = "ltr",
+    footer: str = "Powered by DeadDrop",
 ) -> Tag:
-    return tags.html(lang="en")(
+    """``lang`` (BCP 47) and ``direction`` ("ltr", "rtl"): the page's language; ``footer``: the
+    footer's line, said in it."""
+    return tags.html(lang=lang, dir=direction)(
         head(f"{title} · {site_name}"),
         tags.body(class_=body_class)(
             tags.header(
@@ -43,7 +48,7 @@ def layout(
                 class_="top",
             ),
             Tag("main")(flash_list(flashes), *body),
-            tags.footer(tags.p("Powered by DeadDrop")),
+            tags.footer(tags.p(footer)),
         ),
     )
 
@@ -83,13 +88,19 @@ def set_html(request: Any, status: int = 200) -> None:
     request.setHeader(b"content-type", b"text/html; charset=utf-8")
 
 
-def error_page_bytes(site_name: str, status: int, title: str, message: str) -> bytes:
+def error_page_bytes(site_name: str, status: int, title: str, message: str, *, back: str = "Back to the start",
+                     lang: str = "en", direction: str = "ltr", footer: str = "Powered by DeadDrop") -> bytes:
+    """``back``: the link to the start; ``lang``, ``direction`` and ``footer`` as ``layout``'s,
+    all in the page's language."""
     return render_sync(
         layout(
             title=title,
             site_name=site_name,
-            body=[tags.h1(title), tags.p(message), tags.p(tags.a("Back to the start", href="/"))],
+            body=[tags.h1(title), tags.p(message), tags.p(tags.a(back, href="/"))],
             body_class="error",
+            lang=lang,
+            direction=direction,
+            footer=footer,
         )
     )
 

@@ -1,4 +1,4 @@
-"""A journalist's own account: its page, and a new passphrase.
+"""A journalist's own account: its page, its language, and a new passphrase.
 
 The routes are added to ``JournalistInterface`` by ``register``.
 """
@@ -11,7 +11,9 @@ from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg
 from deaddrop.web._common.guards import login_required, login_route
 from deaddrop.web._common.routes import Routed, Routes
-from deaddrop.web.journalist import pages
+from deaddrop.newsroom.languages import JOURNALIST_LANGUAGES
+from deaddrop.web.journalist import i18n, pages
+from deaddrop.web.journalist.i18n import N_
 from deaddrop.web.journalist._login import JournalistLogin
 from deaddrop.web.journalist.key_login import LOGIN_FACTOR
 from deaddrop.web.journalist.keys import account_page
@@ -30,23 +32,36 @@ def account(self: JournalistSite, request: Any, login: JournalistLogin):
 @login_route(routes, "/account/new-passphrase", "POST")
 def new_passphrase(self: JournalistSite, request: Any, login: JournalistLogin):
     session, journalist = login.session, login.journalist
+    _ = i18n.of(session)._
     try:
         yield shield(self.accounts.verify_again(journalist, form_arg(request, "passphrase", 1024),
                                                 form_arg(request, "one_time_code", 16)))
     except SecurityKeyNeeded:
         # The passphrase was right; an account with keys is confirmed by a session its key began.
         if session.data.get(LOGIN_FACTOR) != "key":
-            message = "Log out and log in again with your security key first. Nothing was changed."
+            message = _("Log out and log in again with your security key first. Nothing was changed.")
             return (yield account_page(self, request, login, error=message, status=403))
     except LoginFailed as failure:
-        message = pages.THROTTLED_LOGIN_ERROR if failure.throttled else \
-            "That passphrase or one-time code was wrong. Nothing was changed."
+        message = _(pages.THROTTLED_LOGIN_ERROR) if failure.throttled else \
+            _("That passphrase or one-time code was wrong. Nothing was changed.")
         return (yield account_page(self, request, login, error=message, status=403))
     creds = yield shield(self.accounts.reset_passphrase(journalist.id))
     self.end_other_sessions(session, creds.journalist)
     self.events.emit("journalist.password.changed", username=journalist.username)
     fresh = JournalistLogin(session, creds.journalist)
     return (yield account_page(self, request, fresh, new_passphrase=creds.passphrase))
+
+
+@login_route(routes, "/account/language", "POST")
+def choose_language(self: JournalistSite, request: Any, login: JournalistLogin):
+    """The account's language, kept with the account: these pages and the digest speak it."""
+    code = form_arg(request, "language", 16)
+    if code not in JOURNALIST_LANGUAGES:
+        return self.error(request, 400, N_("Nothing done"), N_("Choose one of the languages listed."))
+    yield shield(self.accounts.set_language(login.journalist.id, code))
+    login.session.data[i18n.LANGUAGE] = code
+    login.session.flash(i18n.speech(code)._("Language saved."), "ok")
+    return self.redirect(request, "/account")
 
 
 def register(cls: type[Routed]) -> None:

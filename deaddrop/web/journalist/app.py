@@ -28,14 +28,16 @@ from deaddrop.newsroom.settings import InstanceSettings
 from deaddrop.newsroom.source_texts import SourceTexts
 from deaddrop.transport.connections import ConnectionLimits
 from deaddrop.web._common.guards import Refused
-from deaddrop.web._common.pages import error_page_bytes, http_error_page_text
+from deaddrop.i18n.speech import Speech
+from deaddrop.web._common.pages import error_page_bytes, http_error_page_text, set_html
 from deaddrop.web._common.responses import HtmlResponses
 from deaddrop.web._common.session_cookie import SessionCookie
 from deaddrop.web.sessions import Session, SessionStore
 from deaddrop.web._common.site import BodyPolicy, DeadDropSite, log_failure_safely
 from deaddrop.web._common.static import JOURNALIST as JOURNALIST_STATIC, serve_static
-from deaddrop.web.journalist import (account, auth, downloads, key_codes, key_login, keys, settings, source_texts,
-                                     sources, users)
+from deaddrop.web.journalist import (account, auth, downloads, i18n, key_codes, key_login, keys, pages, settings,
+                                     source_texts, sources, users)
+from deaddrop.web.journalist.i18n import N_
 from deaddrop.web.journalist._login import JournalistLogin
 from deaddrop.web.journalist.api import JournalistAPI
 from deaddrop.web.journalist.cert_binding import issued_for
@@ -72,7 +74,18 @@ class JournalistInterface(HtmlResponses):
     # -- plumbing --------------------------------------------------------------------------
 
     def anonymous_session(self, request: Any) -> Session:
-        return self.cookie.lookup(request) or self.cookie.start(request)[1]
+        session = self.cookie.lookup(request) or self.cookie.start(request)[1]
+        if "journalist_id" not in session.data:  # before logging in, the browser's language
+            session.data[i18n.LANGUAGE] = i18n.browser_language(request.requestHeaders)
+        return session
+
+    def speech(self, request: Any) -> Speech:
+        """The language of this request's pages: its session's (set when its login was read), else
+        the browser's."""
+        session = self.cookie.lookup(request)
+        if session is not None and i18n.LANGUAGE in session.data:
+            return i18n.of(session)
+        return i18n.speech(i18n.browser_language(request.requestHeaders))
 
     @inlineCallbacks
     def current_login(self, request: Any) -> Generator[Deferred[Any], Any, JournalistLogin | None]:
@@ -86,18 +99,21 @@ class JournalistInterface(HtmlResponses):
             return None
         if not issued_for(request, journalist.username):
             return None  # a session cookie counts only over its journalist's own certificate
+        # The account's language (read again with the account), else the browser's.
+        session.data[i18n.LANGUAGE] = journalist.language or i18n.browser_language(request.requestHeaders)
         return JournalistLogin(session, journalist)
 
     def refuse_anonymous(self, request: Any, post: bool) -> bytes:
         if post:
-            return self.error(request, 403, "Please log in again", "Your session ended. Nothing was changed.")
+            return self.error(request, 403, N_("Please log in again"), N_("Your session ended. Nothing was changed."))
         return self.redirect(request, "/login")
 
     def refuse_stale_form(self, request: Any) -> bytes:
-        return self.error(request, 403, "Please try again", "The form was stale or came from elsewhere. Nothing was changed.")
+        return self.error(request, 403, N_("Please try again"),
+                          N_("The form was stale or came from elsewhere. Nothing was changed."))
 
     def refuse_non_admin(self, request: Any) -> bytes:
-        return self.error(request, 403, "Administrators only", "This page is for administrators.")
+        return self.error(request, 403, N_("Administrators only"), N_("This page is for administrators."))
 
     @inlineCallbacks
     def find_source(self, request: Any, login: JournalistLogin, uuid: str) -> Generator[Deferred[Any], Any, SourceView]:
@@ -105,8 +121,17 @@ class JournalistInterface(HtmlResponses):
         source that does not exist, a 404."""
         source = yield self.desk.source(login.journalist.id, uuid)
         if source is None:
-            raise Refused(self.error(request, 404, "Not found", "There is no such source (it may have been deleted)."))
+            raise Refused(self.error(request, 404, N_("Not found"),
+                                     N_("There is no such source (it may have been deleted).")))
         return source
+
+    def error(self, request: Any, status: int, title: str, message: str, **values: Any) -> bytes:
+        """An error page in the request's language: ``title`` and ``message`` are English message
+        ids (``N_``), ``values`` fill their placeholders."""
+        say = self.speech(request)
+        set_html(request, status)
+        return error_page_bytes(self.site_name, status, say._(title, **values), say._(message, **values),
+                                back=say._("Back to the start"), **pages.frame(say))
 
     def bind_session(self, session: Session, journalist: Journalist) -> None:
         session.data["journalist_id"] = journalist.id
@@ -139,11 +164,14 @@ class JournalistInterface(HtmlResponses):
         if routing is not None:
             return self.error(request, *routing)
         log_failure_safely(failure)
-        return self.error(request, 500, "Something went wrong", "The server could not handle that request.")
+        return self.error(request, 500, N_("Something went wrong"), N_("The server could not handle that request."))
 
     def _early_page(self, status: int, title: str, message: str, headers: Any = None) -> bytes:
-        """A refusal answered before a route runs (too many requests, too large...)."""
-        return error_page_bytes(self.site_name, status, title, message)
+        """A refusal answered before a route runs (too many requests, too large...), in the
+        language the browser asks for (its titles and messages are in ``messages``)."""
+        say = i18n.speech(i18n.browser_language(headers))
+        return error_page_bytes(self.site_name, status, say._(title), say._(message), back=say._("Back to the start"),
+                                **pages.frame(say))
 
     def site(self, reactor: Any = None, connection_limits: ConnectionLimits | None = None) -> DeadDropSite:
         return DeadDropSite(

@@ -5,7 +5,6 @@ The routes are added to ``JournalistInterface`` by ``register``.
 """
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from twisted.internet.defer import inlineCallbacks
@@ -14,7 +13,7 @@ from deaddrop.newsroom.accounts import LoginFailed, SecurityKeyNeeded
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg
 from deaddrop.web._common.routes import Routed, Routes
-from deaddrop.web.journalist import key_login, pages
+from deaddrop.web.journalist import i18n, key_login, pages
 from deaddrop.web.journalist.cert_binding import refuse_mismatch
 from deaddrop.web.journalist.interface import JournalistSite
 
@@ -46,11 +45,12 @@ def login(self: JournalistSite, request: Any):
     session = self.cookie.lookup(request)
     if session is None or not session.check_csrf(form_arg(request, "csrf_token")):
         session = self.anonymous_session(request)
-        page = pages.login(self.site_name, session, "Your session expired. Please log in again.")
+        page = pages.login(self.site_name, session, i18n.of(session)._(pages.SESSION_EXPIRED))
         return (yield self.html(request, page, 403))
+    say = self.speech(request)
     username = (form_arg(request, "username", 64) or "").strip()
     if refuse_mismatch(request, username, self.events):
-        page = pages.login(self.site_name, session, pages.CERTIFICATE_MISMATCH_ERROR, username[:64])
+        page = pages.login(self.site_name, session, say._(pages.CERTIFICATE_MISMATCH_ERROR), username[:64])
         return (yield self.html(request, page, 403))
     try:
         journalist = yield shield(self.accounts.authenticate(
@@ -60,11 +60,12 @@ def login(self: JournalistSite, request: Any):
         return self.redirect(request, "/login/key")
     except LoginFailed as failure:
         status, message = (429, pages.THROTTLED_LOGIN_ERROR) if failure.throttled else (403, login_error(failure))
-        return (yield self.html(request, pages.login(self.site_name, session, message, username[:64]), status))
+        return (yield self.html(request, pages.login(self.site_name, session, say._(message), username[:64]), status))
     due = yield self.security_keys.enrol_before(journalist)
-    if due is not None:
-        session.flash(f"Your newsroom requires a security key for this account: register one on your Account "
-                      f"page before {time.strftime('%Y-%m-%d', time.gmtime(due))}.", "warning")
+    if due is not None:  # said in the account's own language: the next page is in it
+        said = i18n.speech(journalist.language or say.code)
+        session.flash(said._("Your newsroom requires a security key for this account: register one on your "
+                             "Account page before {day}.", day=said.day(due)), "warning")
     return key_login.finish(self, request, session, journalist, "code", "/sources")
 
 

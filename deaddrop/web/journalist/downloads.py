@@ -13,7 +13,9 @@ from twisted.internet.defer import inlineCallbacks
 from deaddrop.newsroom.desk import NotFound, SourceView
 from deaddrop.web._common.guards import Refused, login_route
 from deaddrop.web._common.routes import Routed, Routes
+from deaddrop.web.journalist import i18n
 from deaddrop.web.journalist._files import FileResponse
+from deaddrop.web.journalist.i18n import N_
 from deaddrop.web.journalist._login import JournalistLogin
 from deaddrop.web.journalist.interface import JournalistSite
 
@@ -23,7 +25,7 @@ MAX_ZIP_TICKETS = 8  # zip downloads a session remembers (see zip_then_page)
 routes = Routes()
 
 
-NO_SUCH_SUBMISSION = "There is no such submission (it may have been deleted)."
+NO_SUCH_SUBMISSION = N_("There is no such submission (it may have been deleted).")
 
 
 @inlineCallbacks
@@ -32,7 +34,7 @@ def _submission(self: JournalistSite, request: Any, login: JournalistLogin, uuid
     source = yield self.find_source(request, login, uuid)
     submission = yield self.desk.submission(source, item)
     if submission is None:
-        raise Refused(self.error(request, 404, "Not found", NO_SUCH_SUBMISSION))
+        raise Refused(self.error(request, 404, N_("Not found"), NO_SUCH_SUBMISSION))
     return source, submission
 
 
@@ -51,7 +53,7 @@ def download_submission(self: JournalistSite, request: Any, login: JournalistLog
     try:
         download = yield self.desk.open_submission(source, submission, login.journalist.id)
     except NotFound:  # its file is gone, or is not a regular file inside the store
-        return self.error(request, 404, "Not found", NO_SUCH_SUBMISSION)
+        return self.error(request, 404, N_("Not found"), NO_SUCH_SUBMISSION)
     return FileResponse(download, etag=True)
 
 
@@ -60,11 +62,11 @@ def download_reply(self: JournalistSite, request: Any, login: JournalistLogin, u
     source = yield self.find_source(request, login, uuid)
     reply = yield self.desk.reply(source, item)
     if reply is None or reply.deleted_by_source:
-        return self.error(request, 404, "Not found", "There is no such reply.")
+        return self.error(request, 404, N_("Not found"), N_("There is no such reply."))
     try:
         download = yield self.desk.open_reply(source, reply, login.journalist.id)
     except NotFound:
-        return self.error(request, 404, "Not found", "There is no such reply.")
+        return self.error(request, 404, N_("Not found"), N_("There is no such reply."))
     return FileResponse(download, etag=True)
 
 
@@ -72,14 +74,16 @@ def download_reply(self: JournalistSite, request: Any, login: JournalistLogin, u
 def download_unread(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str):
     source = yield self.find_source(request, login, uuid)
     unread = [i.uuid for i in (yield self.desk.submissions(source)) if not i.is_read]
-    return (yield zip_then_page(self, request, login, source, unread, "There are no unread submissions."))
+    return (yield zip_then_page(self, request, login, source, unread,
+                                i18n.of(login.session)._("There are no unread submissions.")))
 
 
 @inlineCallbacks
 def zip_then_page(self: JournalistSite, request: Any, login: JournalistLogin, source: SourceView, chosen: list[str],
                   nothing: str):
     """Mark the chosen submissions read and show the source page again, which sends the
-    browser on to ``/sources/<uuid>/zip/<ticket>`` for the zip: the page's counts are new."""
+    browser on to ``/sources/<uuid>/zip/<ticket>`` for the zip: the page's counts are new.
+    ``nothing``: what to say (already in the session's language) when none is left."""
     wanted = set(chosen)
     present = [i.uuid for i in (yield self.desk.submissions(source)) if i.uuid in wanted]
     if not present:
@@ -100,13 +104,13 @@ def download_zip(self: JournalistSite, request: Any, login: JournalistLogin, uui
     source = yield self.find_source(request, login, uuid)
     owner, chosen = login.session.data.get("zips", {}).get(ticket, (None, []))
     if owner != source.uuid:
-        return self.error(request, 404, "Not found", "This download has expired. Ask for it again.")
+        return self.error(request, 404, N_("Not found"), N_("This download has expired. Ask for it again."))
     try:
         download = yield self.desk.zip_submissions(source, chosen, login.journalist.id)
     except NotFound:
-        return self.error(request, 404, "Not found", "A selected submission's file is missing.")
+        return self.error(request, 404, N_("Not found"), N_("A selected submission's file is missing."))
     if download is None:
-        return self.error(request, 404, "Not found", "These submissions were deleted in the meantime.")
+        return self.error(request, 404, N_("Not found"), N_("These submissions were deleted in the meantime."))
     return FileResponse(download)
 
 
@@ -114,6 +118,3 @@ def register(cls: type[Routed]) -> None:
     """Add the download routes to the journalist interface class ``cls``."""
     routes.register(cls)
 
-
-def count_text(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

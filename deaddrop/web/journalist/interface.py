@@ -12,6 +12,7 @@ from typing import Any, Callable, Protocol
 from twisted.internet.defer import Deferred
 
 from deaddrop.events import SecurityEvents
+from deaddrop.i18n.speech import Speech
 from deaddrop.newsroom.accounts import Accounts, Journalist
 from deaddrop.newsroom.desk import Desk, SourceView
 from deaddrop.newsroom.key_login import SecurityKeys
@@ -72,6 +73,10 @@ class JournalistSite(Guarded, Protocol):
     def redirect(self, request: Any, location: str) -> bytes:
         """A 303 to ``location``."""
 
-    def error(self, request: Any, status: int, title: str, message: str) -> bytes:
-        """An error page."""
+    def error(self, request: Any, status: int, title: str, message: str, **values: Any) -> bytes:
+        """An error page in the request's language: ``title`` and ``message`` are English message
+        ids (marked ``N_``), ``values`` fill their placeholders."""
+
+    def speech(self, request: Any) -> Speech:
+        """The language this request's pages and flashes speak (see ``i18n``)."""
 

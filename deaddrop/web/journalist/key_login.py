@@ -15,7 +15,7 @@ from deaddrop.newsroom.accounts import Journalist, LoginFailed
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg
 from deaddrop.web._common.routes import Routed, Routes
-from deaddrop.web.journalist import key_pages, pages
+from deaddrop.web.journalist import i18n, key_pages, pages
 from deaddrop.web.journalist._webauthn import allow_script, browser_answer, relying_party
 from deaddrop.web.sessions import Session
 from deaddrop.web.journalist.interface import JournalistSite
@@ -43,12 +43,13 @@ def pending(session: Session | None) -> dict[str, Any] | None:
 def key_page(self: JournalistSite, request: Any, session: Session, waiting: dict[str, Any], error: str | None = None,
              status: int = 200):
     """The key step's page with a fresh challenge (kept in ``waiting``), or why there is none."""
+    say = i18n.of(session)
     rp = relying_party(request, self.key_hosts())
-    problem = key_pages.no_key_address(list(self.key_hosts())) if rp is None else None
+    problem = key_pages.no_key_address(say, list(self.key_hosts())) if rp is None else None
     begun = (yield self.security_keys.begin_login(waiting["journalist_id"], rp)) if rp is not None else None
     if rp is not None and begun is None:
-        problem = ("None of your keys was registered on this address: open the interface by the name you "
-                   "registered them on.")
+        problem = say._("None of your keys was registered on this address: open the interface by the name you "
+                        "registered them on.")
     if begun is None:
         page = key_pages.key_login(self.site_name, session, None, None, error, problem)
         return (yield self.html(request, page, 400 if status == 200 else status))
@@ -73,7 +74,7 @@ def login_key(self: JournalistSite, request: Any):
     session = self.cookie.lookup(request)
     if session is None or not session.check_csrf(form_arg(request, "csrf_token")):
         session = self.anonymous_session(request)
-        page = pages.login(self.site_name, session, "Your session expired. Please log in again.")
+        page = pages.login(self.site_name, session, i18n.of(session)._(pages.SESSION_EXPIRED))
         return (yield self.html(request, page, 403))
     waiting = pending(session)
     journalist = (yield self.accounts.get(waiting["journalist_id"])) if waiting is not None else None
@@ -86,7 +87,7 @@ def login_key(self: JournalistSite, request: Any):
                                                                   browser_answer(request)))
     except LoginFailed as failure:
         status, message = (429, pages.THROTTLED_LOGIN_ERROR) if failure.throttled else (403, key_pages.KEY_LOGIN_ERROR)
-        return (yield key_page(self, request, session, waiting, message, status))
+        return (yield key_page(self, request, session, waiting, i18n.of(session)._(message), status))
     return finish(self, request, session, journalist, "key", "/sources")
 
 

@@ -13,7 +13,7 @@ from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg
 from deaddrop.web._common.guards import admin_required, admin_route
 from deaddrop.web._common.routes import Routed, Routes
-from deaddrop.web.journalist import pages
+from deaddrop.web.journalist import i18n, pages
 from deaddrop.web.journalist._login import JournalistLogin
 from deaddrop.web.journalist.pages import megabytes, parse_megabytes
 from deaddrop.web.journalist.interface import JournalistSite
@@ -53,14 +53,17 @@ def save_settings(self: JournalistSite, request: Any, login: JournalistLogin):
     refuse = form_arg(request, "refuse_uploads") == "1"
     refuse_changed = form_arg(request, "shown_refuse_uploads") != ("1" if refuse else "0")
     size = parse_megabytes(size_text) if size_text is not None else current.max_upload_size
+    say = i18n.of(session)
     error = None
     if name is not None and (not name or len(name) > 100 or any(ord(c) < 32 for c in name)):
-        error = "The organisation name must be 1 to 100 characters."
+        error = say._("The organisation name must be 1 to 100 characters.")
     elif size is None or not MIN_UPLOAD_BYTES <= size <= MAX_UPLOAD_BYTES:
-        error = (f"The largest upload must be a number of MB (1 MB = 1,000,000 bytes, up to six decimals) "
-                 f"between {megabytes(MIN_UPLOAD_BYTES)} and {megabytes(MAX_UPLOAD_BYTES)}.")
+        # The bounds as the form takes them (a dot before decimals, whatever the language).
+        error = say._("The largest upload must be a number of MB (1 MB = 1,000,000 bytes, up to six decimals) "
+                      "between {low} and {high}.", low=megabytes(MIN_UPLOAD_BYTES), high=megabytes(MAX_UPLOAD_BYTES))
     elif retention_text and not (retention_text.isdigit() and 1 <= int(retention_text) <= MAX_RETENTION_DAYS):
-        error = f"Retention must be empty (keep everything) or a whole number of days between 1 and {MAX_RETENTION_DAYS}."
+        error = say._("Retention must be empty (keep everything) or a whole number of days between 1 and {most}.",
+                      most=MAX_RETENTION_DAYS)
     if error or size is None:  # (a size that is None has its error)
         page = pages.settings_page(self.site_name, session, admin, self.settings, error)
         return (yield self.html(request, page, 400))
@@ -76,7 +79,7 @@ def save_settings(self: JournalistSite, request: Any, login: JournalistLogin):
     self.settings.allow_uploads = updated.allow_uploads
     self.settings.retention_days = updated.retention_days
     self.events.emit("admin.settings.changed", username=admin.username)
-    session.flash("Settings saved.", "ok")
+    session.flash(say._("Settings saved."), "ok")
     return self.redirect(request, "/admin/settings")
 
 

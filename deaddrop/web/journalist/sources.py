@@ -14,9 +14,10 @@ from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.forms import form_arg, form_args
 from deaddrop.web._common.guards import login_route
 from deaddrop.web._common.routes import Routed, Routes
-from deaddrop.web.journalist import pages
+from deaddrop.web.journalist import i18n, pages
 from deaddrop.web.journalist._login import JournalistLogin
-from deaddrop.web.journalist.downloads import count_text, zip_then_page
+from deaddrop.web.journalist.downloads import zip_then_page
+from deaddrop.web.journalist.i18n import N_
 from deaddrop.web.journalist.interface import JournalistSite
 
 
@@ -43,20 +44,25 @@ def sources_selected(self: JournalistSite, request: Any, login: JournalistLogin)
     back = pages.list_url(only, page)
     action = form_arg(request, "action")
     if action not in ("star", "unstar", "read", "unread", "delete", "delete-confirmed"):
-        return self.error(request, 400, "Nothing done", "Choose an action for the selected sources.")
+        return self.error(request, 400, N_("Nothing done"), N_("Choose an action for the selected sources."))
     chosen = yield self.desk.sources_among(login.journalist.id, form_args(request, "source"))
     session, journalist = login.session, login.journalist
+    say = i18n.of(session)
     if not chosen:
-        session.flash("Select at least one source first.", "warning")
+        session.flash(say._("Select at least one source first."), "warning")
         return self.redirect(request, back)
-    n = count_text(len(chosen), "source")
+    n = len(chosen)
     if action in ("star", "unstar"):
         for source in chosen:
             yield self.desk.set_starred(source, action == "star")
-        session.flash(f"{'Starred' if action == 'star' else 'Unstarred'} {n}.", "ok")
+        session.flash(say.n_("Starred {n} source.", "Starred {n} sources.", n) if action == "star"
+                      else say.n_("Unstarred {n} source.", "Unstarred {n} sources.", n), "ok")
     elif action in ("read", "unread"):
         yield self.desk.mark_sources(chosen, journalist.id, read=action == "read")
-        session.flash(f"Marked every submission of {n} {action}.", "ok")
+        session.flash(say.n_("Marked every submission of {n} source read.",
+                             "Marked every submission of {n} sources read.", n) if action == "read"
+                      else say.n_("Marked every submission of {n} source unread.",
+                                  "Marked every submission of {n} sources unread.", n), "ok")
     elif action == "delete":
         # Nothing goes before the journalist has seen the list (as for one source).
         page_ = pages.confirm_delete_sources(self.site_name, session, journalist, chosen, only, page)
@@ -65,7 +71,8 @@ def sources_selected(self: JournalistSite, request: Any, login: JournalistLogin)
         for source in chosen:
             yield shield(self.desk.delete_source(source))
             self.events.emit("journalist.source.deleted", username=journalist.username)
-        session.flash(f"Deleted {n} and everything they sent.", "ok")
+        session.flash(say.n_("Deleted {n} source and everything it sent.",
+                             "Deleted {n} sources and everything they sent.", n), "ok")
     return self.redirect(request, back)
 
 
@@ -80,7 +87,8 @@ def source(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str
             downloading = (item.filename, f"/sources/{uuid}/submissions/{item.uuid}/download")
     elif zip_ticket is not None and zip_ticket in login.session.data.get("zips", {}):
         count = len(login.session.data["zips"][zip_ticket][1])
-        downloading = (f"a zip of {count_text(count, 'file')}", f"/sources/{uuid}/zip/{zip_ticket}")
+        what = i18n.of(login.session).n_("a zip of {n} file", "a zip of {n} files", count)
+        downloading = (what, f"/sources/{uuid}/zip/{zip_ticket}")
     return (yield _source_page(self, request, login, source, select_all=form_arg(request, "select") == "all",
                                     downloading=downloading))
 
@@ -101,17 +109,20 @@ def selected(self: JournalistSite, request: Any, login: JournalistLogin, uuid: s
     action = form_arg(request, "action")
     chosen = [u for u in form_args(request, "submission") if valid_uuid(u)]
     source = yield self.find_source(request, login, uuid)
+    say = i18n.of(login.session)
     if action == "download":
         return (yield zip_then_page(self, request, login, source, chosen,
-                                          "Nothing to download: select submissions first."))
+                                    say._("Nothing to download: select submissions first.")))
     if action not in ("delete", "delete-confirmed", "read", "unread"):
-        return self.error(request, 400, "Nothing done", "Choose download, mark read or unread, or delete.")
+        return self.error(request, 400, N_("Nothing done"), N_("Choose download, mark read or unread, or delete."))
     if not chosen:
-        login.session.flash("Select at least one submission first.", "warning")
+        login.session.flash(say._("Select at least one submission first."), "warning")
         return self.redirect(request, f"/sources/{uuid}")
     if action in ("read", "unread"):
         count = yield self.desk.mark_submissions(source, chosen, login.journalist.id, read=action == "read")
-        login.session.flash(f"Marked {count_text(count, 'submission')} {action}.", "ok")
+        login.session.flash(say.n_("Marked {n} submission read.", "Marked {n} submissions read.", count)
+                            if action == "read" else
+                            say.n_("Marked {n} submission unread.", "Marked {n} submissions unread.", count), "ok")
         return self.redirect(request, f"/sources/{uuid}")
     if action == "delete":
         # Nothing goes before the journalist has seen the list (as for deleting a source).
@@ -119,7 +130,7 @@ def selected(self: JournalistSite, request: Any, login: JournalistLogin, uuid: s
         page = pages.confirm_delete_selected(self.site_name, login.session, login.journalist, source, listed)
         return (yield self.html(request, page))
     count = yield shield(self.desk.delete_submissions(source, chosen))
-    login.session.flash(f"Deleted {count} submission{'s' if count != 1 else ''}.", "ok")
+    login.session.flash(say.n_("Deleted {n} submission.", "Deleted {n} submissions.", count), "ok")
     return self.redirect(request, f"/sources/{uuid}")
 
 
@@ -127,7 +138,8 @@ def selected(self: JournalistSite, request: Any, login: JournalistLogin, uuid: s
 def mark_source_unread(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str):
     source = yield self.find_source(request, login, uuid)
     count = yield self.desk.mark_sources([source], login.journalist.id, read=False)
-    login.session.flash(f"Marked {count_text(count, 'submission')} unread.", "ok")
+    login.session.flash(i18n.of(login.session).n_("Marked {n} submission unread.", "Marked {n} submissions unread.",
+                                                  count), "ok")
     return self.redirect(request, f"/sources/{uuid}")
 
 
@@ -142,19 +154,22 @@ def star(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str):
 def reply(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str):
     source = yield self.find_source(request, login, uuid)
     text = form_arg(request, "reply", 1 << 20) or ""
+    say = i18n.of(login.session)
     if not text.strip():
-        return (yield _source_page(self, request, login, source, status=400, error="Write a reply first."))
+        return (yield _source_page(self, request, login, source, status=400, error=say._("Write a reply first.")))
     if len(text) > MAX_REPLY_CHARS:
         return (yield _source_page(self, request, login, source, status=413, reply_text=text[:MAX_REPLY_CHARS],
-                                        error=f"Replies are limited to {MAX_REPLY_CHARS:,} characters."))
+                                   error=say.n_("Replies are limited to {n} character.",
+                                                "Replies are limited to {n} characters.", MAX_REPLY_CHARS)))
     try:
         yield shield(self.desk.reply_plaintext(source, text, login.journalist.id))
     except KeyNotReady:
-        return (yield _source_page(self, 
-            request, login, source, status=409, reply_text=text,
-            error="This source's encryption key is not ready yet, so the reply was NOT sent. It is made the "
-                  "next time the source logs in. Your text is still below: try again later."))
-    login.session.flash("Reply sent. It is stored encrypted; the source will see it the next time they log in.", "ok")
+        return (yield _source_page(
+            self, request, login, source, status=409, reply_text=text,
+            error=say._("This source's encryption key is not ready yet, so the reply was NOT sent. It is made the "
+                        "next time the source logs in. Your text is still below: try again later.")))
+    login.session.flash(say._("Reply sent. It is stored encrypted; the source will see it the next time they log "
+                              "in."), "ok")
     return self.redirect(request, f"/sources/{uuid}")
 
 
@@ -169,7 +184,8 @@ def delete_source(self: JournalistSite, request: Any, login: JournalistLogin, uu
     source = yield self.find_source(request, login, uuid)
     yield shield(self.desk.delete_source(source))
     self.events.emit("journalist.source.deleted", username=login.journalist.username)
-    login.session.flash(f"{source.designation} and everything they sent were deleted.", "ok")
+    login.session.flash(i18n.of(login.session)._("{designation} and everything it sent were deleted.",
+                                                 designation=source.designation), "ok")
     return self.redirect(request, "/sources")
 
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable
 
+from deaddrop.i18n import negotiation
+from deaddrop.i18n.speech import fill
 from deaddrop.newsroom.languages import DEFAULT, INCOMPLETE, LANGUAGES
 
 LOCALE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "locales")
@@ -21,13 +23,6 @@ COOKIE = "dd_lang"
 
 TRANSLATED = tuple(code for code in LANGUAGES if code != DEFAULT)
 
-# Accept-Language is attacker-controlled: read a bounded prefix and a bounded number of entries.
-_MAX_HEADER_CHARS = 512
-_MAX_ENTRIES = 20
-# Language subtags browsers still send for languages whose code changed (ISO 639 withdrew them).
-_OLD_SUBTAGS = {"iw": "he", "in": "id", "ji": "yi"}
-# Chinese is written in two scripts: a tag that names neither says it through its region.
-_TRADITIONAL_REGIONS = frozenset({"tw", "hk", "mo"})
 # Languages whose sentences follow each other without a space ("……的文件。为了您的安全，……").
 _NO_SPACE_BETWEEN_SENTENCES = frozenset({"zh", "ja"})
 
@@ -65,16 +60,6 @@ class Counted:
             english = singular if count == 1 else plural
             sentences.append(fill(lang.ngettext(singular, plural, count), english, {**shown, "n": number(count)}))
         return lang.space.join(sentences)
-
-
-def fill(translated: str, english: str, values: dict[str, Any]) -> str:
-    """``translated`` with its placeholders filled in; the English message if it cannot be (a
-    catalog whose placeholders differ from the code's: ``scripts/i18n compile`` refuses one, and
-    tests/test_i18n.py fails, but a page must never fail for it)."""
-    try:
-        return translated.format(**values)
-    except (KeyError, IndexError, ValueError, AttributeError):
-        return english.format(**values)
 
 
 def _is_count(value: Any) -> bool:
@@ -126,45 +111,17 @@ def language(code: str) -> Language:
 
 def bcp47(code: str) -> str:
     """A gettext code as a BCP 47 language tag (``zh_Hans`` -> ``zh-Hans``)."""
-    return code.replace("_", "-")
+    return negotiation.bcp47(code)
 
 
 def code_for_tag(tag: str) -> str | None:
-    """The code of ``LANGUAGES`` a browser's language tag asks for, or None.
-
-    ``pt-BR`` is ``pt``; ``iw`` (an old code) is ``he``. Chinese goes by its script: ``zh-Hant``,
-    ``zh-TW``, ``zh-HK`` and ``zh-MO`` are Traditional, any other ``zh`` Simplified.
-    """
-    subtags = tag.strip().lower().replace("_", "-").split("-")
-    primary = _OLD_SUBTAGS.get(subtags[0], subtags[0])
-    if primary == "zh":
-        rest = set(subtags[1:])
-        traditional = "hant" in rest or ("hans" not in rest and bool(rest & _TRADITIONAL_REGIONS))
-        primary = "zh_Hant" if traditional else "zh_Hans"
-    return primary if primary in LANGUAGES else None
+    """The code of ``LANGUAGES`` a browser's language tag asks for, or None (``negotiation``)."""
+    return negotiation.code_for_tag(tag, LANGUAGES)
 
 
 def from_accept_language(header: str | None) -> str | None:
-    """The best of ``LANGUAGES`` for an ``Accept-Language`` value, or None.
-
-    Each entry is read by ``code_for_tag``; entries keep their order among equal quality values.
-    """
-    if not header:
-        return None
-    ranked: list[tuple[float, int, str]] = []
-    for index, entry in enumerate(header[:_MAX_HEADER_CHARS].split(",")[:_MAX_ENTRIES]):
-        tag, _, params = entry.strip().partition(";")
-        quality = 1.0
-        params = params.strip()
-        if params.startswith("q="):
-            try:
-                quality = float(params[2:])
-            except ValueError:
-                continue
-        code = code_for_tag(tag)
-        if quality > 0 and code is not None:
-            ranked.append((-quality, index, code))
-    return min(ranked)[2] if ranked else None
+    """The best of ``LANGUAGES`` for an ``Accept-Language`` value, or None (``negotiation``)."""
+    return negotiation.from_accept_language(header, LANGUAGES)
 
 
 def negotiate(request: Any) -> Language:

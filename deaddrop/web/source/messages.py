@@ -6,7 +6,7 @@ numbers where there is one, that nothing was stored, and where the typed message
 """
 from __future__ import annotations
 
-from deaddrop.web.source import numerals
+from deaddrop.i18n import numerals
 from deaddrop.web.source.i18n import N_, Counted, Language, Np_, fill
 
 # -- titles ------------------------------------------------------------------------------------

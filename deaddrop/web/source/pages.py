@@ -14,7 +14,7 @@ from typing import Any, Iterable
 from twisted.web.template import Tag, tags
 
 from deaddrop.web._common.pages import head
-from deaddrop.web.source import numerals
+from deaddrop.i18n import numerals
 from deaddrop.web.source import i18n
 from deaddrop.web.source.i18n import LANGUAGES, N_, Counted, Language, Np_, fill
 

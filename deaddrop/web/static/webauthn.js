@@ -6,6 +6,8 @@
  * (binary values in base64url). A click asks the browser to talk to the key
  * (navigator.credentials.create or .get); the key's answer is written, as JSON, into the form's
  * hidden "credential" field and the form is sent as any other. Nothing else is read or sent.
+ * What it says to the journalist comes, in the page's language, from the form's data-says
+ * attribute (JSON: one message per key below); English is the fallback.
  */
 (function () {
   "use strict";
@@ -17,6 +19,16 @@
   var kind = form.getAttribute("data-webauthn");  // "create" or "get"
   var button = form.querySelector("[data-webauthn-start]");
   var status = document.getElementById("webauthn-status");
+  var says = {};
+  try {
+    says = JSON.parse(form.getAttribute("data-says") || "{}");
+  } catch (ignored) {
+    says = {};
+  }
+
+  function say(key, english) {
+    return typeof says[key] === "string" ? says[key] : english;
+  }
 
   if (!window.PublicKeyCredential || !navigator.credentials) {
     document.getElementById("webauthn-missing").hidden = false;
@@ -86,16 +98,17 @@
   function explain(error) {
     var name = error && error.name;
     if (name === "InvalidStateError") {
-      return "This key is already registered to your account. Use another key, or keep this one.";
+      return say("registered", "This key is already registered to your account. Use another key, or keep this one.");
     }
     if (name === "SecurityError") {
-      return "The browser refused to use a key on this address. Open the interface by the name " +
-             "your admin gave you (not a number), then try again.";
+      return say("address", "The browser refused to use a key on this address. Open the interface by the name " +
+                            "your admin gave you (not a number), then try again.");
     }
     if (name === "NotAllowedError" || name === "AbortError") {
-      return "The key was not touched in time, or the request was cancelled. Try again.";
+      return say("timeout", "The key was not touched in time, or the request was cancelled. Try again.");
     }
-    return "The browser could not talk to the key (" + (name || "error") + "). Try again.";
+    return say("failed", "The browser could not talk to the key ({error}). Try again.")
+      .replace("{error}", name || "error");
   }
 
   button.addEventListener("click", function () {
@@ -103,12 +116,12 @@
       return;
     }
     button.disabled = true;
-    status.textContent = "Touch your security key now.";
+    status.textContent = say("touch", "Touch your security key now.");
     var request = {publicKey: options()};
     var asked = kind === "create" ? navigator.credentials.create(request) : navigator.credentials.get(request);
     asked.then(function (credential) {
       form.querySelector("input[name=credential]").value = serialise(credential);
-      status.textContent = "Checking…";
+      status.textContent = say("checking", "Checking…");
       form.submit();
     }, function (error) {
       button.disabled = false;

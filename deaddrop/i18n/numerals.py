@@ -35,7 +35,7 @@ from babel import Locale
 from babel.dates import format_date
 from babel.numbers import format_decimal
 
-from deaddrop.web.source import solar_hijri
+from deaddrop.i18n import solar_hijri
 
 # The digits of CLDR's numbering systems a shipped language may default to (tests/test_numerals.py
 # fails for a language whose default is not here).
@@ -66,3 +66,9 @@ def day(date: datetime.date, code: str) -> str:
         # CLDR's long Persian-calendar date in Farsi: "d MMMM y" (a year is not grouped).
         return _digits(f"{of_month} {solar_hijri.MONTHS_FA[month - 1]} {year}", code)
     return _digits(format_date(date, format="long", locale=code), code)
+
+
+def clock(moment: datetime.time, code: str) -> str:
+    """A time of day on the 24-hour clock ("22:05"), in the language's digits: the journalist
+    pages say UTC beside it, so no reader has to guess a.m. from p.m."""
+    return _digits(f"{moment.hour:02d}:{moment.minute:02d}", code)

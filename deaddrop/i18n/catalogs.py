@@ -1,12 +1,14 @@
 """The translation catalogs as files: where they are, how much is translated, what is wrong.
 
-``scripts/i18n`` (check, init, compile) and tests/test_i18n.py read the ``.po`` files through
-this module; pages only ever read the compiled ``.mo`` files (``i18n``). A catalog is one
-``locales/<code>/LC_MESSAGES/messages.po`` (gettext's standard layout); the template every
-catalog is merged from is ``locales/messages.pot``.
+There are two catalogues (``CATALOGUES``): the source interface's, and the journalist
+interface's (its pages and its digest mail). Each is a folder ``locales`` beside its interface's
+code, with one ``<code>/LC_MESSAGES/messages.po`` per language (gettext's standard layout) and
+the template every catalog is merged from, ``messages.pot``. ``scripts/i18n`` (check, init,
+compile) and tests/test_i18n.py read the ``.po`` files through this module; pages only ever read
+the compiled ``.mo`` files.
 
-    python -m deaddrop.web.source.catalogs check [CODE...]   # what to fix, in plain words
-    python -m deaddrop.web.source.catalogs init CODE         # a new language's catalog
+    python -m deaddrop.i18n.catalogs check [CODE...]           # what to fix, in plain words
+    python -m deaddrop.i18n.catalogs init CODE [journalist]    # a new language's catalog
 """
 from __future__ import annotations
 
@@ -24,9 +26,28 @@ from babel.messages.catalog import Catalog, Message
 from babel.messages.plurals import get_plural
 from babel.messages.pofile import read_po, write_po
 
-from deaddrop.newsroom.languages import INCOMPLETE, LANGUAGES
+from deaddrop.newsroom.languages import INCOMPLETE, JOURNALIST_INCOMPLETE, JOURNALIST_LANGUAGES, LANGUAGES
 
-LOCALE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "locales")
+_WEB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "web")
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    """One interface's messages in every language it has a file for."""
+
+    name: str  # what scripts/i18n and the status table call it
+    locale_dir: str
+    shipped: tuple[str, ...]  # the languages offered (English first), in the menu's order
+    incomplete: frozenset[str]  # shipped before every message is translated (marked so)
+    about: str  # what it translates, for a new file's opening comment
+
+
+SOURCE = Catalogue("source", os.path.join(_WEB, "source", "locales"), tuple(LANGUAGES), INCOMPLETE,
+                   "DeadDrop's source interface")
+JOURNALIST = Catalogue("journalist", os.path.join(_WEB, "journalist", "locales"), JOURNALIST_LANGUAGES,
+                       JOURNALIST_INCOMPLETE, "DeadDrop's journalist interface and its digest mail")
+CATALOGUES = {c.name: c for c in (SOURCE, JOURNALIST)}
+LOCALE_DIR = SOURCE.locale_dir
 TEMPLATE = "messages.pot"
 # The line of the .po file's opening comment that a native speaker sets after reading the whole
 # catalog: the day, and a name or handle if they like ("2027-01-15, Amina"); "no" until then.
@@ -66,9 +87,9 @@ def catalog_codes(locale_dir: str = LOCALE_DIR) -> list[str]:
     return [c for c in LANGUAGES if c in found] + sorted(found - set(LANGUAGES))
 
 
-def must_be_complete(code: str) -> bool:
+def must_be_complete(code: str, catalogue: Catalogue = SOURCE) -> bool:
     """A shipped language not marked incomplete: every message must be translated."""
-    return code in LANGUAGES and code not in INCOMPLETE
+    return code in catalogue.shipped and code not in catalogue.incomplete
 
 
 def _ids(message: Message) -> tuple[str, ...]:
@@ -187,7 +208,7 @@ def form_problems(english: str, translated: str, count_in_words: bool = False) -
     return out
 
 
-def init(code: str, locale_dir: str = LOCALE_DIR) -> str:
+def init(code: str, locale_dir: str = LOCALE_DIR, about: str = SOURCE.about) -> str:
     """Start the catalog of a new language from the template. -> its path."""
     try:
         locale = Locale.parse(code)
@@ -199,7 +220,7 @@ def init(code: str, locale_dir: str = LOCALE_DIR) -> str:
     name = locale.get_display_name("en")
     catalog = Catalog(locale=locale, project="DeadDrop", version="", msgid_bugs_address="",
                       creation_date=datetime.datetime.now(datetime.timezone.utc), fuzzy=False,
-                      header_comment=f"# {name} ({code}) translation of DeadDrop's source interface.\n"
+                      header_comment=f"# {name} ({code}) translation of {about}.\n"
                                      "# This file is distributed under the same license as the DeadDrop project.\n"
                                      f"# {REVIEW_LINE} {NOT_REVIEWED}")
     catalog.update(template(locale_dir), no_fuzzy_matching=True)
@@ -209,16 +230,17 @@ def init(code: str, locale_dir: str = LOCALE_DIR) -> str:
     return path
 
 
-def check(codes: Iterable[str], locale_dir: str = LOCALE_DIR, errors_only: bool = False) -> int:
+def check(codes: Iterable[str], locale_dir: str = LOCALE_DIR, errors_only: bool = False,
+          catalogue: Catalogue = SOURCE) -> int:
     """Print each catalog's problems. -> how many there were. ``errors_only``: leave out
     untranslated messages (they are shown in English, so a catalog with some still compiles)."""
     messages = template(locale_dir)
     total = 0
     for code in codes:
         catalog = read(po_path(code, locale_dir), code)
-        found = problems(catalog, messages, complete=must_be_complete(code) and not errors_only)
+        found = problems(catalog, messages, complete=must_be_complete(code, catalogue) and not errors_only)
         done = progress(catalog, messages)
-        print(f"{code}: {done.translated} of {done.total} messages translated ({done.percent}%), "
+        print(f"{catalogue.name} {code}: {done.translated} of {done.total} messages translated ({done.percent}%), "
               f"{len(found) or 'no'} problem{'' if len(found) == 1 else 's'}")
         for line in found:
             print(f"  {line}")
@@ -228,13 +250,19 @@ def check(codes: Iterable[str], locale_dir: str = LOCALE_DIR, errors_only: bool 
 
 def main(argv: list[str]) -> int:
     command, args = (argv[0], argv[1:]) if argv else ("", [])
-    if command == "init" and len(args) == 1:
-        print(f"wrote {init(args[0])}")
+    if command == "init" and len(args) in (1, 2) and (args[1:] or ["source"])[0] in CATALOGUES:
+        catalogue = CATALOGUES[(args[1:] or ["source"])[0]]
+        print(f"wrote {init(args[0], catalogue.locale_dir, catalogue.about)}")
         return 0
     if command == "check":
         errors_only = "--errors-only" in args
-        codes = [a for a in args if a != "--errors-only"] or catalog_codes()
-        return 1 if check(codes, errors_only=errors_only) else 0
+        wanted = [a for a in args if a != "--errors-only"]
+        found = 0
+        for catalogue in CATALOGUES.values():
+            codes = catalog_codes(catalogue.locale_dir)
+            found += check([c for c in wanted if c in codes] if wanted else codes, catalogue.locale_dir,
+                           errors_only, catalogue)
+        return 1 if found else 0
     print(__doc__.split("\n\n")[-1], file=sys.stderr)
     return 2
 
