@@ -13,12 +13,14 @@ DEPLOY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 UNIT = os.path.join(DEPLOY, "deaddrop.service")
 
 
-def exposure() -> float:
+def exposure(unit: str = UNIT) -> float:
+    """The rating of the unit file ``unit`` (named as the unit: ``deaddrop@NAME.service`` for a template)."""
     analyze = shutil.which("systemd-analyze")
     # .ci/run and scripts/demo install the systemd package, which provides it.
     assert analyze, "systemd-analyze is missing: apt-get install systemd"
-    proc = subprocess.run([analyze, "security", "--offline=yes", "--no-pager", UNIT], capture_output=True, text=True)
-    match = re.search(r"Overall exposure level for deaddrop\.service: (\d+\.\d)", proc.stdout)
+    proc = subprocess.run([analyze, "security", "--offline=yes", "--no-pager", unit], capture_output=True, text=True)
+    name = re.escape(os.path.basename(unit))
+    match = re.search(rf"Overall exposure level for {name}: (\d+\.\d)", proc.stdout)
     assert match, proc.stdout + proc.stderr
     return float(match.group(1))
 

@@ -66,5 +66,6 @@ def open_database(data_dir: str) -> sqlite3.Connection:
             raise AdminError(f"{path} has schema version {version}, newer than this deaddrop-admin knows "
                              f"({migrations.CURRENT}): use the newer DeadDrop's deaddrop-admin")
         raise AdminError(f"{path} has schema version {version}, older than this deaddrop-admin "
-                         f"({migrations.CURRENT}): restart the server to upgrade it first (it keeps a copy)")
+                         f"({migrations.CURRENT}): upgrade it first with 'deaddrop-admin migrate' (the server stopped) or by "
+                         "restarting the server (either keeps a copy)")
     return conn

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from deaddrop.admin import (_backup_commands, _ca_commands, _desk_commands, _digest_commands, _journalist_commands,
-                            _settings_commands, _source_commands, _status_commands, _tor_commands)
+from deaddrop.admin import (_backup_commands, _ca_commands, _desk_commands, _digest_commands, _instance_commands,
+                            _journalist_commands, _migrate_commands, _settings_commands, _source_commands,
+                            _status_commands, _tor_commands)
 
 
 def registrars() -> list[Callable[[Any, Any], None]]:
@@ -22,4 +23,6 @@ def registrars() -> list[Callable[[Any, Any], None]]:
         _source_commands.register,  # sources retire-untagged
         _digest_commands.register,  # digest test
         _settings_commands.register,  # settings require-security-keys
+        _migrate_commands.register,  # migrate
+        _instance_commands.register,  # instance add|list (the Debian package's deaddrop@NAME)
     ]

@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any, Sequence
 
-from deaddrop.admin import _registry
+from deaddrop.admin import _registry, instances
 from deaddrop.admin._output import AdminError, Output
 from deaddrop.transport.ca import CAError
 
@@ -24,15 +24,18 @@ DEFAULT_DATA_DIR = "./deaddrop-data"
 
 
 def _add_global_options(parser: argparse.ArgumentParser, default: Any) -> None:
-    parser.add_argument("--data-dir", default=default if default is argparse.SUPPRESS else DEFAULT_DATA_DIR,
-                        help="the server's data directory (default %(default)s)"
+    # None at the top level: main() applies DEFAULT_DATA_DIR, once it knows --instance was not given.
+    parser.add_argument("--data-dir", default=default,
+                        help=f"the server's data directory (default {DEFAULT_DATA_DIR})"
                         if default is not argparse.SUPPRESS else "the server's data directory")
+    parser.add_argument("--instance", default=default, metavar="NAME",
+                        help="the Debian package's instance deaddrop@NAME: --data-dir /var/lib/deaddrop/NAME")
     parser.add_argument("--json", action="store_true", default=default if default is argparse.SUPPRESS else False,
                         help="machine-readable output")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Git style: ``--data-dir`` and ``--json`` go before or after the sub-command.
+    """Git style: ``--data-dir``, ``--instance`` and ``--json`` go before or after the sub-command.
 
     The top-level parser holds the defaults; the copies on each sub-command default to
     SUPPRESS, so a value given before the sub-command is not overwritten by a default after it.
@@ -54,6 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = Output(getattr(args, "json", False))
     try:
+        args.data_dir = instances.data_dir_of(args.data_dir, args.instance, DEFAULT_DATA_DIR)
         return int(args.func(args, out) or 0)
     except (AdminError, CAError) as e:
         if out.as_json:

@@ -29,6 +29,7 @@ from deaddrop.newsroom.newsroom import Newsroom, SourceQueues
 from deaddrop.store import desk_queries, queries
 from deaddrop.store.db import SCHEMA_VERSION, Database
 from deaddrop.admission.disk_space import DiskReserve, DiskSpace
+from deaddrop.store.server_lock import DataDirBusy, lock_data_dir
 from deaddrop.store.files import Store
 from deaddrop.submission_key import KEY_FILE as SUBMISSION_KEY_FILE, use_submission_key
 from deaddrop.transport.connections import ConnectionLimits, budget_for, raise_fd_limit
@@ -258,22 +259,10 @@ def _budget_connections(top: DeadDropService) -> None:
 
 def _lock_data_dir(data_dir: str) -> Callable[[], None]:
     """Hold an exclusive lock on ``DATA/server.lock`` for the server's lifetime."""
-    import fcntl
-
-    path = os.path.join(data_dir, "server.lock")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        raise ConfigError(f"another DeadDrop server is already running on {data_dir} (it holds {path})")
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
-
-    def release() -> None:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
-
-    return release
+        return lock_data_dir(data_dir)
+    except DataDirBusy as busy:
+        raise ConfigError(f"another DeadDrop server (or deaddrop-admin migrate) is already running on {data_dir} "
+                          f"(it holds {busy})") from None
 
 

@@ -90,9 +90,33 @@ def backup_to(conn: sqlite3.Connection, destination: str) -> None:
         raise
 
 
+class MigrationFailed(SchemaError):
+    """A schema step failed, and the database was put back as it was before the upgrade began
+    (from the copy): the previous DeadDrop can run it again."""
+
+    def __init__(self, path: str, before: int, copy: str, cause: BaseException) -> None:
+        super().__init__(
+            f"upgrading {path} from schema version {before} to {migrations.CURRENT} failed ({cause}); "
+            f"the database is back at version {before}, as the previous DeadDrop left it, and its copy is {copy}"
+        )
+        self.before, self.copy = before, copy
+
+
+def restore_from_copy(conn: sqlite3.Connection, copy: str) -> None:
+    """Put the whole database back as ``copy`` holds it (SQLite's backup API, the other way)."""
+    source = sqlite3.connect(f"file:{copy}?mode=ro", uri=True)
+    try:
+        source.backup(conn)
+    finally:
+        source.close()
+
+
 def upgrade_with_backup(conn: sqlite3.Connection, path: str) -> str | None:
-    """The server's start-up upgrade: refuse a newer schema; before changing an older one,
-    copy the database to ``DATA/backups/db-schemaN-TIME.sqlite``. -> that copy's path, if any."""
+    """The server's start-up upgrade (and ``deaddrop-admin migrate``'s): refuse a newer schema;
+    before changing an older one, copy the database to ``DATA/backups/db-schemaN-TIME.sqlite``.
+    -> that copy's path, if any. Each step commits on its own, so a step failing after others
+    succeeded would leave a version the previous DeadDrop refuses: the copy is then put back
+    whole and ``MigrationFailed`` says so."""
     version = migrations.schema_version(conn)
     migrations.check_known(version, path)
     copy = None
@@ -102,7 +126,13 @@ def upgrade_with_backup(conn: sqlite3.Connection, path: str) -> str | None:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         copy = os.path.join(directory, f"db-schema{version}-{stamp}.sqlite")
         backup_to(conn, copy)
-    migrate(conn, path)
+    try:
+        migrate(conn, path)
+    except Exception as e:
+        if version is None or copy is None:
+            raise
+        restore_from_copy(conn, copy)
+        raise MigrationFailed(path, version, copy, e) from e
     return copy
 
 

@@ -14,7 +14,7 @@ from deaddrop.config import Config
 from deaddrop.service import build_service
 from deaddrop.store import migrations
 from deaddrop.store.migrations import SchemaError
-from tests._support import Browser, RunningServer, short_tempdir
+from tests._support import Browser, RunningServer, short_tempdir, start_server
 
 FIXTURE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "schema_v1.sql")
 
@@ -56,6 +56,18 @@ def rebuild_as_version_1(db_path: str) -> None:
     conn.close()
     os.remove(old)
     assert _version(db_path) == 1
+
+
+@inlineCallbacks
+def version_1_data_dir(testcase: unittest.TestCase):
+    """A data dir the server initialised, its database then rebuilt at schema version 1."""
+    server = RunningServer(testcase)
+    testcase.addCleanup(server.cleanup)
+    yield server.start()
+    yield server.stop()
+    db_path = os.path.join(server.data_dir, "db.sqlite")
+    yield deferToThread(rebuild_as_version_1, db_path)
+    return server, db_path
 
 
 class SchemaTests(unittest.TestCase):
@@ -151,14 +163,82 @@ class AdminSchemaTests(unittest.TestCase):
     def test_deaddrop_admin_leaves_an_older_schema_to_the_server(self):
         from tests.integration.test_admin_cli import run_cli
 
-        server = RunningServer(self)
-        self.addCleanup(server.cleanup)
-        yield server.start()
-        yield server.stop()
-        db_path = os.path.join(server.data_dir, "db.sqlite")
-        yield deferToThread(rebuild_as_version_1, db_path)
+        server, db_path = yield version_1_data_dir(self)
         code, out, err = yield deferToThread(run_cli, "journalist", "list", "--data-dir", server.data_dir)
         self.assertEqual(code, 1)
         self.assertEqual(err, f"deaddrop-admin: error: {db_path} has schema version 1, older than this deaddrop-admin "
-                              f"({migrations.CURRENT}): restart the server to upgrade it first (it keeps a copy)\n")
+                              f"({migrations.CURRENT}): upgrade it first with 'deaddrop-admin migrate' (the server stopped) "
+                              "or by restarting the server (either keeps a copy)\n")
         self.assertEqual(_version(db_path), 1)
+
+
+def _failing_at(version: int) -> list:
+    """The schema steps with step ``version`` failing (the ones before it succeed and commit)."""
+    def fail(conn: sqlite3.Connection) -> None:
+        conn.execute("CREATE TABLE half_done (x)")
+        raise sqlite3.OperationalError("a step that fails (test)")
+
+    return [(v, fail if v == version else step) for v, step in migrations.STEPS]
+
+
+class MigrateCommandTests(unittest.TestCase):
+    """``deaddrop-admin migrate`` (issue 32, item 2): what the Debian package's postinst runs
+    between stopping the services and starting them again."""
+    timeout = 60
+
+    @inlineCallbacks
+    def test_migrate_upgrades_after_a_copy_and_admin_commands_work_again(self):
+        from tests.integration.test_admin_cli import run_cli
+
+        server, db_path = yield version_1_data_dir(self)
+        code, out, err = yield deferToThread(run_cli, "migrate", "--data-dir", server.data_dir)
+        self.assertEqual((code, err), (0, ""))
+        [copy] = glob.glob(os.path.join(server.data_dir, "backups", "db-schema1-*.sqlite"))
+        self.assertEqual(out, f"{server.data_dir}: upgraded from schema version 1 to {migrations.CURRENT}; "
+                              f"the previous database is kept in {copy}\n")
+        self.assertEqual((_version(db_path), _version(copy)), (migrations.CURRENT, 1))
+        code, out, err = yield deferToThread(run_cli, "migrate", "--data-dir", server.data_dir)
+        self.assertEqual(out, f"{server.data_dir}: schema version {migrations.CURRENT} is this DeadDrop's; "
+                              "nothing to do\n")
+        code, out, err = yield deferToThread(run_cli, "journalist", "list", "--data-dir", server.data_dir)
+        self.assertEqual((code, err), (0, ""))
+
+    @inlineCallbacks
+    def test_a_failed_step_puts_the_database_back_as_it_was(self):
+        from tests.integration.test_admin_cli import run_cli
+
+        server, db_path = yield version_1_data_dir(self)
+        before = _schema(db_path)
+        # Steps 2 to 4 succeed (each commits), step 5 fails: without the copy put back, the
+        # database would be left at version 4, which the previous DeadDrop refuses.
+        self.patch(migrations, "STEPS", _failing_at(5))
+        code, out, err = yield deferToThread(run_cli, "migrate", "--data-dir", server.data_dir)
+        [copy] = glob.glob(os.path.join(server.data_dir, "backups", "db-schema1-*.sqlite"))
+        self.assertEqual((code, out), (1, ""))
+        self.assertEqual(err, f"deaddrop-admin: error: upgrading {db_path} from schema version 1 to "
+                              f"{migrations.CURRENT} failed (a step that fails (test)); the database is back at "
+                              f"version 1, as the previous DeadDrop left it, and its copy is {copy}\n")
+        self.assertEqual((_version(db_path), _schema(db_path)), (1, before))
+
+    @inlineCallbacks
+    def test_the_server_start_puts_the_database_back_too(self):
+        server, db_path = yield version_1_data_dir(self)
+        self.patch(migrations, "STEPS", _failing_at(3))
+        with self.assertRaises(SchemaError) as caught:
+            yield deferToThread(build_service, Config(**{**server.config.__dict__}))
+        self.assertIn("the database is back at version 1", str(caught.exception))
+        self.assertEqual(_version(db_path), 1)
+
+    @inlineCallbacks
+    def test_migrate_refuses_while_a_server_runs_unless_told_to_leave_it_to_the_server(self):
+        from tests.integration.test_admin_cli import run_cli
+
+        server = yield start_server(self)
+        code, out, err = yield deferToThread(run_cli, "migrate", "--data-dir", server.data_dir)
+        lock = os.path.join(server.data_dir, "server.lock")
+        self.assertEqual((code, err), (1, f"deaddrop-admin: error: a server is running on {server.data_dir} (it holds "
+                                          f"{lock}): stop it first (or restart it: it upgrades the database itself "
+                                          "when it starts)\n"))
+        code, out, err = yield deferToThread(run_cli, "migrate", "--if-stopped", "--data-dir", server.data_dir)
+        self.assertEqual((code, err), (0, ""))
+        self.assertIn("a server runs on it; it upgrades the database itself at its next start", out)
