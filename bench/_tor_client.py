@@ -87,6 +87,16 @@ class Target:
         return s
 
 
+def read_all(s: socket.socket) -> bytes:
+    """Everything the server sends on ``s`` until it closes (requests say Connection: close)."""
+    chunks = []
+    while True:
+        data = s.recv(65536)
+        if not data:
+            return b"".join(chunks)
+        chunks.append(data)
+
+
 class IntroductionQueue:
     """The onion service's PoW queue, as far as an attacker's new circuits are concerned.
 

@@ -130,7 +130,32 @@ def build(argv: list[str]) -> Any:
     # The closer is read when a circuit floods, long after start-up: replacing it now is enough.
     top.circuit_closer = tor_like
     top.source.defence.circuit_closer = tor_like
+    if os.environ.get(RUN_LOG_ENV):
+        log_run_times(top.newsroom.kdf, os.environ[RUN_LOG_ENV])
     return top
+
+
+# Bench only (bench/login_timing.py): when set, every Argon2id derivation's start (monotonic,
+# the same clock as the bench's) and duration are appended to this file. Times only.
+RUN_LOG_ENV = "DEADDROP_BENCH_RUN_LOG"
+
+
+def log_run_times(kdf: Any, path: str) -> None:
+    import threading
+    import time
+
+    real, lock = kdf.derive, threading.Lock()
+
+    def timed(codename: str) -> Any:
+        started = time.monotonic()
+        try:
+            return real(codename)
+        finally:
+            took = time.monotonic() - started
+            with lock, open(path, "a") as out:
+                out.write(f"{started:.6f} {took:.6f}\n")
+
+    kdf.derive = timed
 
 
 def argv_from_environment() -> list[str]:

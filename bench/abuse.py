@@ -93,7 +93,7 @@ sys.path.insert(1, os.path.dirname(HERE))
 import load  # noqa: E402  (bench/load.py: the source browser, journalist client, setup helpers)
 from load import JournalistClient, SourceBrowser, StepError, percentile  # noqa: E402
 from _tor_client import (CLOSED_STATUS, INTRODUCTIONS, MAX_STREAMS, CircuitHTTPConnection, CircuitSet, Target,  # noqa: E402
-                         fresh_circuit)
+                         fresh_circuit, read_all)
 from _tor_like import CLOSED_LOG  # noqa: E402
 
 from deaddrop.newsroom import codenames  # noqa: E402
@@ -563,13 +563,7 @@ def raw_request(target: Target, circuit: int | None, method: str, path: str, bod
     wire = head.encode() + b"\r\n" + body
     with target.connect(circuit, timeout) as s:
         s.sendall(wire)
-        chunks = []
-        while True:
-            data = s.recv(65536)
-            if not data:
-                break
-            chunks.append(data)
-    raw = b"".join(chunks)
+        raw = read_all(s)
     head_end = raw.find(b"\r\n\r\n")
     lines = raw[:head_end].decode("latin-1").split("\r\n")
     status = int(lines[0].split(" ", 2)[1]) if lines and lines[0].startswith("HTTP/") else 0

@@ -132,7 +132,7 @@ def environment_name(option: str) -> str:
 OTHER_TOOLS_VARIABLES = frozenset({
     "DEADDROP_URL", "DEADDROP_CERT", "DEADDROP_CA", "DEADDROP_USERNAME",  # deaddrop-journalist
     "DEADDROP_SVS_HOME",  # deaddrop-svs
-    "DEADDROP_KEEP_TORNET", "DEADDROP_BENCH_ARGV",  # tests and bench
+    "DEADDROP_KEEP_TORNET", "DEADDROP_BENCH_ARGV", "DEADDROP_BENCH_RUN_LOG",  # tests and bench
 })
 OTHER_TOOLS_PREFIX = "DEADDROP_TEST_"
 _TOR_OPTION_VARIABLES = (environment_name("tor-option"), environment_name("tor-options"))

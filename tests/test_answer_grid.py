@@ -45,7 +45,7 @@ class DelayTests(unittest.TestCase):
 class GridTests(unittest.TestCase):
     def setUp(self):
         self.clock = Clock()
-        self.grid = AnswerGrid(0.25, 2, self.clock)  # delay 1.0
+        self.grid = AnswerGrid(0.25, 2, self.clock, jitter=0)  # delay 1.0, no jitter
 
     def at(self, arrival: float, done: float, result="found"):
         """An answer whose work arrives at ``arrival`` and ends at ``done``. -> its Deferred."""
@@ -74,6 +74,17 @@ class GridTests(unittest.TestCase):
             arrival = self.clock.seconds() + 5.0
             d = self.at(arrival, arrival + took)
             self.assertAlmostEqual(self.left_at(d) - arrival, step, places=6)
+
+    def test_each_answer_leaves_at_a_random_moment_in_the_first_50_ms_of_its_step(self):
+        grid = AnswerGrid(0.25, 2, self.clock)  # the real jitter, from the system's randomness
+        left = []
+        for _ in range(20):
+            arrival = self.clock.seconds() + 3.0
+            run_until(self.clock, arrival)
+            d = grid.answer(lambda: succeed("found"))
+            left.append(self.left_at(d) - arrival)
+        self.assertTrue(all(1.0 <= t < 1.05 for t in left), left)
+        self.assertGreater(len({round(t, 6) for t in left}), 15)  # drawn afresh each time
 
     def test_failures_are_held_too_but_busy_is_answered_at_once(self):
         d = self.grid.answer(lambda: fail(ValueError("already in use")))
@@ -132,6 +143,7 @@ class ProberTests(unittest.TestCase):
         pool = ClockPool(clock, (rng.uniform(0.15, 0.6) for _ in range(10_000)))
         queues = SourceQueues.build(pool, self.SLOTS, pool, 1, pool, 4, 2, clock=clock.seconds, timer=clock)
         queues.answers.calibrate(0.25)  # as timed at start-up: a 1.0 s delay
+        queues.answers.jitter = 0  # (the exact times: the jitter only adds to them)
         logins, answers = queues.argon2id, queues.answers
         events = []  # (time, what)
         for i in range(200):
@@ -165,6 +177,7 @@ class ProberTests(unittest.TestCase):
         pool = ClockPool(clock, [5.0] * 100)
         queues = SourceQueues.build(pool, self.SLOTS, pool, 1, pool, 4, 2, clock=clock.seconds, timer=clock)
         logins, answers = queues.argon2id, queues.answers
+        answers.jitter = 0
         logins.max_waiting = 1
         held = [answers.answer(lambda c=c: logins.run(c, _found, c)) for c in ("a", "b", "c")]
         for d in held:

@@ -4,12 +4,14 @@
 Every answer whose work went through Argon2id (a login whose tag some source has, a codename
 turned away by its tag, a source made before tags, a retired one, a new codename) leaves at
 ``arrival + delay``, or, when its work was not done by then, at ``arrival + k * delay`` for the
-first whole ``k`` by which it was. Its time thus says how many delays the request's own work
-took, and nothing finer: not how long another request's Argon2id run took, nor when another
-source logged in or was made (third security review: a miss that waited a copy of a recent
-run's time let a prober date a victim's logins to the second).
+first whole ``k`` by which it was, each time plus a random ``jitter`` of up to 50 ms. Its time
+thus says how many delays the request's own work took, and nothing finer: not how long another
+request's Argon2id run took, nor when another source logged in or was made (third security
+review: a miss that waited a copy of a recent run's time let a prober date a victim's logins
+to the second). The jitter is drawn afresh for each answer: it covers the few milliseconds a
+reactor or a CPU busy with someone else's work adds to when a timer fires.
 
-``delay`` is set once, at start-up, from a timed Argon2id run and the number of runs that can
+``delay`` is set once, at start-up, from timed Argon2id runs and the number of runs that can
 go at once (``answer_delay``): long enough for one's own run behind a normal queue, with room
 to spare, so the grid's first step is where nearly every answer leaves. A refusal for want of
 room (``Busy``) is not held: the calm busy page comes at once, as before.
@@ -19,6 +21,7 @@ Nothing here reads a clock but the given reactor's; it keeps no record of reques
 from __future__ import annotations
 
 import math
+import random
 from typing import Any, Callable
 
 from twisted.internet.defer import Deferred
@@ -36,6 +39,10 @@ ANSWER_MARGIN = 2.0
 MIN_DELAY = 0.1
 # Delays are whole hundredths of a second.
 DELAY_STEP = 0.01
+# Each answer leaves at a random moment within this much after its step: what a busy reactor
+# or CPU adds to a timer (measured: medians 4-12 ms later while an Argon2id run held one of two
+# loaded cores) is lost in it. It is drawn, never derived from anything that happened.
+JITTER = 0.05
 
 
 def answer_delay(run_seconds: float, parallel: int) -> float:
@@ -53,9 +60,12 @@ class AnswerGrid:
     nothing, but holds its circuit's place as long as a run would); ``parallel`` is how many
     runs go at once (slots, at most one per core)."""
 
-    def __init__(self, run_seconds: float, parallel: int, timer: Any = None) -> None:
+    def __init__(self, run_seconds: float, parallel: int, timer: Any = None, jitter: float = JITTER,
+                 draw: Callable[[float, float], float] = random.SystemRandom().uniform) -> None:
         self._timer = timer  # an IReactorTime (None: the global reactor; tests give a Clock)
         self.parallel = max(1, parallel)
+        self.jitter = jitter
+        self._draw = draw
         self.calibrate(run_seconds)
 
     @property
@@ -74,8 +84,8 @@ class AnswerGrid:
 
     def answer(self, work: Callable[[], Deferred]) -> Deferred:
         """Start ``work`` now (its arrival) and fire with its result, or its failure, at the
-        grid step after it ended; a ``Busy`` failure at once. Cancelling stops waiting for
-        ``work`` (cancelling it too) or for the step."""
+        grid step after it ended (plus the jitter); a ``Busy`` failure at once. Cancelling stops
+        waiting for ``work`` (cancelling it too) or for the step."""
         arrival = self.timer.seconds()
         state: dict[str, Any] = {"call": None, "cancelled": False}
         running = work()
@@ -104,7 +114,8 @@ class AnswerGrid:
             if isinstance(result, Failure) and is_busy(result):
                 deliver(result)
                 return None
-            wait = max(0.0, self.release_at(arrival, self.timer.seconds()) - self.timer.seconds())
+            release = self.release_at(arrival, self.timer.seconds()) + self._draw(0.0, self.jitter)
+            wait = max(0.0, release - self.timer.seconds())
             state["call"] = self.timer.callLater(wait, deliver, result)
             return None
 
@@ -112,4 +123,4 @@ class AnswerGrid:
         return out
 
 
-__all__ = ["AnswerGrid", "answer_delay", "ANSWER_MARGIN", "MIN_DELAY", "NORMAL_AHEAD"]
+__all__ = ["AnswerGrid", "answer_delay", "ANSWER_MARGIN", "JITTER", "MIN_DELAY", "NORMAL_AHEAD"]
