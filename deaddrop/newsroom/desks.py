@@ -13,6 +13,7 @@ one desk there is nothing to choose, and that desk reads everything, as before d
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -22,6 +23,7 @@ from twisted.internet.defer import inlineCallbacks
 from deaddrop.crypto.gpg import Keyring
 from deaddrop.crypto.pool import WorkerPool, forbid_reactor_thread
 from deaddrop.durable import write_atomically
+from deaddrop.newsroom.identity import SourceIdentity
 from deaddrop.store import desk_queries
 from deaddrop.store.db import Database
 
@@ -100,6 +102,13 @@ class Desks:
         if len(self._desks) == 1 and self._desks[0].key_file:
             return self._desks
         raise DeskNotChosen()
+
+    @inlineCallbacks
+    def of_source(self, identity: SourceIdentity):
+        """``identity`` with the desks the database has for it now (another session of the same
+        source may have added one, or its first submission gave it the instance's one desk)."""
+        desks = yield self.db.run(desk_queries.desks_of_source, identity.source_id)
+        return dataclasses.replace(identity, desks=desks)
 
     def names_for(self, desk_ids: Iterable[int], language: str) -> list[str]:
         """What a source's pages say its messages go to, in its language."""

@@ -37,7 +37,9 @@ from deaddrop.web._common.responses import HtmlResponses
 from deaddrop.web._common.session_cookie import SessionCookie
 from deaddrop.web.sessions import Session, SessionStore
 from deaddrop.web._common.site import BodyPolicy, DeadDropSite, describe_failure
-from deaddrop.web.source import codename, i18n, language, messages as msgs, pages, public, replies, submit, uploads
+from deaddrop.web.source import (
+    codename, desk_choice, i18n, language, messages as msgs, pages, public, replies, submit, uploads,
+)
 from deaddrop.web.source._browser import is_tor_browser
 from deaddrop.web.source._carried import CarriedTexts
 from deaddrop.web.source._in_flight import InFlight
@@ -172,6 +174,7 @@ class SourceInterface(HtmlResponses):
         """What every page's frame needs; pops the session's flashes (they are shown once)."""
         lang = i18n.negotiate(request)
         path = (request.path or b"/").split(b"?", 1)[0].decode("utf-8", "replace")  # None mid-body
+        desks, more_desks = self._desks_of(session, lang.code) if logged_in else ((), False)
         return PageContext(
             lang=lang, site_name=self.site_name, path=path,
             csrf_token=session.csrf_token if session else None,
@@ -182,7 +185,17 @@ class SourceInterface(HtmlResponses):
             max_upload_size=self.settings.max_upload_size, allow_uploads=self.settings.allow_uploads,
             custom=CustomTexts(self.texts.text("welcome", lang.code), self.texts.text("instructions", lang.code),
                                self.texts.logo_url(lang.code)),
+            desks=desks, more_desks=more_desks,
         )
+
+    def _desks_of(self, session: Session | None, language: str) -> tuple[tuple[str, ...], bool]:
+        """With several desks: the names of the logged-in source's, and whether it may add one."""
+        identity = self.identity_of(session)
+        desks = self.newsroom.desks
+        if identity is None or not desks.several:
+            return (), False
+        more = any(d.key_file and d.id not in identity.desks for d in desks.all())
+        return tuple(desks.names_for(identity.desks, language)), more
 
     def error(self, request: Any, status: int, title: str, message: str | Counted, kept: str = "",
               **values: Any) -> bytes:
@@ -289,7 +302,7 @@ class SourceInterface(HtmlResponses):
         )
 
 
-for _feature in (public, language, codename, replies, submit):
+for _feature in (public, language, codename, replies, submit, desk_choice):
     _feature.register(SourceInterface)
 
 

@@ -22,6 +22,13 @@ T_BUSY = N_("The drop box is busy")
 T_CLOSED = N_("This conversation was closed")
 T_TOO_LARGE = N_("Too large")
 
+# -- desks (issue 29) ---------------------------------------------------------------------------
+CHOOSE_A_DESK = N_("Choose at least one desk.")
+CHOICE_SAVED = N_("Your choice is saved.")
+SEND_IT_NOW = N_("Your message is in the form below: press Send to send it.")
+DESK_FIRST = N_("Your message has not been sent yet: first choose who reads it. It waits for you in the form on "
+                "the next page; choose any files again there.")
+
 # -- codename and login --------------------------------------------------------------------------
 NOT_RECOGNIZED = N_("Sorry, that is not a recognized codename. Check the words and try again.")
 NOT_IN_LIST = Counted((Np_("This word is not in the codename word list, so it is part of no codename: {words}.",

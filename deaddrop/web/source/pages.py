@@ -30,7 +30,7 @@ MAX_FILES = 1000
 CODENAME_WORDS_HINT = N_("The codename words are English words, whatever language you use here. Capital letters "
                          "do not matter, and spaces, commas, hyphens, dots or new lines may separate the words.")
 # Where the language menu may send a source back to (never a URL taken from the request).
-RETURN_PATHS = frozenset({"/", "/login", "/lookup", "/safety", "/generate"})
+RETURN_PATHS = frozenset({"/", "/login", "/lookup", "/safety", "/generate", "/desks"})
 # Pages whose form the language menu posts, so that what was typed comes along: the form's id,
 # and the page the menu's POST comes back to (see SourceInterface.carry_language).
 LOGIN_FORM = ("login-form", "/login")
@@ -70,6 +70,10 @@ class PageContext:
     max_upload_size: int = 500 * 1024 * 1024
     allow_uploads: bool = True
     custom: CustomTexts = field(default_factory=CustomTexts)
+    # With several desks (issue 29), a logged-in source's: the names its messages go to, in the
+    # page's language, and whether there is a desk it may still add. Empty with one desk.
+    desks: tuple[str, ...] = ()
+    more_desks: bool = False
 
     def _(self, message: str | Counted, **values: Any) -> str:
         """``message`` in the page's language; whole numbers in ``values`` are written the
@@ -183,8 +187,10 @@ def _banners(ctx: PageContext) -> list[Any]:
 
 
 def _frame(ctx: PageContext, title: str, body: list[Any], body_class: str = "",
-           carry: tuple[str, str] | None = None) -> Tag:
-    """The page around ``body``; ``carry``: the page's form that the language menu posts."""
+           carry: tuple[str, str] | None = None, desks_panel: bool = True) -> Tag:
+    """The page around ``body``; ``carry``: the page's form that the language menu posts;
+    ``desks_panel``: where a logged-in source's messages go, at the end (unless the page puts
+    it in place itself)."""
     nav = [tags.a(ctx._("How to stay safe"), href="/safety")]
     if ctx.logged_in:
         nav.append(tags.a(ctx._("Log out"), href="/logout", class_="button secondary"))
@@ -201,11 +207,27 @@ def _frame(ctx: PageContext, title: str, body: list[Any], body_class: str = "",
                 tags.nav(*nav, **{"aria-label": ctx._("Main")}),
                 _language_menu(ctx, carry),
             ),
-            Tag("main")(*_banners(ctx), tags.div(*flashes, class_="flashes") if flashes else "", *body),
+            Tag("main")(*_banners(ctx), tags.div(*flashes, class_="flashes") if flashes else "", *body,
+                        _desks_panel(ctx) if desks_panel else ""),
             tags.footer(
                 tags.p(tags.a(ctx._("How to stay safe"), href="/safety"), " · ", ctx._("Powered by DeadDrop")),
             ),
         ),
+    )
+
+
+def _desks_panel(ctx: PageContext) -> Tag | str:
+    """Where a logged-in source's messages go, on every page, in a panel closed until the source
+    opens it (as its codename is): someone glancing at the screen learns no more than before
+    desks. Nothing with one desk."""
+    if not (ctx.logged_in and ctx.desks):
+        return ""
+    _ = ctx._
+    return tags.details(class_="card reveal", id="desks")(
+        tags.summary(_("Who reads your messages")),
+        tags.p(_("Your messages go to:")),
+        tags.ul(*(tags.li(name, dir="auto") for name in ctx.desks)),
+        tags.p(tags.a(_("Add a desk"), href="/desks")) if ctx.more_desks else "",
     )
 
 
@@ -414,10 +436,11 @@ def lookup(ctx: PageContext, replies: list[ShownReply] | None, *, message: str =
             tags.p(_("Keep it on paper in a safe place, never in a file or a phone. Close this panel when "
                      "others can see your screen."), class_="hint"),
         ))
+    body.append(_desks_panel(ctx))
     body.append(_submission_form(ctx, message, error, form_token))
     if replies is None:  # a page answered before the replies were read (e.g. a refused upload)
         body.append(tags.p(tags.a(_("Back to your page"), href="/lookup")))
-        return _frame(ctx, _("Send more and read replies"), body, carry=SUBMISSION_FORM)
+        return _frame(ctx, _("Send more and read replies"), body, carry=SUBMISSION_FORM, desks_panel=False)
     body.append(tags.h2(_("Replies from {name}", name=ctx.site_name), id="replies"))
     if not replies and replies_deleted:
         body.append(tags.p(_(REPLIES_GONE), class_="hint", id="replies-deleted"))
@@ -444,7 +467,7 @@ def lookup(ctx: PageContext, replies: list[ShownReply] | None, *, message: str =
         body.append(tags.form(method="post", action="/delete-all")(
             _csrf(ctx), tags.button(_("Delete all replies"), type="submit", class_="danger"),
         ))
-    return _frame(ctx, _("Send more and read replies"), body, carry=SUBMISSION_FORM)
+    return _frame(ctx, _("Send more and read replies"), body, carry=SUBMISSION_FORM, desks_panel=False)
 
 
 _NEW_REPLIES = Counted((Np_("{n} new reply", "{n} new replies"), "count"))
@@ -508,6 +531,66 @@ def _submission_form(ctx: PageContext, message: str, error: str | None, form_tok
         tags.div(class_="actions")(tags.button(_("Send"), type="submit")),
     )
     return section(form)
+
+
+@dataclass(frozen=True)
+class DeskOption:
+    """A desk as the choice page shows it, in the page's language."""
+
+    uuid: str
+    name: str
+    description: str
+    members: int  # how many journalists read it
+    member_names: tuple[str, ...]  # only if the desk shows them to sources
+    chosen: bool  # the source's messages go there already (it cannot be taken away)
+
+
+_READ_BY = Counted((Np_("Read by {n} person.", "Read by {n} people."), "count"))
+
+
+def desk_choice(ctx: PageContext, options: list[DeskOption], error: str | None = None,
+                notice: str | None = None) -> Tag:
+    """The desks a source chooses among (issue 29): name, description, and how many read each
+    (their names only where the desk shows them). Already chosen ones stay ticked and cannot be
+    unticked: what was sent stays where it was sent."""
+    _ = ctx._
+    items = []
+    for i, desk in enumerate(options, 1):
+        box = tags.input(type="checkbox", name="desk", value=desk.uuid, id=f"desk-{i}",
+                         **{"aria-describedby": f"desk-{i}-about"})
+        if desk.chosen:
+            box(checked="", disabled="")
+        readers: list[Any] = [tags.p(_(_READ_BY, count=desk.members), class_="hint")]
+        if desk.member_names:
+            readers = [tags.p(_("Read by:"), class_="hint"),
+                       tags.ul(*(tags.li(name, dir="auto") for name in desk.member_names), class_="hint")]
+        items.append(tags.div(class_="desk card")(
+            box, tags.label(desk.name, for_=f"desk-{i}", dir="auto"),
+            tags.div(id=f"desk-{i}-about", class_="about")(
+                tags.p(desk.description, dir="auto") if desk.description else "",
+                *readers,
+                tags.p(_("Your messages already go here."), class_="hint") if desk.chosen else "",
+            ),
+        ))
+    actions: list[Any] = []
+    if not all(d.chosen for d in options):
+        actions.append(tags.button(_("Save my choice"), type="submit"))
+    if any(d.chosen for d in options):
+        actions.append(tags.a(_("Back to your page"), href="/lookup"))
+    return _frame(ctx, _("Choose who reads your messages"), [
+        tags.h1(_("Choose who reads your messages")),
+        tags.p(notice, class_="flash flash-warning", role="status") if notice else "",
+        _error(error),
+        tags.p(_("Our newsroom has several desks. Each desk is a team with its own key: only the desks you choose "
+                 "can read what you send.")),
+        tags.p(_("You can add a desk later, but not remove one: what you send stays with the desks it was sent "
+                 "to.")),
+        tags.form(method="post", action="/desks", id="desk-form")(
+            _csrf(ctx),
+            tags.fieldset(class_="desks")(tags.legend(_("Desks")), *items),
+            tags.div(class_="actions")(*actions),
+        ),
+    ], desks_panel=False)
 
 
 def logged_out(ctx: PageContext) -> Tag:

@@ -12,12 +12,13 @@ from twisted.web.template import Tag
 
 from deaddrop.admission.queues import Busy
 from deaddrop.web._common.deferreds import shield
-from deaddrop.web._common.guards import login_required, login_route
+from deaddrop.web._common.guards import login_route
 from deaddrop.web._common.routes import Routed, Routes
 from deaddrop.web.sessions import SessionStore
 from deaddrop.web.source import i18n, messages as msgs, pages
 from deaddrop.web.source._login import SourceLogin
 from deaddrop.web.source._submission_forms import RECEIVED, SubmissionForm
+from deaddrop.web.source.desk_choice import current_desks, needs_choice
 from deaddrop.web.source.pages import ShownReply
 from deaddrop.web.source.interface import SourceSite
 
@@ -30,9 +31,16 @@ _REPLIES_DELETED = "replies_deleted"
 routes = Routes()
 
 
-@routes.route("/lookup", methods=["GET"])
-@login_required
-def lookup(self: SourceSite, request: Any, login: SourceLogin) -> Any:
+@login_route(routes, "/lookup", "GET")
+def lookup(self: SourceSite, request: Any, login: SourceLogin):
+    if needs_choice(self, login):  # several desks, none chosen yet (as far as this session knows)
+        login = yield current_desks(self, login)
+        if needs_choice(self, login):
+            return self.redirect(request, "/desks")
+    return (yield _lookup(self, request, login))
+
+
+def _lookup(self: SourceSite, request: Any, login: SourceLogin) -> Any:
     forms = self.submission_forms(login.session)
     token = self.arg(request, "form")
     form = forms.get(token)

@@ -1,0 +1,114 @@
+"""/desks: a source chooses who reads its messages, on an instance with several desks (issue 29).
+
+A new source sees the desks before its first submission: /lookup leads a source that has none
+here, and so does a submission refused because none was chosen (``lead_to_choice``: the typed
+message waits in its form). Later a source may add a desk, never remove one: what was sent
+stays where it was sent. Plain forms, no JavaScript. With one desk there is nothing to choose:
+these addresses lead back to /lookup, and no page changes. The routes are added to
+``SourceInterface`` by ``register``.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from twisted.internet.defer import inlineCallbacks
+
+from deaddrop.newsroom.desks import NoSuchDesk
+from deaddrop.web._common.deferreds import shield
+from deaddrop.web._common.guards import login_route
+from deaddrop.web._common.routes import Routed, Routes
+from deaddrop.web.source import messages as msgs, pages
+from deaddrop.web.source._login import SourceLogin
+from deaddrop.web.source._submission_forms import SubmissionForm, SubmissionForms
+from deaddrop.web.source.interface import SourceSite
+
+# The session's form whose message waits for the choice (``lead_to_choice``).
+_WAITING_FORM = "desk_form"
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+routes = Routes()
+
+
+@login_route(routes, "/desks", "GET")
+def choose(self: SourceSite, request: Any, login: SourceLogin):
+    if not self.newsroom.desks.several:
+        return self.to_lookup(request, login.session)
+    login = yield current_desks(self, login)
+    return (yield _page(self, request, login))
+
+
+@login_route(routes, "/desks", "POST")
+def chosen(self: SourceSite, request: Any, login: SourceLogin):
+    if not self.newsroom.desks.several:
+        return self.to_lookup(request, login.session)
+    login = yield current_desks(self, login)
+    picked = _picked(request, len(self.newsroom.desks.all()))
+    if not picked and login.identity.desks:  # nothing added: its desks stay as they were
+        return self.to_lookup(request, login.session)
+    if not picked:
+        return (yield _page(self, request, login, msgs.CHOOSE_A_DESK, 400))
+    try:
+        identity = yield shield(self.newsroom.add_desks(login.identity, picked))
+    except NoSuchDesk:  # removed a moment ago (or not a desk at all): the list as it is now
+        return (yield _page(self, request, login, msgs.CHOOSE_A_DESK, 400))
+    login.session.data["source"] = identity
+    ctx = self.page_ctx(request, None)
+    waiting = self.submission_forms(login.session).get(login.session.data.pop(_WAITING_FORM, None))
+    if waiting is not None and waiting.has_draft:
+        login.session.flash(ctx._(msgs.CHOICE_SAVED) + ctx.lang.space + ctx._(msgs.SEND_IT_NOW), "ok")
+        return self.to_lookup(request, login.session, waiting, refused=True)
+    login.session.flash(ctx._(msgs.CHOICE_SAVED), "ok")
+    return self.to_lookup(request, login.session)
+
+
+def needs_choice(self: SourceSite, login: SourceLogin) -> bool:
+    """Whether this source must choose its desks before it may send (several desks, none chosen)."""
+    return self.newsroom.desks.several and not login.identity.desks
+
+
+def lead_to_choice(self: SourceSite, request: Any, login: SourceLogin, form: SubmissionForm, message: str) -> bytes:
+    """A submission refused because the source has chosen no desk: its message kept in its form
+    (sealed in the session, as any refused form's is), and the choice page, which says so. Files
+    cannot be kept: none was read (the refusal comes before a file's first byte)."""
+    SubmissionForms.reopened(form)
+    self.keep_draft(request, login.session, form, message)
+    login.session.data[_WAITING_FORM] = form.token
+    return self.redirect(request, "/desks")
+
+
+@inlineCallbacks
+def current_desks(self: SourceSite, login: SourceLogin):
+    """``login`` with its source's desks as the database has them now (another session of the
+    same source may have chosen meanwhile), kept in the session."""
+    identity = yield self.newsroom.desks.of_source(login.identity)
+    if identity != login.identity:
+        login.session.data["source"] = identity
+        login = SourceLogin(login.session, identity, login.passphrase)
+    return login
+
+
+def _picked(request: Any, at_most: int) -> list[str]:
+    """The desks ticked: uuids only, each once, no more than there are desks."""
+    values = (request.args or {}).get(b"desk", [])[:at_most]
+    found = []
+    for raw in values:
+        text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else str(raw)
+        if _UUID.fullmatch(text) and text not in found:
+            found.append(text)
+    return found
+
+
+def _page(self: SourceSite, request: Any, login: SourceLogin, error: str | None = None, status: int = 200):
+    ctx = self.page_ctx(request, login.session, logged_in=True)
+    options = [pages.DeskOption(d.uuid, d.text(ctx.lang.code, "name"), d.text(ctx.lang.code, "description"),
+                                d.members, d.member_names, d.id in login.identity.desks)
+               for d in self.newsroom.desks.all() if d.key_file]
+    waiting = login.session.data.get(_WAITING_FORM)
+    notice = ctx._(msgs.DESK_FIRST) if waiting and not login.identity.desks else None
+    return self.html(request, pages.desk_choice(ctx, options, ctx._(error) if error else None, notice), status)
+
+
+def register(cls: type[Routed]) -> None:
+    """Add /desks to the source interface class ``cls``."""
+    routes.register(cls)

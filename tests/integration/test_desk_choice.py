@@ -1,0 +1,132 @@
+"""The source's choice of desks (issue 29), over HTTP, without JavaScript: a new source sees the
+desks before its first submission, its choice follows it on every later page inside a closed
+panel, it may add a desk and never remove one; with one desk, nothing changes."""
+from __future__ import annotations
+
+import re
+
+from twisted.internet.defer import inlineCallbacks
+from twisted.internet.threads import deferToThread
+from twisted.trial import unittest
+
+from tests._support import Browser, start_server
+from tests.integration.test_admin_cli import run_cli as run_admin
+from tests.integration.test_desks import TwoDesks, db_rows
+
+_CODENAME = re.compile(r'name="codename" value="([^"]+)"')
+_PANEL = re.compile(r'<details class="card reveal" id="desks">.*?</details>', re.S)
+
+
+@inlineCallbacks
+def new_codename(browser: Browser):
+    """/generate, then /create: -> the page it led to (response, html)."""
+    response, html = yield browser.get("/generate")
+    codename = _CODENAME.search(html).group(1)
+    return (yield browser.post("/create", data={"codename": codename, "csrf_token": browser.csrf(html)}))
+
+
+def ticked(html: str) -> list[str]:
+    """The desks' names the page shows as already chosen (ticked and fixed)."""
+    return re.findall(r'<input[^>]*checked=""[^>]*disabled=""[^>]*/?><label[^>]*>([^<]+)</label>', html)
+
+
+class DeskChoiceTests(TwoDesks):
+    @inlineCallbacks
+    def setUp(self):
+        yield super().setUp()
+        data = ("--data-dir", self.server.data_dir)
+        for argv in (("rename", "A", "Investigations"), ("rename", "B", "Local news"),
+                     ("describe", "Investigations", "--description", "Public money and who spends it."),
+                     ("describe", "Investigations", "--lang", "es", "--title", "Investigación",
+                      "--description", "El dinero público y quién lo gasta.")):
+            code, _, err = yield deferToThread(run_admin, "desk", *argv, *data)
+            self.assertEqual(code, 0, err)
+        yield self.newsroom.desks.reload()
+        self.browser = Browser(self.server.source_url)
+        self.addCleanup(self.browser.close)
+
+    def choose(self, html: str, *desks):
+        fields = [("csrf_token", self.browser.csrf(html))] + [("desk", d.uuid) for d in desks]
+        return self.browser.post("/desks", data=fields)
+
+    @inlineCallbacks
+    def test_a_new_source_chooses_before_its_first_submission_and_its_choice_follows_it(self):
+        response, html = yield new_codename(self.browser)
+        self.assertEqual(response.code, 200)
+        self.assertIn("<h1>Choose who reads your messages</h1>", html)
+        for shown in ("Newsroom", "Investigations", "Public money and who spends it.", "Local news",
+                      "Read by 1 person.", "Read by 0 people."):
+            self.assertIn(shown, html)
+        self.assertNotIn("alice", html)  # how many read a desk, never who (unless it says so)
+        self.assertNotIn('id="desks"', html)
+        # The submission form waits for the choice: /lookup leads here until one is made.
+        response, again = yield self.browser.get("/lookup")
+        self.assertIn("<h1>Choose who reads your messages</h1>", again)
+        response, html = yield self.choose(html)
+        self.assertEqual(response.code, 400)
+        self.assertIn("Choose at least one desk.", html)
+
+        response, html = yield self.choose(html, self.desk_a)
+        self.assertEqual(response.code, 200)
+        self.assertIn("Your choice is saved.", html)
+        [panel] = _PANEL.findall(html)  # closed: opened only by the source
+        self.assertIn("Your messages go to:", panel)
+        self.assertIn("Investigations", panel)
+        self.assertNotIn("Local news", panel)
+        self.assertIn('href="/desks">Add a desk', panel)
+        self.assertNotIn("Investigations", _PANEL.sub("", html))  # nowhere else on the page
+        response, html = yield self.browser.submit("for investigations")
+        self.assertEqual(response.code, 200)
+        rows = db_rows(self.server, "SELECT d.desk_id FROM submission_desks d JOIN submissions s"
+                                    " ON s.id = d.submission_id")
+        self.assertEqual(rows, [(self.desk_a.id,)])
+        self.assertEqual(len(_PANEL.findall(html)), 1)  # the page after sending says it too
+
+        # Later: B added, A stays (it cannot be unticked); B's members shown once B says so.
+        code, _, err = yield deferToThread(run_admin, "desk", "set", "Local news", "--show-members", "on",
+                                           "--data-dir", self.server.data_dir)
+        self.assertEqual(code, 0, err)
+        yield self.newsroom.desks.reload()
+        response, html = yield self.browser.get("/desks")
+        self.assertEqual(ticked(html), ["Investigations"])
+        self.assertIn("Your messages already go here.", html)
+        self.assertIn("<li dir=\"auto\">bob</li>", html)
+        self.assertNotIn("alice", html)
+        # Sending only A's uuid again, or nothing, removes nothing and adds nothing.
+        response, html = yield self.choose(html)
+        self.assertEqual(len(db_rows(self.server, "SELECT * FROM source_desks")), 1)
+        response, html = yield self.browser.get("/desks")
+        response, html = yield self.choose(html, self.desk_b)
+        [panel] = _PANEL.findall(html)
+        self.assertIn("Investigations", panel)
+        self.assertIn("Local news", panel)
+        self.assertIn("Add a desk", panel)  # the default desk is left
+        response, html = yield self.browser.submit("for both")
+        self.assertEqual(sorted(db_rows(self.server, "SELECT desk_id FROM submission_desks")),
+                         sorted([(self.desk_a.id,), (self.desk_a.id,), (self.desk_b.id,)]))
+
+    @inlineCallbacks
+    def test_the_desks_are_described_in_the_source_s_language(self):
+        response, html = yield self.browser.get("/language/es?next=/generate")
+        response, html = yield new_codename(self.browser)
+        self.assertIn("Investigación", html)
+        self.assertIn("El dinero público y quién lo gasta.", html)
+        self.assertIn("Local news", html)  # no Spanish text: its name
+        self.assertIn('lang="es"', html)
+
+
+class OneDeskTests(unittest.TestCase):
+    timeout = 120
+
+    @inlineCallbacks
+    def test_with_one_desk_nothing_changes_on_the_pages(self):
+        server = yield start_server(self)
+        browser = Browser(server.source_url)
+        self.addCleanup(browser.close)
+        yield browser.create_source()
+        response, html = yield browser.submit("one desk")
+        self.assertEqual(response.code, 200)
+        for page in ("/lookup", "/desks"):
+            response, html = yield browser.get(page)
+            self.assertIn("<h1>Send more and read replies</h1>", html)
+            self.assertNotIn("desk", html.lower())
