@@ -1,5 +1,5 @@
 """``deaddrop-admin backup --out FILE --to-key KEY.asc --sign-key KEY`` and
-``deaddrop-admin restore FILE --signer KEY.asc [--not-older-than N]``."""
+``deaddrop-admin restore FILE --signer KEY.asc [--not-older-than INSTANCE:N]``."""
 from __future__ import annotations
 
 import argparse
@@ -13,6 +13,7 @@ from deaddrop.admin._datadir import initialised_data_dir
 from deaddrop.admin._output import AdminError, Output
 from deaddrop.admin._restored_start import restored_start
 from deaddrop.admin.backup import BackupError, make_backup
+from deaddrop.admin.backup_lineage import SHORT, Numbered, Wanted, parse_wanted
 from deaddrop.admin.backup_sequence import STATE_FILE
 from deaddrop.admin.restore import Manifest, restore_backup
 from deaddrop.events import SecurityEvents
@@ -53,9 +54,11 @@ def register(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
                    help="the GnuPG home holding the backup key's secret half (default: gpg's own); restore "
                         f"remembers there, in {STATE_FILE}, the newest backup it restored of each instance and "
                         "refuses an older one")
-    p.add_argument("--not-older-than", type=_backup_number, metavar="N",
-                   help="refuse an archive numbered below N: give the number of your newest backup, as "
-                        "'backup' printed it (an older one brings back deleted accounts and an old CRL)")
+    p.add_argument("--not-older-than", type=_wanted, metavar="INSTANCE:N",
+                   help="refuse an archive that does not hold your newest backup: give its instance and number "
+                        "as 'backup' printed them ('backup #42 of instance 3f9a2c1d' is 3f9a2c1d:42; an older "
+                        "one brings back deleted accounts and an old CRL). A number alone is refused where it "
+                        "could be another copy's")
     p.add_argument("--allow-older", action="store_true",
                    help="restore an archive older than the newest this GnuPG home has restored (deliberately "
                         "going back)")
@@ -66,14 +69,11 @@ def register(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
     p.set_defaults(func=_restore)
 
 
-def _backup_number(text: str) -> int:
+def _wanted(text: str) -> Wanted:
     try:
-        number = int(text)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"a backup number (1, 2, ...) as 'backup' printed it, not {text!r}")
-    return number
+        return parse_wanted(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _size(n: int) -> str:
@@ -96,17 +96,20 @@ def _backup(args: argparse.Namespace, out: Output) -> int:
         raise AdminError(str(e)) from None
     seconds = time.monotonic() - started
     _record(data_dir, "admin.backup", report)
-    restore = restore_command(report.path, report.sequence)
+    numbered = Numbered(report.instance, report.sequence, report.created)
+    keep = f"{numbered.short()}:{numbered.sequence}"
+    restore = restore_command(report.path, keep)
     out.result(
         {"out": report.path, "files": report.files, "bytes": report.bytes, "recipient": report.recipient,
          "signer": report.signer, "schema_version": report.schema_version, "seconds": round(seconds, 3),
-         "sequence": report.sequence, "created": report.created, "restore_command": restore},
-        f"backup #{report.sequence}, {report.created}\n"
+         "sequence": report.sequence, "instance": report.instance, "created": report.created, "keep": keep,
+         "restore_command": restore},
+        f"{numbered.describe()}\n"
         f"wrote {report.path}: {report.files} files, {_size(report.bytes)} before encryption, in {seconds:.1f} s\n"
         f"  encrypted to {report.recipient} (check this fingerprint; only its secret key can restore it)\n"
         f"  signed by {report.signer} (the backup-signing key; restore refuses what it did not sign)\n"
-        f"  keep the number {report.sequence} with the backup key: restore refuses a backup older than "
-        f"--not-older-than {report.sequence}\n"
+        f"  keep {keep} (instance and number) with the backup key: with --not-older-than {keep}, restore refuses "
+        "a backup that does not hold this one (an older one, or a restored copy's)\n"
         f"  restore with: {restore}\n"
         f"    BACKUP_GNUPG_HOME: the GnuPG home holding the secret key of {report.recipient}\n"
         f"    SIGNER.asc: the public key of {report.signer}, kept apart from the backups "
@@ -115,16 +118,18 @@ def _backup(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
-def restore_command(archive: str, sequence: int) -> str:
+def restore_command(archive: str, keep: str) -> str:
     return (f"deaddrop-admin restore {shlex.quote(archive)} --data-dir NEW_DIR "
-            f"--gnupg-home BACKUP_GNUPG_HOME --signer SIGNER.asc --not-older-than {sequence}")
+            f"--gnupg-home BACKUP_GNUPG_HOME --signer SIGNER.asc --not-older-than {keep}")
 
 
 def _restore(args: argparse.Namespace, out: Output) -> int:
     started = time.monotonic()
 
     def verified(manifest: Manifest) -> None:
-        out.progress(f"{manifest.describe()}: signed by the backup-signing key; checking its number, then restoring")
+        origin = manifest.numbered.origin() if manifest.numbered else ""
+        out.progress(f"{manifest.describe()}{origin}: signed by the backup-signing key; checking its number, "
+                     "then restoring")
 
     try:
         report = restore_backup(args.archive, args.data_dir, args.signer, args.gnupg_home, args.gpg_binary,
@@ -140,7 +145,9 @@ def _restore(args: argparse.Namespace, out: Output) -> int:
     out.result(
         {"data_dir": report.data_dir, "files": report.files, "bytes": report.bytes, "signer": report.signer,
          "schema_version": manifest.schema_version, "created": manifest.created,
-         "sequence": numbered.sequence if numbered else None, "next_sequence": report.next_sequence,
+         "sequence": numbered.sequence if numbered else None, "instance": numbered.instance if numbered else None,
+         "ancestry": [b.as_json() for b in numbered.ancestry] if numbered else None,
+         "next_sequence": report.next_sequence, "new_instance": report.instance,
          "seconds": round(seconds, 3), "start_command": start.argv, "dropped_options": start.dropped,
          "as_at_backup": start.note, "remembered": report.remembered, "kept": list(report.kept),
          "not_restored": list(report.not_restored)},
@@ -162,7 +169,9 @@ def _restore(args: argparse.Namespace, out: Output) -> int:
         + f"  or, as the service of docs/deploy/install.md: chown -R deaddrop: {shlex.quote(report.data_dir)}, "
           "then systemctl enable --now deaddrop\n"
           "  it keeps the onion address, sources, accounts and submission key\n"
-        + (f"  its next backup will be #{report.next_sequence}; {report.remembered}" if report.next_sequence else
+        + (f"  its next backup will be #{report.next_sequence} of instance {report.instance[:SHORT]}, its own (each "
+           f"restore starts a new one, so a copy's backups never pass for the original's); {report.remembered}"
+           if report.next_sequence and report.instance else
            f"  {report.remembered}"),
     )
     return 0

@@ -19,8 +19,10 @@ signed by another key.
 The last member, ``MANIFEST.json``, lists every file with its size, mode and SHA-256, every
 folder with its mode, the options the server ran with, and the backup's number and time: the
 time to the second (UTC; the backup is the admin's act, and nothing else in the archive dates
-anything: members carry no time) and a number above every earlier backup of the instance
-(``backup_sequence``), so that restore can refuse an older backup swapped in for the newest.
+anything: members carry no time), a number above every earlier backup of the instance
+(``backup_sequence``), the instance's id, and the backups it was restored from (its ancestry:
+``backup_lineage``), so that restore can refuse an older backup swapped in for the newest, and a
+restored copy's backups for the original's.
 ``deaddrop.admin.restore`` reads it back.
 """
 from __future__ import annotations
@@ -41,7 +43,8 @@ from dataclasses import dataclass
 from typing import IO, Any, Iterator
 
 import deaddrop
-from deaddrop.admin.backup_sequence import SEQUENCE_FILE, SequenceError, take_next_number
+from deaddrop.admin.backup_lineage import SequenceError
+from deaddrop.admin.backup_sequence import SEQUENCE_FILE, take_next_number
 from deaddrop.durable import replace_durably
 from deaddrop.store import migrations
 
@@ -74,6 +77,7 @@ class BackupReport:
     signer: str
     schema_version: int
     sequence: int  # above every earlier backup of this instance
+    instance: str  # the instance's id (a restore starts a new one)
     created: str  # "2026-12-04T17:43:05Z"
 
 
@@ -245,7 +249,7 @@ def make_backup(data_dir: str, out_path: str, key_file: str, sign_key: str, gnup
         raise BackupError("--sign-key is the backup key itself: the signing key lives on the server, the backup "
                           "key's secret half must stay offline (make two keys: docs/deploy/install.md, 'Backups')")
     try:
-        instance, sequence = take_next_number(data_dir)
+        instance, sequence, ancestry = take_next_number(data_dir)
     except SequenceError as e:
         raise BackupError(str(e)) from None
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -281,6 +285,7 @@ def make_backup(data_dir: str, out_path: str, key_file: str, sign_key: str, gnup
                 body = json.dumps({
                     "format": FORMAT, "deaddrop_version": deaddrop.__version__, "schema_version": version,
                     "created": created, "instance": instance, "sequence": sequence,
+                    "ancestry": [b.as_json() for b in ancestry],
                     "files": manifest, "folders": folders, "start_options": start_options,
                     "data_dir": os.path.abspath(data_dir),
                 }, sort_keys=True, indent=1).encode()
@@ -301,7 +306,7 @@ def make_backup(data_dir: str, out_path: str, key_file: str, sign_key: str, gnup
             raise BackupError(f"gpg could not sign and encrypt the backup: {message[-1] if message else f'exit {code}'}")
     os.chmod(partial, 0o600)
     replace_durably(partial, out_path)
-    return BackupReport(out_path, len(manifest), total, fingerprint, signer, version, sequence, created)
+    return BackupReport(out_path, len(manifest), total, fingerprint, signer, version, sequence, instance, created)
 
 
 def _add_file(tar: tarfile.TarFile, data_dir: str, name: str, manifest: dict[str, Any]) -> int:

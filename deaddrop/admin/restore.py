@@ -8,15 +8,17 @@ only says whether it holds at the end, so:
 
 1. The first pass writes nothing: it hashes every member, keeps the manifest, and once gpg says
    the signature is the signer's, checks the manifest against what it hashed. The archive's
-   number and time (``backup #42, 2026-12-04T17:43:05Z``) are known now, and an archive older
-   than one the admin asked for or restore already saw is refused (``backup_sequence``).
+   number, instance, time and ancestry (``backup #42 of instance 3f9a2c1d, 2026-12-04T17:43:05Z``)
+   are known now, and an archive that does not hold the backup the admin asked for, or older than
+   one restore already saw, is refused (``backup_sequence``, ``backup_lineage``).
 2. The second pass writes each member only if the verified manifest lists it with that size and
    mode, and checks its hash once written: an archive swapped between the passes writes at most
    what the signed manifest allows, and is then refused.
 
 Neither pass reads more plaintext than the archive's own size (backups are never compressed),
 so a small archive of compressed zeros costs little work and writes nothing. Any failure
-removes everything written; a new server's ``tls/`` stays (``restore_target``).
+removes everything written; a new server's ``tls/`` stays (``restore_target``). The restored
+data dir starts a line of backups of its own (a new instance id, descending from the archive).
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ from deaddrop.admin import backup_sequence
 from deaddrop.admin.backup import (
     CHUNK, DB_NAME, FORMAT, MANIFEST, BackupError, gpg_command, public_key_fingerprint, scratch_gnupg_home,
 )
-from deaddrop.admin.backup_sequence import Numbered, SequenceError
+from deaddrop.admin.backup_lineage import Numbered, SequenceError, Wanted
 from deaddrop.admin.restore_target import TLS_DIR, clear, inspect_target, prepare_target
 from deaddrop.durable import fsync_directory
 from deaddrop.store import migrations
@@ -79,11 +81,12 @@ class RestoreReport:
     # The archive's files that were checked against the manifest but not written (because of ``kept``).
     not_restored: tuple[str, ...] = ()
     next_sequence: int | None = None  # the restored instance's next backup's number
+    instance: str | None = None  # the restored instance's own id (a new line of backups)
     remembered: str = ""  # the state file that now holds the newest backup seen, or why it does not
 
 
 def restore_backup(archive: str, data_dir: str, signer_file: str, gnupg_home: str | None = None,
-                   gpg_binary: str = "gpg", *, not_older_than: int | None = None, allow_older: bool = False,
+                   gpg_binary: str = "gpg", *, not_older_than: Wanted | None = None, allow_older: bool = False,
                    allow_unnumbered: bool = False,
                    on_verified: Callable[[Manifest], None] | None = None) -> RestoreReport:
     """Decrypt ``archive`` (with the backup key in ``gnupg_home``, or gpg's default) into a new or
@@ -120,7 +123,8 @@ def restore_backup(archive: str, data_dir: str, signer_file: str, gnupg_home: st
                 lambda stream: _extract(stream, data_dir, manifest, manifest_bytes, skip_tls=bool(target.kept)))
             _restore_folders(data_dir, manifest.folders)
             _check_database(data_dir)
-            next_sequence = _carry_numbers(data_dir, manifest.numbered, state)
+            instance, next_sequence = (backup_sequence.start_line(data_dir, manifest.numbered, state)
+                                       if manifest.numbered else (None, None))
             fsync_directory(data_dir)
         except BaseException as e:
             clear(data_dir, target)
@@ -129,31 +133,20 @@ def restore_backup(archive: str, data_dir: str, signer_file: str, gnupg_home: st
             if isinstance(e, SequenceError):
                 raise BackupError(str(e)) from None
             raise
-    remembered = _remember(state, manifest.numbered)
+    remembered = _remember(state, manifest.numbered, instance)
     return RestoreReport(data_dir, written, total, signer, manifest, target.kept, not_restored, next_sequence,
-                         remembered)
+                         instance, remembered)
 
 
-def _carry_numbers(data_dir: str, numbered: Numbered | None, state: str) -> int | None:
-    """``DATA/backup-sequence`` for the restored instance: its next backup is numbered above the
-    one restored and above any newer one of it this backup key's restores have seen."""
-    if numbered is None:
-        return None  # its first numbered backup starts a new count
-    newest = backup_sequence.newest_seen(state, numbered.instance)
-    last = max(numbered.sequence, newest.sequence if newest else 0)
-    backup_sequence.write_numbers(data_dir, numbered.instance, last)
-    return last + 1
-
-
-def _remember(state: str, numbered: Numbered | None) -> str:
-    if numbered is None:
-        return "nothing remembered (an unnumbered backup)"
+def _remember(state: str, numbered: Numbered | None, started: str | None) -> str:
+    if numbered is None or started is None:
+        return "nothing remembered (an unnumbered backup)"  # its first numbered backup starts a new line
     try:
-        newest = backup_sequence.remember(state, numbered)
+        newest = backup_sequence.remember(state, numbered, started)
     except (OSError, SequenceError) as e:
         return (f"could not remember {numbered.describe()} in {state} ({e}): give --not-older-than "
-                f"{numbered.sequence} to the next restore")
-    return f"{state} remembers {newest.describe()} as the newest of this instance"
+                f"{numbered.short()}:{numbered.sequence} to the next restore")
+    return f"{state} remembers {newest.describe()} as the newest of its instance"
 
 
 # -- the two gpg processes -----------------------------------------------------------------------
@@ -361,7 +354,11 @@ def _parse_manifest(raw: bytes, seen: dict[str, dict[str, Any]]) -> Manifest:
         if not (isinstance(instance, str) and _INSTANCE.match(instance) and isinstance(sequence, int)
                 and sequence >= 1):
             raise BackupError("the archive's manifest holds no valid backup number")
-        numbered = Numbered(instance, sequence, created)
+        try:
+            ancestry = backup_sequence.parse_ancestry(body.get("ancestry"), sequence)
+        except ValueError:
+            raise BackupError("the archive's manifest holds a bad ancestry (the backups it was restored from)") from None
+        numbered = Numbered(instance, sequence, created, ancestry)
     data_dir = body.get("data_dir")
     return Manifest(seen, folders, int(body["schema_version"]), created, numbered,
                     None if options is None else tuple(options), data_dir if isinstance(data_dir, str) else None)

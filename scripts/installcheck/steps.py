@@ -543,10 +543,12 @@ def admin_command(run: Run, m: re.Match, command: str) -> None:
         written = re.search(r"deaddrop-(\d{4}-\d{2}-\d{2})\.gpg", out)
         if written:  # the admin restores it later, naming it by its date
             run.placeholders["YYYY-MM-DD"] = written.group(1)
-        number = re.search(r"backup #(\d+), ", out)
+        number = re.search(r"backup #(\d+) of instance ([0-9a-f]{8}), ", out)
         if not number:
-            raise StepFailed(f"backup did not print its number, which the admin keeps for the restore:\n{out}")
+            raise StepFailed(f"backup did not print its number and instance, which the admin keeps for the "
+                             f"restore:\n{out}")
         run.placeholders["<NUMBER>"] = number.group(1)
+        run.placeholders["<INSTANCE>"] = number.group(2)
         say(f"  {out.strip().splitlines()[0]}")
         run.reach("backup")
     elif sub.startswith("restore"):

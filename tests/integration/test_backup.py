@@ -124,7 +124,8 @@ class BackupRoundTripTests(unittest.TestCase):
         # The restore line says everything restore needs.
         self.assertEqual(made["restore_command"], f"deaddrop-admin restore {archive} --data-dir NEW_DIR "
                                                   "--gnupg-home BACKUP_GNUPG_HOME --signer SIGNER.asc "
-                                                  f"--not-older-than {made['sequence']}")
+                                                  f"--not-older-than {made['instance'][:8]}:{made['sequence']}")
+        self.assertEqual(made["keep"], f"{made['instance'][:8]}:{made['sequence']}")
         self.assertEqual(os.stat(archive).st_mode & 0o777, 0o600)
         self.assertFalse(os.path.exists(archive + ".part"))
         # Encrypted as a whole: no name, no byte of any stored file is readable in it.
@@ -474,16 +475,16 @@ class BackupArchiveTests(unittest.TestCase):
         self.assertFalse(os.path.exists(out))
 
 
-_NUMBER_LINE = re.compile(r"^backup #(\d+), (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)$")
+_NUMBER_LINE = re.compile(r"^backup #(\d+) of instance ([0-9a-f]{8}), (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)$")
 
 
-class BackupNumberTests(unittest.TestCase):
-    """Issue 26 item 4: each backup carries its time and a number above every earlier one, and
-    restore refuses to go back to an older one (by --not-older-than, or by what it remembers)."""
+class BackupWorkspace(unittest.TestCase):
+    """A data dir, the backup keys, and ``backup``/``restore`` as the admin runs them."""
 
     timeout = 300
 
     def setUp(self):
+        self.instances: dict[str, str] = {}
         return _workspace(self, "dd-bkn-")
 
     def cli(self, *argv: str):
@@ -491,17 +492,25 @@ class BackupNumberTests(unittest.TestCase):
 
     @inlineCallbacks
     def backup(self, name: str, data_dir: str | None = None) -> tuple[str, int, str]:
-        """-> (archive, number, time), from the line ``backup`` prints first."""
+        """-> (archive, number, time), from the line ``backup`` prints first (its instance is in
+        ``self.instances[archive]``)."""
         archive = os.path.join(self.work, name)
         code, out, err = yield deferToThread(run_cli, "backup", "--out", archive, *self.admin.backup_args(),
                                              "--data-dir", data_dir or self.data_dir)
         self.assertEqual(code, 0, err)
         match = _NUMBER_LINE.match(out.splitlines()[0])
         self.assertIsNotNone(match, out)
-        return archive, int(match.group(1)), match.group(2)
+        self.instances[archive] = match.group(2)
+        self.assertIn(f"--not-older-than {match.group(2)}:{match.group(1)}\n", out)
+        return archive, int(match.group(1)), match.group(3)
 
     def restore(self, archive: str, target: str, *extra: str):
         return deferToThread(run_cli, "restore", archive, "--data-dir", target, *self.admin.restore_args(), *extra)
+
+
+class BackupNumberTests(BackupWorkspace):
+    """Issue 26 item 4: each backup carries its time and a number above every earlier one, and
+    restore refuses to go back to an older one (by --not-older-than, or by what it remembers)."""
 
     @inlineCallbacks
     def test_the_signed_manifest_carries_a_growing_number_and_the_time_and_nothing_else_dates(self):
@@ -528,7 +537,8 @@ class BackupNumberTests(unittest.TestCase):
         self.assertEqual((manifest["format"], manifest["sequence"], manifest["created"]),
                          ("deaddrop-backup/3", 2, created))
         self.assertEqual(set(manifest), {"format", "deaddrop_version", "schema_version", "created", "instance",
-                                         "sequence", "files", "folders", "start_options", "data_dir"})
+                                         "sequence", "ancestry", "files", "folders", "start_options", "data_dir"})
+        self.assertEqual((manifest["instance"][:8], manifest["ancestry"]), (self.instances[second], []))
         self.assertTrue(all(set(entry) == {"size", "mode", "sha256"} for entry in manifest["files"].values()))
         # Only "created" holds a date or a time of day.
         dated = re.compile(r"\d{4}-\d\d-\d\d|\d\d:\d\d:\d\d|\d{8}T\d{6}")
@@ -538,15 +548,25 @@ class BackupNumberTests(unittest.TestCase):
         target = os.path.join(self.work, "restored")
         code, out, err = yield self.restore(second, target)
         self.assertEqual(code, 0, err)
-        self.assertTrue(out.startswith(f"backup #2, {created}: signed by the backup-signing key"), out)
-        self.assertIn("its next backup will be #3", out)
-        _, three, _ = yield self.backup("third.gpg", data_dir=target)
-        self.assertEqual(three, 3)
+        self.assertTrue(out.startswith(f"backup #2 of instance {self.instances[second]}, {created}: signed by the "
+                                       "backup-signing key"), out)
+        with open(os.path.join(target, "backup-sequence")) as f:
+            copy = json.load(f)
+        self.assertIn(f"its next backup will be #3 of instance {copy['instance'][:8]}, its own", out)
+        # The copy is a line of its own, descending from backup #2.
+        self.assertEqual(copy, {"instance": copy["instance"], "sequence": 2,
+                                "ancestry": [{"instance": manifest["instance"], "sequence": 2}]})
+        self.assertNotEqual(copy["instance"], manifest["instance"])
+        third, three, _ = yield self.backup("third.gpg", data_dir=target)
+        self.assertEqual((three, self.instances[third]), (3, copy["instance"][:8]))
         code, out, err = yield deferToThread(run_cli, "--json", "restore", second, "--data-dir",
                                              os.path.join(self.work, "restored-json"), *self.admin.restore_args())
         self.assertEqual(code, 0, err)
         report = json.loads(out)
-        self.assertEqual((report["sequence"], report["created"], report["next_sequence"]), (2, created, 3))
+        self.assertEqual((report["sequence"], report["created"], report["next_sequence"], report["ancestry"]),
+                         (2, created, 3, []))
+        self.assertEqual(report["instance"], manifest["instance"])
+        self.assertNotIn(report["new_instance"], (manifest["instance"], copy["instance"]))
 
     @inlineCallbacks
     def test_restoring_an_older_backup_is_refused(self):
@@ -567,25 +587,33 @@ class BackupNumberTests(unittest.TestCase):
         target = os.path.join(self.work, "from-a")
         code, out, err = yield self.restore(a, target, "--not-older-than", str(b_number))
         self.assertEqual(code, 1, out)
-        self.assertEqual(err, f"deaddrop-admin: error: {a} is backup #1, {a_created}, older than --not-older-than 2: "
-                              "an older backup brings back deleted accounts and sources, and an older CRL; refused. "
-                              "Restore backup #2 or a newer one\n")
-        self.assertTrue(out.startswith(f"backup #1, {a_created}: "), out)
+        instance = self.instances[a]
+        self.assertEqual(err, f"deaddrop-admin: error: {a} is backup #1 of instance {instance}, {a_created}, older than "
+                              "--not-older-than 2: an older backup brings back deleted accounts and sources, and an "
+                              "older CRL; refused. Restore backup #2 or a newer one\n")
+        self.assertTrue(out.startswith(f"backup #1 of instance {instance}, {a_created}: "), out)
+        # The same, given as 'backup' printed it.
+        code, out, err = yield self.restore(a, target, "--not-older-than", f"{instance}:{b_number}")
+        self.assertEqual(code, 1, out)
+        self.assertIn(f"older than --not-older-than {instance}:2: an older backup", err)
+        self.assertFalse(os.path.exists(target))
         self.assertFalse(os.path.exists(target))
 
         # B restores, and this backup key's home remembers it...
         code, out, err = yield self.restore(b, os.path.join(self.work, "from-b"), "--not-older-than", str(b_number))
         self.assertEqual(code, 0, err)
         state = os.path.join(self.admin.home, "deaddrop-newest-backup")
-        self.assertIn(f"{state} remembers backup #2, {b_created} as the newest of this instance", out)
+        self.assertIn(f"{state} remembers backup #2 of instance {instance}, {b_created} as the newest of its instance",
+                      out)
         code, out, err = yield deferToThread(run_cli, "journalist", "list", "--json", "--data-dir",
                                              os.path.join(self.work, "from-b"))
         self.assertNotIn("mallory", out)
         # ... so a plain restore of A is refused, and says how to go back deliberately.
         code, out, err = yield self.restore(a, target)
         self.assertEqual(code, 1, out)
-        self.assertIn(f"{a} is backup #1, {a_created}, older than backup #2, {b_created} which a restore with this "
-                      f"backup key already saw (remembered in {state})", err)
+        self.assertIn(f"{a} is backup #1 of instance {instance}, {a_created}, older than backup #2 of instance "
+                      f"{instance}, {b_created} which a restore with this backup key already saw (remembered in "
+                      f"{state})", err)
         self.assertIn("To go back to it deliberately, add --allow-older", err)
         self.assertFalse(os.path.exists(target))
         # Deliberately: A comes back with mallory, and its next backup is numbered above B.
@@ -595,7 +623,9 @@ class BackupNumberTests(unittest.TestCase):
         code, out, err = yield deferToThread(run_cli, "journalist", "list", "--data-dir", target)
         self.assertIn("mallory", out)
         with open(state) as f:
-            self.assertEqual([entry["sequence"] for entry in json.load(f).values()], [2])
+            remembered = json.load(f)
+        self.assertEqual({i[:8]: entry.get("sequence") for i, entry in remembered.items() if "sequence" in entry},
+                         {instance: 2})
 
     @inlineCallbacks
     def test_an_unnumbered_backup_is_refused_unless_asked_for(self):
@@ -608,7 +638,7 @@ class BackupNumberTests(unittest.TestCase):
                 data = tar.extractfile(member).read()
                 if member.name == "MANIFEST.json":
                     manifest = json.loads(data)
-                    for key in ("instance", "sequence", "data_dir"):
+                    for key in ("instance", "sequence", "ancestry", "data_dir"):
                         del manifest[key]
                     manifest.update(format="deaddrop-backup/2", created=manifest["created"][:10])
                     data = json.dumps(manifest).encode()
@@ -627,6 +657,7 @@ class BackupNumberTests(unittest.TestCase):
         code, out, err = yield self.restore(old, target, "--allow-unnumbered")
         self.assertEqual(code, 0, err)
         self.assertTrue(out.startswith(f"unnumbered backup of {manifest['created']}: "), out)
+        self.assertFalse(os.path.exists(os.path.join(target, "backup-sequence")))  # its first backup starts a line
 
     @inlineCallbacks
     def test_an_archive_swapped_after_its_signature_was_checked_is_refused(self):
@@ -869,7 +900,8 @@ class RestoredStartCommandTests(unittest.TestCase):
         archive = os.path.join(work, "b.gpg")
         code, out, err = run_cli("backup", "--data-dir", data, "--out", archive, *admin.backup_args())
         self.assertEqual(code, 0, err)
-        created = _NUMBER_LINE.match(out.splitlines()[0]).group(2)
+        backed_up = _NUMBER_LINE.match(out.splitlines()[0])
+        instance, created = backed_up.group(2), backed_up.group(3)
         server.stop()
 
         target = os.path.join(work, "restored")
@@ -898,7 +930,8 @@ class RestoredStartCommandTests(unittest.TestCase):
         self.assertIn(f"start it with: {shlex.join(command).replace(target, again)}\n", text)
         self.assertIn(f"paths in the old data dir {data} now name this one; left out, for development only: "
                       "--tor none --demo;", text)
-        self.assertIn(f"accounts, sources and the CRL are as they were at backup #1, {created}: delete again any "
+        self.assertIn(f"accounts, sources and the CRL are as they were at backup #1 of instance {instance}, {created}: "
+                      "delete again any "
                       "account deleted since, and revoke again any certificate revoked since: the CA in "
                       f"{os.path.join(again, 'ca')} is the backup's too (deaddrop-admin cert revoke NAME --data-dir "
                       f"{again}, then deaddrop-admin crl --data-dir {again}, which rewrites "
