@@ -58,6 +58,7 @@ LOGIN_FAILURES_PER_MINUTE = 5
 # A refused (throttled) login is answered this many seconds late.
 THROTTLED_PAUSE = 2.0
 TOKEN_LIFETIME = 8 * 3600.0
+HOTP_RESYNC_SECONDS = 300.0  # from a YubiKey code far ahead to the next code that completes the resync
 USERNAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _CODE_RE = re.compile(r"[0-9]{6}")
 
@@ -253,6 +254,9 @@ class Accounts:
         # One "throttled" event per account a minute: a sustained attack still shows as one a
         # minute (the IDS's "again and again" rule), not as hundreds of lines a second.
         self.throttled_events = EventGate(60.0)
+        # A YubiKey's code too far ahead to accept alone: account id -> (its counter, until when
+        # the key's next code completes the resynchronisation). Set only after a right passphrase.
+        self._hotp_resync: dict[int, tuple[int, float]] = {}
 
     def _pause(self, seconds: float) -> Deferred:
         if seconds <= 0:
@@ -394,11 +398,17 @@ class Accounts:
 
     @inlineCallbacks
     def _check_hotp(self, row: Any, name: str, code: Any):
-        """A YubiKey's HOTP code: matched and used up in one transaction (see ``second_factor.codes``)."""
-        matched = yield self.db.run(accept_hotp, row["id"], code)
-        if matched == hotp.HOTP_BAD:
+        """A YubiKey's HOTP code: matched and used up in one transaction (see ``second_factor.codes``).
+        A code far ahead is refused as ``hotp_next_code``, and the key's next code then logs in
+        (RFC 4226's resynchronisation with two consecutive codes)."""
+        first, until = self._hotp_resync.pop(row["id"], (None, 0.0))
+        matched = yield self.db.run(accept_hotp, row["id"], code, first if until > self.clock() else None)
+        if matched.ahead:
+            self._hotp_resync[row["id"]] = (matched.counter, self.clock() + HOTP_RESYNC_SECONDS)
+            self._failed(name, "hotp_next_code")
+        if matched.counter == hotp.HOTP_BAD:
             self._failed(name, "bad_hotp")
-        if matched == hotp.HOTP_REUSED:
+        if matched.counter == hotp.HOTP_REUSED:
             self.events.emit("journalist.hotp.reused", username=name)
             self._failed(name, "hotp_reused")
 

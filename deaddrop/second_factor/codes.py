@@ -14,12 +14,14 @@ from deaddrop.second_factor import hotp
 from deaddrop.store import factor_queries as fq
 
 
-def accept_hotp(conn: sqlite3.Connection, journalist_id: int, typed: Any) -> int:
-    """-> the counter value the code was made at (now used up), ``hotp.HOTP_REUSED`` or ``hotp.HOTP_BAD``."""
+def accept_hotp(conn: sqlite3.Connection, journalist_id: int, typed: Any, first: int | None = None) -> hotp.Matched:
+    """The typed code, matched (``first``: the far code of a resynchronisation begun at the last
+    login, see ``hotp.match``) and, if accepted, used up: a code a concurrent login used first
+    is reused."""
     state = fq.hotp_state(conn, journalist_id)
     if state is None or not state["hotp_secret"]:
-        return hotp.HOTP_BAD
-    matched = hotp.match(bytes.fromhex(state["hotp_secret"]), typed, int(state["hotp_counter"]))
-    if matched >= 0 and not fq.advance_hotp_counter(conn, journalist_id, matched):
-        return hotp.HOTP_REUSED
+        return hotp.Matched(hotp.HOTP_BAD)
+    matched = hotp.match(bytes.fromhex(state["hotp_secret"]), typed, int(state["hotp_counter"]), first)
+    if matched.accepted and not fq.advance_hotp_counter(conn, journalist_id, matched.counter):
+        return hotp.Matched(hotp.HOTP_REUSED)
     return matched

@@ -2,10 +2,17 @@
 """RFC 4226 HOTP, for YubiKeys programmed in OATH-HOTP mode.
 
 The key holds a counter that moves on each press; the server keeps the counter value it expects
-next. A code from the next ``LOOK_AHEAD`` counter values is accepted, and the server's counter
-moves just past it: presses that never reached the server (the key pressed in another window)
-are skipped over, which is RFC 4226's resynchronisation (section 7.4). A code behind the
-server's counter is never accepted again; one of the last ``LOOK_BEHIND`` is named as reused.
+next. A press that never reached the server (the key touched in another window) puts the key
+ahead. RFC 4226 section 7.4 resynchronises with a look-ahead window, and each code the window
+takes is one more a guesser may hit: a window of 10 gave someone holding the passphrase and the
+certificate 10 chances in a million per try, where TOTP's gives 3. So:
+
+- a code up to ``LOOK_AHEAD`` past the expected one is accepted at once (4 chances per try);
+- a code further ahead, up to ``RESYNC_AHEAD`` past it, is accepted only with the key's next
+  code after it, typed at the next login (the RFC's "sequence of HOTP values" resynchronisation):
+  a guess must hit two consecutive codes, about 46 in a million times one in a million;
+- the server's counter then moves just past the code accepted, and a code behind it is never
+  accepted again (one of the last ``LOOK_BEHIND`` is named as reused).
 """
 from __future__ import annotations
 
@@ -13,16 +20,31 @@ import hashlib
 import hmac
 import re
 import secrets
-from typing import Any
+from typing import Any, NamedTuple
 
 DIGITS = 6  # what SecureDrop and the YubiKey's HOTP slot give
-LOOK_AHEAD = 10  # codes ahead of the expected one still accepted (and resynchronised to)
+LOOK_AHEAD = 3  # codes past the expected one accepted at once (and resynchronised to)
+RESYNC_AHEAD = 50  # codes past it accepted with the key's next code after them
 LOOK_BEHIND = 10  # codes just used, recognised as reused rather than simply wrong
 MIN_SECRET_BYTES = 16  # RFC 4226 section 4: at least 128 bits (a YubiKey's is 160)
 MAX_SECRET_BYTES = 64
 
 HOTP_BAD = -1
 HOTP_REUSED = -2
+
+
+class Matched(NamedTuple):
+    """What a typed code is: ``counter`` is the counter value it was made at, or HOTP_BAD or
+    HOTP_REUSED; ``ahead`` says it is a code too far ahead to accept alone, the first of a
+    resynchronising pair (the next login must bring ``counter + 1``)."""
+
+    counter: int
+    ahead: bool = False
+
+    @property
+    def accepted(self) -> bool:
+        return self.counter >= 0 and not self.ahead
+
 
 _CODE_RE = re.compile(r"[0-9]{6}")
 
@@ -53,24 +75,32 @@ def code(secret: bytes, counter: int) -> str:
     return str(binary % 10 ** DIGITS).zfill(DIGITS)
 
 
-def match(secret: bytes, typed: Any, expected: int) -> int:
-    """-> the counter value ``typed`` was made at (``expected`` or up to ``LOOK_AHEAD - 1`` past
-    it), ``HOTP_REUSED`` for one of the ``LOOK_BEHIND`` values before it, or ``HOTP_BAD``.
+def match(secret: bytes, typed: Any, expected: int, first: int | None = None) -> Matched:
+    """``typed`` against the key whose next code the server expects at ``expected``: accepted if
+    made at ``expected`` or up to ``LOOK_AHEAD`` past it, or right after ``first`` (the far code
+    of a resynchronisation begun at the last login); ahead if made up to ``RESYNC_AHEAD`` past
+    ``expected``; reused for one of the ``LOOK_BEHIND`` values before it; otherwise bad.
 
     Every candidate is compared (no early exit), so the time taken says nothing about where a
     code matched."""
     if not isinstance(typed, str):
-        return HOTP_BAD
+        return Matched(HOTP_BAD)
     typed = typed.replace(" ", "").strip()
     if not _CODE_RE.fullmatch(typed):
-        return HOTP_BAD
-    found, reused = HOTP_BAD, False
-    for counter in range(max(0, expected - LOOK_BEHIND), expected + LOOK_AHEAD):
+        return Matched(HOTP_BAD)
+    ahead_end = expected + RESYNC_AHEAD
+    second = first + 1 if first is not None and expected <= first + 1 <= ahead_end + 1 else None
+    found, far, reused = HOTP_BAD, HOTP_BAD, False
+    for counter in range(max(0, expected - LOOK_BEHIND), ahead_end + 2):
         if hmac.compare_digest(code(secret, counter).encode(), typed.encode()):
-            if counter >= expected and found == HOTP_BAD:
-                found = counter
-            elif counter < expected:
+            if counter < expected:
                 reused = True
+            elif counter <= expected + LOOK_AHEAD or counter == second:
+                found = counter if found == HOTP_BAD else found
+            elif counter <= ahead_end:
+                far = counter if far == HOTP_BAD else far
     if found != HOTP_BAD:
-        return found
-    return HOTP_REUSED if reused else HOTP_BAD
+        return Matched(found)
+    if far != HOTP_BAD:
+        return Matched(far, ahead=True)
+    return Matched(HOTP_REUSED if reused else HOTP_BAD)

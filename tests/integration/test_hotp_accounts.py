@@ -8,6 +8,7 @@ from twisted.internet.defer import inlineCallbacks
 from twisted.internet.threads import deferToThread
 from twisted.trial import unittest
 
+from deaddrop.second_factor import hotp
 from deaddrop.web.journalist import pages
 from tests._support import (
     ApiClient, JournalistAccount, JournalistBrowser, TotpDevice, issue_client_cert, security_events, short_tempdir,
@@ -60,6 +61,38 @@ class HotpAccountsTests(unittest.TestCase):
         self.assertEqual(status, 403)
         self.assertEqual([e["event"] for e in security_events(self.server) if "hotp" in e["event"]],
                          ["journalist.hotp.reused", "journalist.hotp.reused"])
+
+    @inlineCallbacks
+    def test_a_yubikey_far_ahead_is_asked_for_its_next_code_by_the_page_and_the_api(self):
+        code, out, err = yield self.cli("journalist", "add", "yuki", "--hotp-secret", RFC4226_SECRET.hex(), "--json",
+                                        *FAST)
+        self.assertEqual(code, 0, err)
+        account = JournalistAccount("yuki", json.loads(out)["passphrase"], "", "", False)
+        client = issue_client_cert(self.server, "yuki")
+        browser = JournalistBrowser(self.server, client)
+        self.addCleanup(browser.close)
+        # Four presses the server never saw: the form asks for the next code, without a script.
+        response, html = yield browser.log_in(account, code=RFC4226_CODES[4])
+        self.assertEqual(response.code, 403)
+        self.assertIn(pages.NEXT_CODE_PROMPT, html)
+        self.assertIn('value="yuki"', html)
+        self.assertNotIn("<script", html)
+        response, html = yield browser.post("/login", data={
+            "csrf_token": browser.csrf(html), "username": "yuki", "passphrase": account.passphrase,
+            "one_time_code": RFC4226_CODES[5]})
+        self.assertIn("<h1>Sources</h1>", html)
+        # The API says the same to a client that sent a code far ahead (4 past 6), and takes the next one.
+        api = ApiClient(self.server, client)
+        self.addCleanup(api.close)
+        body = {"username": "yuki", "passphrase": account.passphrase, "one_time_code": hotp.code(RFC4226_SECRET, 10)}
+        status, data = yield api.json("POST", "/api/v1/token", body)
+        self.assertEqual(status, 403)
+        self.assertIn("the YubiKey is ahead of this server; within 5 minutes, send its next code", data["message"])
+        body["one_time_code"] = hotp.code(RFC4226_SECRET, 11)
+        status, data = yield api.json("POST", "/api/v1/token", body)
+        self.assertEqual(status, 200, data)
+        self.assertEqual([e["reason"] for e in security_events(self.server) if e["event"] == "journalist.login.fail"],
+                         ["hotp_next_code", "hotp_next_code"])
 
     @inlineCallbacks
     def test_reset_2fa_moves_an_account_between_an_app_and_a_yubikey(self):

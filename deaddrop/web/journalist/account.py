@@ -42,8 +42,13 @@ def new_passphrase(self: JournalistSite, request: Any, login: JournalistLogin):
             message = _("Log out and log in again with your security key first. Nothing was changed.")
             return (yield account_page(self, request, login, error=message, status=403))
     except LoginFailed as failure:
-        message = _(pages.THROTTLED_LOGIN_ERROR) if failure.throttled else \
-            _("That passphrase or one-time code was wrong. Nothing was changed.")
+        if failure.throttled:
+            message = _(pages.THROTTLED_LOGIN_ERROR)
+        elif failure.reason == "hotp_next_code":
+            message = _("Your YubiKey is ahead of this server: within 5 minutes, try again with its next code "
+                        "(press it once more). Nothing was changed.")
+        else:
+            message = _("That passphrase or one-time code was wrong. Nothing was changed.")
         return (yield account_page(self, request, login, error=message, status=403))
     creds = yield shield(self.accounts.reset_passphrase(journalist.id))
     self.end_other_sessions(session, creds.journalist)

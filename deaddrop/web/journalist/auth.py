@@ -83,7 +83,9 @@ def register(cls: type[Routed]) -> None:
 
 
 def login_error(failure: LoginFailed) -> str:
-    """The message for a failed login. A reused code is only ever reported after the
-    passphrase was right (``Accounts.authenticate`` checks it first), so naming it helps the
-    journalist and tells nothing to someone without the passphrase."""
+    """The message for a failed login. A reused code, or a YubiKey's code too far ahead, is
+    only ever reported after the passphrase was right (``Accounts.authenticate`` checks it
+    first), so naming it helps the journalist and tells nothing to someone without the passphrase."""
+    if failure.reason == "hotp_next_code":
+        return pages.NEXT_CODE_PROMPT
     return pages.REUSED_CODE_ERROR if failure.reason in ("totp_reused", "hotp_reused") else pages.GENERIC_LOGIN_ERROR

@@ -30,6 +30,10 @@ GENERIC_LOGIN_ERROR = N_("Login failed. Check your username, passphrase and one-
 THROTTLED_LOGIN_ERROR = N_("Too many failed attempts for this account. Wait a minute, then try again.")
 # Shown only after the passphrase was right, so it tells nothing to someone without it.
 REUSED_CODE_ERROR = N_("This code was already used; wait for the next one.")
+# Also only after a right passphrase: the YubiKey was pressed where this server did not see it.
+NEXT_CODE_PROMPT = N_("Your YubiKey is ahead of this server (it was pressed where the server did not see it). "
+                      "To bring them back in step, log in again within 5 minutes with the key's next code: "
+                      "press it once more.")
 CERTIFICATE_MISMATCH_ERROR = N_("This browser's certificate was issued for another user. "
                                 "Log in with the certificate issued for your username.")
 SESSION_EXPIRED = N_("Your session expired. Please log in again.")

@@ -41,6 +41,9 @@ def token(self: ApiSite, request: Any):
     except LoginFailed as failure:
         if failure.throttled:
             raise ApiError(429, "Too Many Requests", "Too many failed attempts for this account; wait a minute.")
+        if failure.reason == "hotp_next_code":  # (only after a right passphrase, as on the login page)
+            raise ApiError(403, "Forbidden", "Token authentication failed: the YubiKey is ahead of this server; "
+                                             "within 5 minutes, send its next code (press it once more).") from None
         raise ApiError(403, "Forbidden", "Token authentication failed.") from None
     token, expires = yield self.accounts.issue_token(journalist)
     return self.json_response(request, {"token": token, "expiration": iso(expires), "journalist_uuid": journalist.uuid,
