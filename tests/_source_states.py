@@ -22,7 +22,7 @@ from typing import Any, Iterable
 from twisted.internet.defer import DeferredLock, DeferredSemaphore, gatherResults, inlineCallbacks
 
 from deaddrop.web.source import pages, uploads
-from deaddrop.web.source import _refusals
+from deaddrop.web.source import _answers
 from tests._support import Browser, multipart_body, start_server
 
 TOR_BROWSER_UA = "Mozilla/5.0 (Windows NT 10.0; rv:128.0) Gecko/20100101 Firefox/128.0"
@@ -173,7 +173,7 @@ def crawl(testcase: Any, codes: Iterable[str], parallel: int = 6):
     -> ({code: {state: Page}}, seconds taken). Three files at most per submission for the
     crawl, so that "too many files" is reached with three."""
     testcase.patch(uploads, "MAX_FILES", 2)
-    testcase.patch(_refusals, "MAX_FILES", 2)
+    testcase.patch(_answers, "MAX_FILES", 2)
     started = time.monotonic()
     server = yield start_server(testcase, **SERVER_OPTIONS)
     # Argon2id runs are admitted a few at a time per circuit (all of these are one): one at a

@@ -332,6 +332,26 @@ class CertificateFactsTests(unittest.TestCase):
                          {"a.py", "b.py"})
 
 
+def _storing_steps(sources: dict[str, str]) -> set[str]:
+    """Where code calls a step of storing a submission (encrypting its message, committing it)
+    rather than the one use case that sequences them, ``Submissions.submit``."""
+    return {f"{path}:{node.lineno}" for path, text in sources.items() for node in ast.walk(ast.parse(text))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("encrypt_message", "commit", "commit_submission")}
+
+
+class UseCaseTests(unittest.TestCase):
+    def test_the_web_layer_asks_the_newsroom_to_submit_and_sequences_no_step_itself(self):
+        # Issue 28, item 3: /submit encrypted the message, committed and discarded in 7 branches
+        # of its own; a branch that forgot to discard left ciphertext in DATA/tmp.
+        self.assertEqual(_storing_steps(_sources_under("web")), set())
+        self.assertEqual(_storing_steps({
+            "a.py": "part = yield self.newsroom.encrypt_message(identity, text)\n",
+            "b.py": "yield newsroom.submissions.commit(identity, parts)\n",
+            "c.py": "stored = yield self.newsroom.submissions.submit(identity, text, files)\n",
+        }), {"a.py:1", "b.py:1"})
+
+
 def _sources_under(package: str) -> dict[str, str]:
     """Path (relative to the checkout) -> text of every module under ``deaddrop/<package>``."""
     found = {}

@@ -127,7 +127,8 @@ class ShutdownTests(unittest.TestCase):
 
         server = yield start_server(self)
         newsroom = server.service.newsroom
-        stream = newsroom.encrypt_stream(gzip_name="x", compress=False, on_pause=lambda: None, on_resume=lambda: None)
+        stream = newsroom.submissions.encrypt_stream(gzip_name="x", compress=False, on_pause=lambda: None,
+                                                     on_resume=lambda: None)
         stream.write(b"half an upload")
         from twisted.internet.task import deferLater
 

@@ -1,6 +1,6 @@
 # -*- test-case-name: tests.integration.test_source_flow,tests.integration.test_login_tags,tests.test_admission_fairness -*-
 """Source use cases: create, log in, submit, read and delete replies; replies from journalists
-(the keys and replies in ``replies``).
+(the keys and replies in ``replies``, submissions in ``submissions``).
 
 This is the only layer that sees a codename, and only for as long as the KDF needs it: what
 a session keeps is the filesystem id (to find the source's files) and the key passphrase (to
@@ -8,7 +8,6 @@ decrypt replies while the source is logged in), both derived, never the codename
 """
 from __future__ import annotations
 
-import errno
 import os
 import sqlite3
 import time
@@ -26,15 +25,15 @@ from deaddrop.admission.answer_grid import AnswerGrid
 from deaddrop.crypto.gpg import Keyring
 from deaddrop.crypto.kdf import CodenameKdf, Derived, unwrap_passphrase, wrap_passphrase
 from deaddrop.crypto.pool import WorkerPool
-from deaddrop.crypto.streaming import EncryptionTarget, StreamEncryption
+from deaddrop.crypto.streaming import EncryptionTarget
 from deaddrop.admission.upload_slots import UploadSlots
 from deaddrop.newsroom.daily_report import SourceActivity
 from deaddrop.newsroom.desks import Desks, NoSuchDesk
-from deaddrop.newsroom.encryption import EncryptedPart, SubmissionEncryption
+from deaddrop.newsroom.encryption import SubmissionEncryption
 from deaddrop.events import SecurityEvents
-from deaddrop.newsroom.identity import SourceIdentity, SourceNotFound
+from deaddrop.newsroom.identity import SourceIdentity
 from deaddrop.newsroom.replies import SourceReplies
-from deaddrop.newsroom.uploads import HasTempPath, UploadHold, discard
+from deaddrop.newsroom.submissions import Submissions
 from deaddrop.store import desk_queries, queries
 from deaddrop.store.db import Database
 from deaddrop.admission.disk_space import DiskSpace
@@ -42,23 +41,6 @@ from deaddrop.store.files import Store
 from deaddrop.admission.throttle import FailureThrottle
 
 _log = Logger(namespace="deaddrop.sources")  # the name its log lines carried before the module moved
-
-
-class StorageFailed(Exception):
-    """The database or the store could not take a submission; ``disk_full`` if space ran out."""
-
-    def __init__(self, message: str, disk_full: bool = False) -> None:
-        super().__init__(message)
-        self.disk_full = disk_full
-
-
-def is_disk_full(error: BaseException) -> bool:
-    if isinstance(error, OSError):
-        return error.errno in (errno.ENOSPC, errno.EDQUOT)
-    if isinstance(error, sqlite3.Error):
-        code = getattr(error, "sqlite_errorcode", None)
-        return code == getattr(sqlite3, "SQLITE_FULL", 13) or "disk is full" in str(error)
-    return False
 
 
 class NoFreeDesignation(Exception):
@@ -185,7 +167,8 @@ class SourceQueues:
 class Newsroom:
     """The use cases, wired to their blocking back-ends through thread pools.
 
-    Source key pairs and replies are a part of their own, ``replies`` (``SourceReplies``)."""
+    Source key pairs and replies are a part of their own, ``replies`` (``SourceReplies``), and so
+    are uploads and submissions, ``submissions`` (``Submissions``: ``submit`` stores one)."""
 
     reactor: Any
     db: Database
@@ -229,6 +212,7 @@ class Newsroom:
     replies: SourceReplies = field(init=False)
     desks: Desks = field(init=False)
     encrypting: SubmissionEncryption = field(init=False)
+    submissions: Submissions = field(init=False)
 
     def __post_init__(self) -> None:
         self.desks = Desks(self.db, self.keyring, self.crypto_pool, os.path.dirname(self.store.root))
@@ -240,6 +224,10 @@ class Newsroom:
             db=self.db, store=self.store, keyring=self.keyring, crypto_pool=self.crypto_pool, io_pool=self.io_pool,
             desks=self.desks, activity=self.activity,
             keygen=self.queues.keygen, decrypt=self.queues.decrypt, clock=self.clock, placing=self._placing)
+        self.submissions = Submissions(
+            db=self.db, store=self.store, encrypting=self.encrypting, io_pool=self.io_pool,
+            uploads=self.queues.uploads, disk=self.disk, activity=self.activity, replies=self.replies,
+            clock=self.clock, placing=self._placing)
 
     def is_placed(self, filename: str) -> bool:
         """False while a committed submission or reply is still being moved into the store."""
@@ -306,7 +294,7 @@ class Newsroom:
         def evict():
             ids = yield self.db.run(queries.pending_sources_beyond, cap - cap // 100)
             for source_id in ids:
-                if not (self.queues.uploads.holding(source_id) or self.queues.messages.holding(source_id)):
+                if not self.submissions.in_flight(source_id):
                     yield self.delete_source(source_id)
             self._pending_estimate = yield self.db.run(queries.pending_source_count)
 
@@ -423,102 +411,6 @@ class Newsroom:
         desks = yield self.db.run(desk_queries.add_source_desks, identity.source_id, chosen)
         return SourceIdentity(identity.source_id, identity.filesystem_id, identity.designation, desks)
 
-    # -- submissions ---------------------------------------------------------------------
-
-    def encrypt_stream(self, *, gzip_name: str | None, compress: bool,
-                       on_pause: Callable[[], None], on_resume: Callable[[], None],
-                       identity: SourceIdentity | None = None) -> StreamEncryption:
-        """A file part, encrypted as it arrives to the keys of ``identity``'s desks (None: the
-        one desk of an instance that has one). Raises ``DeskNotChosen``."""
-        return self.encrypting.stream(identity, gzip_name=gzip_name, compress=compress, on_pause=on_pause,
-                                      on_resume=on_resume)
-
-    def may_upload(self, source_id: int) -> bool:
-        """Whether this source may start another upload (each holds a pump slot while it arrives)."""
-        return self.queues.uploads.holding(source_id) < self.queues.uploads.per_key
-
-    def admit_upload(self, source_id: int | None, circuit: Any, evict: Callable[[], Any]) -> UploadHold:
-        """What one upload body will hold while it arrives (see ``newsroom.uploads``); ``evict`` is
-        called if it is ended to make room for another."""
-        return UploadHold(self.queues.uploads, self.disk, self.activity, source_id, circuit, evict)
-
-    def discard(self, received: Iterable[HasTempPath]) -> None:
-        """Remove the ciphertext of parts that will not be stored."""
-        received = list(received)
-        self.encrypting.forget(part.temp_path for part in received)
-        discard(self.store, received)
-
-    def abort_streams(self) -> None:
-        """At shutdown: stop every upload in flight, or its pump thread would block pool.stop()."""
-        self.encrypting.abort_all()
-
-    def encrypt_message(self, identity: SourceIdentity, text: str, room_held: bool = False) -> Deferred:
-        """Encrypt a text part on the message pool: slow file uploads cannot hold it up.
-
-        Raises ``NoRoom`` if the disk cannot take its largest ciphertext and keep its reserve,
-        unless ``room_held``: it came in a body whose files were admitted (``UploadHold``), and
-        that body's length counted it. Raises ``DeskNotChosen`` if the source must choose first."""
-        return self.encrypting.message(identity, text, room_held)
-
-    def commit_submission(self, identity: SourceIdentity, parts: list[EncryptedPart],
-                          passphrase: str | None = None) -> Deferred:
-        """Make encrypted parts durable and visible. Only after this returns is it acknowledged.
-
-        Raises ``StorageFailed`` (``disk_full`` set when space ran out) if the database or the
-        store could not take it; then no part of it is left in either.
-
-        With ``passphrase``, the source's key pair is made after its first submission. The key
-        generation is registered before the submission becomes visible to journalists, so a
-        reply sent meanwhile waits for the key instead of failing.
-        """
-        committed: Deferred = Deferred()
-        if passphrase is not None:
-            self.replies.ensure_key(identity, passphrase, after=committed)
-        d = self._commit_submission(identity, parts)
-
-        def done(result: Any) -> Any:
-            committed.callback(None)
-            return result
-
-        return d.addBoth(done)
-
-    @inlineCallbacks
-    def _commit_submission(self, identity: SourceIdentity, parts: list[EncryptedPart]):
-        placed: list[str] = []
-        try:
-            desks = self.encrypting.sent_to(identity, parts)  # each part records the desks it was encrypted to
-            names = yield self.db.run(
-                queries.insert_submissions, identity.source_id, identity.designation,
-                [(p.kind, p.size, d) for p, d in zip(parts, desks)], self.clock(),
-            )
-            if names is None:
-                raise SourceNotFound()
-            self._placing.update(names)
-            try:
-                for part, name in zip(parts, names):
-                    yield self.io_pool.run(self.store.place, part.temp_path, identity.filesystem_id, name)
-                    placed.append(name)
-            except BaseException:
-                # Parts already moved into the store go too: an unacknowledged submission must
-                # not stay half visible (a file without its row) until the next restart.
-                for name in placed:
-                    yield self.io_pool.run(self.store.remove, identity.filesystem_id, name)
-                yield self.db.run(queries.delete_submissions_by_filename, names)
-                raise
-            finally:
-                self._placing.difference_update(names)
-        except (OSError, sqlite3.Error) as e:
-            for part in parts:
-                self.store.discard_temp(part.temp_path)
-            raise StorageFailed(f"storing a submission failed: {type(e).__name__}", disk_full=is_disk_full(e)) from e
-        except BaseException:
-            for part in parts:
-                self.store.discard_temp(part.temp_path)
-            raise
-        for part, sent_to in zip(parts, desks):  # counted per desk too, for the day's report
-            self.activity.stored(part.kind, [d.uuid for d in map(self.desks.by_id, sent_to) if d is not None])
-        return names
-
     # -- deletion ------------------------------------------------------------------------
 
     def on_source_deleted(self, hook: Callable[[int], None]) -> None:
@@ -547,7 +439,7 @@ class Newsroom:
         ids = yield self.db.run(queries.pending_sources_before, self.clock() - max_age - 86400.0)
         purged = 0
         for source_id in ids:
-            if self.queues.uploads.holding(source_id) or self.queues.messages.holding(source_id):
+            if self.submissions.in_flight(source_id):
                 continue
             deleted = yield self.delete_source(source_id)
             purged += bool(deleted)

@@ -9,7 +9,7 @@ where the slowest upload may be ended to make room, for a slot or for disk space
 arrive one after another, so one slot pumps them in turn: a slot per file made the third file of
 one submission look like a third submission in flight (issue 27). Text-only messages
 take no slot: they are encrypted on a pool of their own, after their own disk admission
-(``Newsroom.encrypt_message``). ``Newsroom.admit_upload`` hands one ``UploadHold`` per body;
+(``Submissions.encrypt_message``). ``Submissions.admit_upload`` hands one ``UploadHold`` per body;
 ``release`` gives everything back once the body was received or refused.
 
 The room an upload holds follows its pace once that is known (``admission.disk_space``): what the

@@ -97,7 +97,7 @@ class DeadDropService(MultiService):
     def stopService(self) -> Any:
         d = super().stopService()
         newsroom = self.newsroom
-        newsroom.abort_streams()
+        newsroom.submissions.abort_streams()
         _log.info("source logins since start: {runs} Argon2id checks, {decoys} codenames turned away by their tag",
                   runs=newsroom.login_runs, decoys=newsroom.login_decoys)
 

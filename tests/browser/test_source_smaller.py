@@ -95,15 +95,15 @@ class SourcesSmallerBrowserTests(_BrowserServerTest):
         driver = self.driver
         newsroom = self.server.service.newsroom
         in_flight = [True]
-        self.patch(newsroom, "may_upload", lambda source_id: not in_flight[0])
-        encrypt, busy = newsroom.encrypt_message, [True]
+        self.patch(newsroom.submissions, "may_upload", lambda source_id: not in_flight[0])
+        encrypt, busy = newsroom.submissions.encrypt_message, [True]
 
         def encrypt_once_busy(*args, **kwargs):
             if busy[0]:
                 busy[0] = False
                 raise Busy()
             return encrypt(*args, **kwargs)
-        self.patch(newsroom, "encrypt_message", encrypt_once_busy)
+        self.patch(newsroom.submissions, "encrypt_message", encrypt_once_busy)
 
         def run() -> None:
             self._new_source()

@@ -15,7 +15,7 @@ from twisted.trial import unittest
 
 from deaddrop.newsroom import codenames
 from deaddrop.newsroom.desks import DeskNotChosen
-from deaddrop.newsroom.newsroom import EncryptedPart
+from deaddrop.newsroom.encryption import EncryptedPart
 from tests._support import (
     ApiClient, add_journalist, issue_client_cert, kill_gpg_agent, security_events, short_tempdir,
     start_journalist_server,
@@ -101,15 +101,16 @@ class TwoDesks(unittest.TestCase):
     @inlineCallbacks
     def send(self, identity, passphrase, message: str, document: bytes | None = None):
         """A submission as /submit makes it: the message and the file encrypted as they stream."""
-        parts = [(yield self.newsroom.encrypt_message(identity, message))]
+        parts = [(yield self.newsroom.submissions.encrypt_message(identity, message))]
         if document is not None:
-            stream = self.newsroom.encrypt_stream(gzip_name="report.bin", compress=False, on_pause=lambda: None,
-                                                  on_resume=lambda: None, identity=identity)
+            stream = self.newsroom.submissions.encrypt_stream(gzip_name="report.bin", compress=False,
+                                                              on_pause=lambda: None, on_resume=lambda: None,
+                                                              identity=identity)
             for offset in range(0, len(document), 1 << 20):
                 stream.write(document[offset:offset + (1 << 20)])
             size = yield stream.finish()
             parts.append(EncryptedPart("doc", stream.out_path, size))
-        names = yield self.newsroom.commit_submission(identity, parts, passphrase)
+        names = yield self.newsroom.submissions.commit(identity, parts, passphrase)
         return names
 
     @inlineCallbacks
@@ -212,10 +213,10 @@ class ChosenDeskTests(TwoDesks):
         codename = codenames.generate_codename(7)
         identity, _ = yield self.newsroom.create_source(codename)
         with self.assertRaises(DeskNotChosen):
-            yield self.newsroom.encrypt_message(identity, "to whom?")
+            yield self.newsroom.submissions.encrypt_message(identity, "to whom?")
         with self.assertRaises(DeskNotChosen):
-            self.newsroom.encrypt_stream(gzip_name="x", compress=False, on_pause=lambda: None,
-                                         on_resume=lambda: None, identity=identity)
+            self.newsroom.submissions.encrypt_stream(gzip_name="x", compress=False, on_pause=lambda: None,
+                                                     on_resume=lambda: None, identity=identity)
 
 
 class AddedDeskTests(TwoDesks):

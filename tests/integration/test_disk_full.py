@@ -172,7 +172,7 @@ class DiskFullTests(unittest.TestCase):
         yield self.start(os.path.join(mnt, "data"))
         # Without the disk admission, which would refuse these uploads before gpg runs out of
         # room: what this shows is the layer under it, for a disk that something else fills.
-        self.server.service.newsroom.disk = None
+        self.server.service.newsroom.submissions.disk = None
         yield self.submit_ok("before the disk filled up", [("early.bin", os.urandom(300_000))])
         yield self.submit_ok("a second one")
 

@@ -213,7 +213,7 @@ class SourceFlowTests(unittest.TestCase):
         def busy(*args, **kwargs):
             raise Busy()
         response, html = yield self.browser.get("/lookup")
-        self.patch(newsroom, "encrypt_message", busy)
+        self.patch(newsroom.submissions, "encrypt_message", busy)
         self.patch(newsroom.replies, "for_source", busy)  # the reply queue is full too
         body, content_type = multipart_body([("csrf_token", self.browser.csrf(html)), ("msg", "BUSY-MARKER-2e7d")],
                                             [("", b"")])
@@ -354,8 +354,8 @@ class SourceFlowTests(unittest.TestCase):
         codename = codenames.generate_codename(7)
         identity, passphrase = yield newsroom.create_source(codename)
         self.assertNotIn(identity.source_id, newsroom.replies._keygen)  # nothing submitted: no key
-        part = yield newsroom.encrypt_message(identity, "first message")
-        committing = newsroom.commit_submission(identity, [part], passphrase)
+        part = yield newsroom.submissions.encrypt_message(identity, "first message")
+        committing = newsroom.submissions.commit(identity, [part], passphrase)
         # Registered before the submission is visible to journalists...
         self.assertIn(identity.source_id, newsroom.replies._keygen)
         yield committing

@@ -10,7 +10,11 @@ feature adds its routes with ``register``:
 * ``codename``: /generate, /create, /login, /logout (one Argon2id admission for both);
 * ``replies``: /lookup, and deleting replies;
 * ``submit``: /submit, whose body arrives through ``uploads``; nothing typed is ever lost to a
-  refusal (``_refusals``: the form again, the message in it, what went wrong in numbers).
+  refusal.
+
+What a page says when something went wrong, on any route, and what /submit answers, is one
+table (``_answers.ANSWERS``): the form again with the message in it and what went wrong in
+numbers, a full queue (``Busy``) as 503 with Retry-After, anything unexpected as a calm 500.
 """
 from __future__ import annotations
 
@@ -22,11 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from klein import Klein
 
-from deaddrop.admission.queues import BUSY_MESSAGE, BUSY_TITLE, Busy
 from deaddrop.events import SecurityEvents
 from deaddrop.newsroom.settings import InstanceSettings
 from deaddrop.newsroom.source_texts import SourceTexts
-from deaddrop.newsroom.newsroom import Newsroom, SourceIdentity, is_disk_full
+from deaddrop.newsroom.newsroom import Newsroom, SourceIdentity
 from deaddrop.transport.connections import ConnectionLimits
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.form_tokens import FormTokens
@@ -40,6 +43,7 @@ from deaddrop.web._common.site import BodyPolicy, DeadDropSite, describe_failure
 from deaddrop.web.source import (
     codename, desk_choice, i18n, language, messages as msgs, pages, public, replies, submit, uploads,
 )
+from deaddrop.web.source._answers import answer
 from deaddrop.web.source._browser import is_tor_browser
 from deaddrop.web.source._carried import CarriedTexts
 from deaddrop.web.source._in_flight import InFlight
@@ -205,11 +209,6 @@ class SourceInterface(HtmlResponses):
         set_html(request, status)
         return render_sync(pages.error(ctx, ctx._(title), ctx._(message, **values), kept=kept[:MAX_MESSAGE_CHARS]))
 
-    def busy(self, request: Any) -> bytes:
-        self.defence.flood("busy")
-        request.setHeader(b"retry-after", b"60")
-        return self.error(request, 503, BUSY_TITLE, BUSY_MESSAGE)
-
     # -- one-time submission forms (see _submission_forms) ------------------------------------
 
     @staticmethod
@@ -250,22 +249,9 @@ class SourceInterface(HtmlResponses):
 
     @app.handle_errors(Exception)
     def _errors(self, request: Any, failure: Any) -> bytes:
-        from werkzeug.exceptions import HTTPException
-
-        if failure.check(HTTPException):
-            code = failure.value.code or 500
-            if code == 404:
-                return self.error(request, 404, msgs.T_NOT_FOUND, msgs.NOT_FOUND)
-            if code == 405:
-                return self.error(request, 405, msgs.T_NOT_ALLOWED, msgs.NOT_ALLOWED)
-            return self.error(request, code, msgs.T_REFUSED, msgs.REFUSED)
-        if failure.check(Busy):  # e.g. the reply decryption queue of /lookup
-            return self.busy(request)
-        if is_disk_full(failure.value):  # e.g. /create when SQLite cannot grow its WAL
-            self.newsroom.activity.failed("the disk is full")
-            return self.error(request, 507, msgs.T_OUT_OF_SPACE, msgs.OUT_OF_SPACE)
-        self._report_failure(failure)
-        return self.error(request, 500, msgs.T_SOMETHING_WRONG, msgs.SOMETHING_WRONG)
+        # e.g. a full reply decryption queue at /lookup (503), SQLite unable to grow its WAL at
+        # /create (507), an unknown address (404): the one table says what each is.
+        return answer(self, request, failure)
 
     def _early_page(self, status: int, title: str, message: str, headers: Any = None) -> bytes:
         """A refusal answered before a route runs (too many requests, too large, headers too

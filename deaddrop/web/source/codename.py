@@ -20,11 +20,12 @@ from deaddrop.transport.circuits import circuit_of
 from deaddrop.web._common.forms import form_arg, same_origin
 from deaddrop.web._common.routes import Routed, Routes
 from deaddrop.web.sessions import Session, SessionStore
-from deaddrop.web._common.upload import UploadResult
 from deaddrop.web.source import i18n, messages as msgs, pages
 from deaddrop.web.source._login import SourceLogin
 from deaddrop.web.source.pages import MAX_MESSAGE_CHARS
-from deaddrop.web.source.submit import receipt_thanks, store_submission
+from deaddrop.web.source._answers import busy_status
+from deaddrop.web.source._received import receipt_thanks
+from deaddrop.web.source.submit import carried_submission
 from deaddrop.web.source.interface import SourceSite
 
 
@@ -157,9 +158,7 @@ def login(self: SourceSite, request: Any):
     identity, passphrase = found
     fresh = _log_in(self, request, session, identity, passphrase, codename)
     if carried.strip():
-        login = SourceLogin(fresh, identity, passphrase)
-        page = yield store_submission(self, request, login, carried, UploadResult({"msg": carried}, []),
-                                      self.submission_forms(fresh).issue())
+        page = yield carried_submission(self, request, SourceLogin(fresh, identity, passphrase), carried)
         return page
     return self.to_lookup(request, fresh)
 
@@ -205,8 +204,7 @@ def _argon2id(self: SourceSite, request: Any, run: Callable[[Any], Deferred], co
         # being closed like one that keeps being throttled (a refusal costs it nothing else).
         self.defence.refused(circuit, event=False)
         self.defence.flood("busy")
-        request.setHeader(b"retry-after", b"60")
-        raise _Refused(503)
+        raise _Refused(busy_status(request))
     except CancelledError:
         self.defence.abandoned(reservation)
         raise

@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 from twisted.internet.defer import inlineCallbacks
-from twisted.web.template import Tag
 
 from deaddrop.admission.queues import Busy
 from deaddrop.web._common.deferreds import shield
@@ -16,7 +15,9 @@ from deaddrop.web._common.guards import login_route
 from deaddrop.web._common.routes import Routed, Routes
 from deaddrop.web.sessions import SessionStore
 from deaddrop.web.source import i18n, messages as msgs, pages
+from deaddrop.web.source._answers import busy_status
 from deaddrop.web.source._login import SourceLogin
+from deaddrop.web.source._received import received_page
 from deaddrop.web.source._submission_forms import RECEIVED, SubmissionForm
 from deaddrop.web.source.desk_choice import current_desks, needs_choice
 from deaddrop.web.source.pages import ShownReply
@@ -56,7 +57,7 @@ def _lookup(self: SourceSite, request: Any, login: SourceLogin) -> Any:
         ctx = self.page_ctx(request, None)
         status, error = form.error[0], form.error[1](ctx)
         if status == 503:  # busy: as the refusal this page stands for said
-            request.setHeader(b"retry-after", b"60")
+            busy_status(request)
     if form.has_draft:  # a refused form's message, or one carried across a language switch
         message = SessionStore.unseal(login.session, self.cookie.token(request), f"draft:{form.token}") or ""
     return _lookup_page(self, request, login, status=status, message=message, error=error, form=form)
@@ -91,15 +92,6 @@ def delete_all(self: SourceSite, request: Any, login: SourceLogin):
 def register(cls: type[Routed]) -> None:
     """Add the logged-in page and the reply routes to the source interface class ``cls``."""
     routes.register(cls)
-
-
-def received_page(self: SourceSite, request: Any, login: SourceLogin, form: SubmissionForm) -> Tag:
-    """What one stored form delivered (its address, and any form sent again after it was stored)."""
-    ctx = self.page_ctx(request, login.session, logged_in=True)
-    receipt = form.receipt
-    assert receipt is not None
-    text = msgs.received(ctx.lang, receipt.message, receipt.documents)
-    return pages.received(ctx, text, receipt.first, self.submission_forms(login.session).issue().token)
 
 
 @inlineCallbacks

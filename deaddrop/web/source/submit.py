@@ -1,48 +1,42 @@
 """/submit: a message and files, stored once, answered with what arrived (post/redirect/get).
 
-The body streams in first (``uploads``); this route runs once it has arrived: it checks the
-form, encrypts the message, commits both, and says what was stored. The route is added to
-``SourceInterface`` by ``register``.
+The body streams in first (``uploads``: admitted at its headers, its files encrypted as they
+arrive); this route runs once it has arrived. It checks the form, has the newsroom store the
+submission (``Submissions.submit``: the message encrypted, all of it committed, or all of it
+discarded), and answers through the source interface's one table (``_answers``). The route is
+added to ``SourceInterface`` by ``register``.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from twisted.internet.defer import Deferred, inlineCallbacks
+from twisted.python.failure import Failure
 
-from deaddrop.admission.queues import Busy
-from deaddrop.crypto.streaming import EncryptionFailed
-from deaddrop.newsroom.identity import SourceIdentity
-from deaddrop.newsroom.newsroom import EncryptedPart, SourceNotFound, StorageFailed
-from deaddrop.admission.disk_space import NoRoom
 from deaddrop.web._common.deferreds import shield
-from deaddrop.web._common.forms import same_origin
 from deaddrop.web._common.routes import Routed, Routes
-from deaddrop.web.sessions import Session
 from deaddrop.web._common.site import DeadDropRequest
-from deaddrop.web._common.upload import MultipartUpload, UploadError, UploadResult
-from deaddrop.web.source import i18n, messages as msgs, pages
+from deaddrop.web._common.upload import MultipartUpload, UploadedFile, UploadResult
+from deaddrop.web.source import messages as msgs, pages
+from deaddrop.web.source._answers import (
+    AlreadyReceived, Expired, FormRefused, NothingReceived, Sent, answer,
+)
 from deaddrop.web.source._login import SourceLogin
-from deaddrop.web.source._refusals import EXPIRED, closed_page, form_again, refused_upload_page, storage_failed
-from deaddrop.web.source._submission_forms import RECEIVED, SENDING, Receipt, SubmissionForm, SubmissionForms
-from deaddrop.web.source.i18n import Counted
-from deaddrop.web.source.pages import MAX_MESSAGE_CHARS
+from deaddrop.web.source._received import still_logged_in
+from deaddrop.web.source._submission_forms import RECEIVED, SENDING, SubmissionForms
 from deaddrop.web.source.interface import SourceSite
-
-# The purpose (and binding) of the sealed receipt of a submission received after its session ended.
-_RECEIPT = "received"
-
+from deaddrop.web.source.pages import MAX_MESSAGE_CHARS
 
 routes = Routes()
 
 
 @routes.route("/submit", methods=["POST"])
 def submit(self: SourceSite, request: DeadDropRequest) -> Deferred:
+    answered = _submit(self, request)
     # Klein cancels a route's Deferred when the connection drops. A body that arrived whole
     # must still be committed or its ciphertext discarded: cancelled half-way (waiting for
     # the encryptors, or the message's encryption) its temp files were left in DATA/tmp.
-    return shield(_submit(self, request))
+    return shield(answered)
 
 
 def register(cls: type[Routed]) -> None:
@@ -53,146 +47,76 @@ def register(cls: type[Routed]) -> None:
 @inlineCallbacks
 def _submit(self: SourceSite, request: DeadDropRequest):
     upload: MultipartUpload | None = getattr(request, "upload", None)
-    if upload is None:
-        return self.error(request, 400, msgs.T_NOTHING_RECEIVED, msgs.NOTHING_RECEIVED)
+    sent = Sent(upload.fields_so_far() if upload is not None else {})
     try:
-        result: UploadResult = yield upload.result
-    except UploadError as e:
-        return refused_upload_page(self, request, e, upload.fields_so_far())
-    except EncryptionFailed as e:
-        fields = upload.fields_so_far()
-        return storage_failed(self, request, e, fields.get("msg", ""), fields.get(pages.FORM_TOKEN_FIELD))
-    # The login checked once, when the upload started: a session that ended while the body
-    # was arriving (expiry, a logout in another tab) does not lose what was sent.
-    login: SourceLogin | None = request.upload_login
-    if login is None:  # not reached: a body without a login fails at its first file byte or end
-        self.newsroom.discard(result.files)
-        return refused_upload_page(self, request, UploadError(403, "expired", EXPIRED), result.fields)
-    message = result.fields.get("msg", "")
-    token = result.fields.get(pages.FORM_TOKEN_FIELD)
-    problem: tuple[int, str | Counted, dict[str, Any]] | None = None
-    if not login.session.check_csrf(result.fields.get("csrf_token")):
-        problem = (403, msgs.STALE_SUBMIT, {})
-    elif result.fields.get(pages.HONEYPOT_FIELD):
-        problem = (403, msgs.HONEYPOT, {})  # as SecureDrop: a bot
-    elif len(message) > MAX_MESSAGE_CHARS:
-        problem = (413, msgs.TOO_LONG, dict(count=len(message), limit=MAX_MESSAGE_CHARS))
-    elif not message.strip() and not result.files:
-        problem = (400, msgs.EMPTY, {})
-    elif result.files and not self.settings.allow_uploads:
-        problem = (400, msgs.NO_FILES, {})
-    if problem is not None:
-        self.newsroom.discard(result.files)
-        live = _still_logged_in(self, request, login)
-        if live is None:  # nothing stored: the login page, the message carried in it
-            return refused_upload_page(self, request, UploadError(problem[0], "expired", EXPIRED), result.fields)
-        return form_again(self, request, problem[0], message, problem[1], token=token, **problem[2])
-    form = self.submission_forms(login.session).adopt(token)
-    while form.state == SENDING:  # the same form, sent twice at once (a double click)
-        yield form.settled()
-    if form.state == RECEIVED:  # already stored: answered with what arrived, stored once
-        self.newsroom.discard(result.files)
-        live = _still_logged_in(self, request, login)
-        if live is None:
-            return _received_after_logout(self, request, form)
-        return self.to_lookup(request, live.session, _received_in(self, live.session, form))
-    page = yield store_submission(self, request, login, message, result, form)
-    return page
+        if upload is None:
+            raise NothingReceived()
+        # Refused or failed as it arrived (too large, bad form, a hang-up...): its files are gone.
+        received: UploadResult = yield upload.result
+        # The login checked once, when the upload started: a session that ended while the body
+        # was arriving (expiry, a logout in another tab) does not lose what was sent.
+        sent = Sent(received.fields, request.upload_login)
+        outcome = yield _stored(self, request, sent, received.files)
+    except Exception:
+        outcome = Failure()
+    return answer(self, request, outcome, sent)
 
 
 @inlineCallbacks
-def store_submission(self: SourceSite, request: Any, login: SourceLogin, message: str, result: UploadResult,
-                     form: SubmissionForm):
-    """Encrypt the message, commit it with the (already encrypted) files, show what arrived."""
-    parts: list[EncryptedPart] = []
-    SubmissionForms.sending(form)
+def _stored(self: SourceSite, request: Any, sent: Sent, files: list[UploadedFile]):
+    """``sent`` and its ``files`` (encrypted as they arrived), stored by the newsroom once the
+    form is taken. -> ``Stored``; raises why not."""
     try:
-        page = yield _encrypt_and_commit(self, request, login, message, result, form, parts)
-    except BaseException:
-        if form.state == SENDING:  # cancelled or failed unexpectedly: the form can be sent again
-            SubmissionForms.refused(form, 500, lambda ctx: ctx._(msgs.NOT_STORED))
+        sent.form = yield _form_taken(self, request, sent, bool(files))
+    except Exception:
+        self.newsroom.submissions.discard(files)  # arrived whole, but the form was refused
         raise
-    if form.state == SENDING:  # not stored, and nothing to keep (e.g. the source was deleted)
-        SubmissionForms.reopened(form)
-    return page
+    stored = yield _store(self, sent, files)
+    return stored
 
 
 @inlineCallbacks
-def _encrypt_and_commit(self: SourceSite, request: Any, login: SourceLogin, message: str, result: UploadResult,
-                        form: SubmissionForm, parts: list[EncryptedPart]):
-    try:
-        if message.strip():
-            # Its room was counted with the files' body, if it came with files.
-            part = yield shield(self.newsroom.encrypt_message(login.identity, message, room_held=bool(result.files)))
-            parts.append(part)
-        parts += [EncryptedPart("doc", f.temp_path, f.ciphertext_size) for f in result.files]
-        # The first submission also makes the source's key pair (a pending source has none).
-        yield shield(self.newsroom.commit_submission(login.identity, parts, login.passphrase))
-    except (EncryptionFailed, StorageFailed) as e:
-        self.newsroom.discard([*result.files, *parts])
-        return storage_failed(self, request, e, message, form.token)
-    except NoRoom:  # the disk cannot take the message and keep its reserve
-        self.newsroom.discard([*result.files, *parts])
-        return form_again(self, request, 507, message, msgs.OUT_OF_SPACE, token=form.token)
-    except Busy:
-        self.newsroom.discard([*result.files, *parts])
-        self.defence.flood("busy")
-        request.setHeader(b"retry-after", b"60")
-        return form_again(self, request, 503, message, msgs.BUSY, token=form.token)  # the message stays
-    except SourceNotFound:  # deleted by the newsroom while this was on its way: nothing kept
-        self.newsroom.discard([*result.files, *parts])
-        return closed_page(self, request, message if same_origin(request) else "")
-    first = bool(login.session.data.pop("first_visit", False))
-    SubmissionForms.received(form, Receipt(bool(message.strip()), len(result.files), first=first))
-    self.drop_draft(login.session, f"draft:{form.token}")
-    live = _still_logged_in(self, request, login)
-    if live is None:
-        return _received_after_logout(self, request, form)
-    return self.to_lookup(request, live.session, _received_in(self, live.session, form))
+def _form_taken(self: SourceSite, request: Any, sent: Sent, with_files: bool):
+    """The form of a body that arrived whole, once its own checks pass and nothing else is
+    sending it. Raises why it cannot be taken: ``Expired``, ``FormRefused``, ``AlreadyReceived``."""
+    login, fields = sent.login, sent.fields
+    if login is None:  # not reached: a body without a login fails at its first file byte or end
+        raise Expired()
+    message = fields.get("msg", "")
+    if not login.session.check_csrf(fields.get("csrf_token")):
+        refused = FormRefused(403, msgs.STALE_SUBMIT)
+    elif fields.get(pages.HONEYPOT_FIELD):
+        refused = FormRefused(403, msgs.HONEYPOT)  # as SecureDrop: a bot
+    elif len(message) > MAX_MESSAGE_CHARS:
+        refused = FormRefused(413, msgs.TOO_LONG, dict(count=len(message), limit=MAX_MESSAGE_CHARS))
+    elif not message.strip() and not with_files:
+        refused = FormRefused(400, msgs.EMPTY)
+    elif with_files and not self.settings.allow_uploads:
+        refused = FormRefused(400, msgs.NO_FILES)
+    else:
+        form = self.submission_forms(login.session).adopt(fields.get(pages.FORM_TOKEN_FIELD))
+        while form.state == SENDING:  # the same form, sent twice at once (a double click)
+            yield form.settled()
+        if form.state == RECEIVED:  # already stored: answered with what arrived, stored once
+            raise AlreadyReceived(form)
+        return form
+    if still_logged_in(self, request, login) is None:  # nothing stored: the login page, the message in it
+        raise Expired()
+    raise refused
 
 
-def _received_in(self: SourceSite, session: Session, form: SubmissionForm) -> SubmissionForm:
-    """``form`` as known to ``session``: a source that logged in again while its submission
-    was arriving sees what arrived in its new session too."""
-    mine = self.submission_forms(session).adopt(form.token)
-    if mine is not form and mine.state != RECEIVED and form.receipt is not None:
-        first = form.receipt.first or bool(session.data.pop("first_visit", False))
-        SubmissionForms.received(mine, dataclasses.replace(form.receipt, first=first))
-    return mine
+def _store(self: SourceSite, sent: Sent, files: list[Any]) -> Deferred:
+    """The newsroom stores the message in ``sent`` with ``files`` (``Submissions.submit``: all of
+    it, or none of it). -> ``Stored``."""
+    login, form = sent.login, sent.form
+    assert login is not None and form is not None
+    SubmissionForms.sending(form)
+    return self.newsroom.submissions.submit(login.identity, sent.fields.get("msg", ""), files, login.passphrase)
 
 
-def _still_logged_in(self: SourceSite, request: Any, login: SourceLogin) -> SourceLogin | None:
-    """``login``'s session if it is still live, else this browser's current login to the same
-    source (logged in again meanwhile), else None (expired, logged out, or closed)."""
-    # The same source: its identity may have gained a desk meanwhile (the source chose one more).
-    if self.sessions.is_live(login.session) and _source_id(self.identity_of(login.session)) == login.identity.source_id:
-        return login
-    current = self.current_login(request)
-    if current is not None and current.identity.source_id == login.identity.source_id:
-        return current
-    return None
-
-
-def _source_id(identity: SourceIdentity | None) -> int | None:
-    return identity.source_id if identity is not None else None
-
-
-def _received_after_logout(self: SourceSite, request: Any, form: SubmissionForm) -> bytes:
-    """Stored, but the session ended while the body was arriving: a redirect (post/redirect/get)
-    to the login page, which says both; reloading it sends nothing again. What arrived rides
-    in a sealed receipt token: nobody can forge one. It is not bound to the cookie, which
-    may have changed meanwhile (a logout or a new login in another tab), and it says only
-    what arrived, never what it said."""
-    receipt = form.receipt
-    assert receipt is not None
-    token = self.forms.issue(_RECEIPT, _RECEIPT, f"{int(receipt.message)}:{receipt.documents}")
-    return self.redirect(request, f"/login?received={token}")
-
-
-def receipt_thanks(self: SourceSite, request: Any, lang: i18n.Language) -> str | None:
-    """The thanks of a receipt token in the query (``_received_after_logout``), else None."""
-    opened = self.forms.open(self.arg(request, "received"), _RECEIPT, _RECEIPT) or ""
-    message, _, documents = opened.partition(":")
-    if message not in ("0", "1") or not documents.isdigit() or len(documents) > 6:
-        return None
-    return msgs.received(lang, message == "1", int(documents))
+def carried_submission(self: SourceSite, request: Any, login: SourceLogin, message: str) -> Deferred:
+    """A message carried through the login page (its session had ended), sent with a fresh form
+    of ``login``'s: stored and answered as if sent from /submit. -> the page."""
+    sent = Sent({"msg": message}, login, self.submission_forms(login.session).issue())
+    # Shielded like /submit: a visitor who leaves now still has it stored (or discarded) whole.
+    return shield(_store(self, sent, [])).addBoth(lambda outcome: answer(self, request, outcome, sent))

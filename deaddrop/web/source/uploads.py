@@ -2,7 +2,8 @@
 stream (never on disk in the clear), refused at the first file byte when it cannot be taken.
 
 What an upload may hold (disk space, pump slots) is the newsroom's to say
-(``Newsroom.admit_upload``); here its refusals become pages, with the typed message back.
+(``Submissions.admit_upload``); here its refusals become pages (``_answers``), with the typed
+message back.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from deaddrop.transport.circuits import circuit_of
 from deaddrop.web._common.site import DeadDropRequest
 from deaddrop.web._common.upload import REASON_FILES_TOO_LARGE, MultipartUpload, UploadError, UploadLimits
 from deaddrop.web.source import pages
-from deaddrop.web.source._refusals import BUSY, EXPIRED, IN_FLIGHT, NO_ROOM, refused_upload_page
+from deaddrop.web.source._answers import BUSY, EXPIRED, IN_FLIGHT, NO_ROOM, Sent, answer
 from deaddrop.web.source.pages import MAX_FILES, MAX_MESSAGE_CHARS
 from deaddrop.web.source.interface import SourceSite
 
@@ -50,7 +51,7 @@ def start_upload(self: SourceSite, request: DeadDropRequest, boundary: bytes, le
     session = login.session if login else None
     if login is None:
         files_refused = UploadError(403, "Your session expired; please log in again.", EXPIRED)
-    elif not self.newsroom.may_upload(login.identity.source_id):
+    elif not self.newsroom.submissions.may_upload(login.identity.source_id):
         files_refused = UploadError(429, STILL_RECEIVING, IN_FLIGHT)
     elif length is not None and length > multipart_limit(self.settings):
         files_refused = UploadError(413, "That upload is too large.", REASON_FILES_TOO_LARGE)
@@ -59,7 +60,8 @@ def start_upload(self: SourceSite, request: DeadDropRequest, boundary: bytes, le
         self.defence.flood("upload_ended")
         upload.cancel(UploadError(503, BUSY_MESSAGE, BUSY))
 
-    hold = self.newsroom.admit_upload(login.identity.source_id if login else None, circuit_of(request), evict=evict)
+    hold = self.newsroom.submissions.admit_upload(login.identity.source_id if login else None, circuit_of(request),
+                                                  evict=evict)
 
     def open_sink(filename: str, pause: Callable[[], None], resume: Callable[[], None]) -> Any:
         # Before the first file's first byte: the whole body's disk space (its Content-Length,
@@ -74,14 +76,13 @@ def start_upload(self: SourceSite, request: DeadDropRequest, boundary: bytes, le
             self.defence.flood("busy")
             raise UploadError(503, BUSY_MESSAGE, BUSY)
         # To the keys of the desks this login's source chose (what it chose when the upload began).
-        return self.newsroom.encrypt_stream(gzip_name=filename, compress=False, on_pause=pause, on_resume=resume,
-                                            identity=login.identity if login else None)
+        return self.newsroom.submissions.encrypt_stream(gzip_name=filename, compress=False, on_pause=pause,
+                                                        on_resume=resume, identity=login.identity if login else None)
 
     def answer_now(error: UploadError) -> None:
         # Not a word more is read: the page goes out now, with what was typed.
-        fields = upload.fields_so_far()
         request.answering_early = True  # the form itself, at once (see form_again)
-        page = refused_upload_page(self, request, error, fields)
+        page = answer(self, request, error, Sent(upload.fields_so_far()))
         request.answer_early(request.code, page)  # the page's own status (409 for a form stored already)
 
     upload = MultipartUpload(boundary, limits, open_sink, request.pause_body, request.resume_body,
