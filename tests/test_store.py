@@ -65,7 +65,8 @@ class SourceWalkPlanTests(unittest.TestCase):
 
         conn = sqlite3.connect(":memory:")
         migrations.upgrade(conn)
-        plan = " / ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + jq.SOURCES_BY_ID_SQL, (0, 250)))
+        plan = " / ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + jq.SOURCES_BY_ID_SQL,
+                                                         {"reader": 1, "after": 0, "limit": 250}))
         self.assertIn("USING INTEGER PRIMARY KEY (rowid>?)", plan)
         self.assertNotIn("TEMP B-TREE", plan)  # no sort of every visible source per batch
         conn.close()
