@@ -6,26 +6,21 @@ within ``newsroom.desks.RELOAD_SECONDS`` and checks membership on every request.
 is set and replaced with the care the instance's key gets: its fingerprint is printed, a
 different key is refused without ``--replace-key``, and a replacement is the security event
 ``admin.desk.key_replaced``. The default desk's key is the instance's submission key
-(``--submission-key``, ``--replace-submission-key`` at start-up).
+(``--submission-key``, ``--replace-submission-key`` at start-up). The rules are ``newsroom.desk_admin``'s,
+which the admin pages follow too; here their refusals name this command's flags.
 """
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
 import time
-import uuid as uuidlib
 from typing import Any
 
 from deaddrop.admin._opened import OpenedDataDir, with_opened
 from deaddrop.admin._output import AdminError, Output
-from deaddrop.crypto.gpg import GpgError, Keyring, SubmissionKeyError
+from deaddrop.newsroom import desk_admin
+from deaddrop.newsroom.desk_admin import DeskRefused
 from deaddrop.newsroom.languages import LANGUAGES as SOURCE_LANGUAGES
 from deaddrop.store import desk_queries as dq
-from deaddrop.store import journalist_queries as jq
-
-MAX_NAME = 80
-MAX_DESCRIPTION = 1000
 
 
 def register(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
@@ -84,27 +79,49 @@ def register(subparsers: Any, common_parent: argparse.ArgumentParser) -> None:
 
 
 class _Instance(OpenedDataDir):
+    key_path = ""  # the --key file a refusal names
+
     def run(self, fn: Any, *args: Any) -> Any:
         try:
             return super().run(fn, *args)
-        except dq.DeskError as e:
-            raise AdminError(str(e)) from None
+        except DeskRefused as e:
+            raise AdminError(_said(e, path=self.key_path)) from None
 
     def desk(self, name: str) -> Any:
-        row = self.run(dq.desk_by_name, name)
-        if row is None:
-            raise AdminError(f"no desk named {name!r} (see 'deaddrop-admin desk list')")
-        return row
+        return self.run(lambda conn: desk_admin.desk(conn, name=name))
+
+    def emit(self, change: desk_admin.Change | None) -> None:
+        if change is not None:
+            self.events.emit(change.event, **change.fields)
 
 
 _with_desks = with_opened(_Instance)
 
+# What each refusal says here (the admin pages say it in their own words, see desk_admin).
+_SAID = {
+    "name_taken": "{detail}",
+    "bad_name": "a desk name must be 1 to {limit} printable characters",
+    "no_such_desk": "no desk named {name!r} (see 'deaddrop-admin desk list')",
+    "key_in_use": ("key {fingerprint} is already desk {desk!r}'s: each desk needs a key of its own (its own SVS), "
+                   "or the two desks read each other's sources"),
+    "not_a_key": "{path}: {problem}",
+    "default_key": ("{desk!r} is the default desk: its key is the instance's submission key; start the server with "
+                    "--submission-key NEW.asc --replace-submission-key to replace it"),
+    "key_differs": ("{path} is key {fingerprint}, but desk {desk!r} has key {current}: refusing to replace it, or "
+                    "every new submission to the desk would be readable by whoever holds the other key. If the "
+                    "desk's SVS key really changed, add --replace-key (logged as a security event)"),
+    "has_sources": ("{desk!r} still has {count} source(s): a desk is removed only once no source has chosen it "
+                    "(delete those sources first)"),
+    "is_default": "{desk!r} is the default desk (its key is the instance's submission key): it cannot be removed",
+    "no_such_journalist": "no journalist named {username!r} (see 'deaddrop-admin journalist list')",
+    "too_long": "the {what} is too long (at most {limit} characters)",
+    "bad_retention": "--retention-days takes a number of days from 1 to {limit}, or off",
+    "bad_language": "--lang {language}: not a source language ({languages})",
+}
 
-def _name(text: str) -> str:
-    name = " ".join(text.split())
-    if not name or len(name) > MAX_NAME or any(not c.isprintable() for c in name):
-        raise AdminError(f"a desk name must be 1 to {MAX_NAME} printable characters")
-    return name
+
+def _said(e: DeskRefused, **more: Any) -> str:
+    return _SAID[e.reason].format(**{"languages": ", ".join(sorted(SOURCE_LANGUAGES)), **e.values, **more})
 
 
 def read_desk_key(path: str) -> tuple[str, str]:
@@ -115,23 +132,10 @@ def read_desk_key(path: str) -> tuple[str, str]:
             armored = f.read()
     except OSError as e:
         raise AdminError(f"cannot read {path}: {e.strerror}") from None
-    home = tempfile.mkdtemp(prefix="dd-desk-", dir="/tmp")  # gpg-agent's socket path is short
-    keyring = Keyring(home)
     try:
-        fingerprint = keyring.import_submission_key(armored)
-    except (SubmissionKeyError, GpgError) as e:
-        raise AdminError(f"{path}: {e}") from None
-    finally:
-        keyring.stop_agent()
-        shutil.rmtree(home, ignore_errors=True)
-    return armored, fingerprint
-
-
-def _key_in_use(instance: _Instance, fingerprint: str, other_than: int | None = None) -> None:
-    for row in instance.run(dq.all_desks):
-        if row["key_fingerprint"] == fingerprint and row["id"] != other_than:
-            raise AdminError(f"key {fingerprint} is already desk {row['name']!r}'s: each desk needs a key of its own "
-                             "(its own SVS), or the two desks read each other's sources")
+        return armored, desk_admin.check_key(armored)
+    except DeskRefused as e:
+        raise AdminError(_said(e, path=path)) from None
 
 
 def _desk_json(instance: _Instance, row: Any) -> dict[str, Any]:
@@ -142,13 +146,10 @@ def _desk_json(instance: _Instance, row: Any) -> dict[str, Any]:
 
 
 def _add(instance: _Instance, args: argparse.Namespace, out: Output) -> int:
-    name = _name(args.name)
+    name = instance.run(lambda conn: desk_admin.desk_name(args.name))
     armored, fingerprint = read_desk_key(args.key)
-    _key_in_use(instance, fingerprint)
-    texts = {"en": {"description": args.description}} if args.description else {}
-    instance.run(dq.insert_desk, str(uuidlib.uuid4()), name, fingerprint, armored,
-                 float(int(time.time() // 86400 * 86400)), texts)
-    instance.events.emit("admin.desk.added", target=name, fingerprint=fingerprint)
+    change = instance.run(desk_admin.add, name, armored, fingerprint, args.description, time.time())
+    instance.emit(change)
     out.result({"added": name, "fingerprint": fingerprint},
                f"added desk {name}, key {fingerprint}\n"
                f"  compare this fingerprint with the one the desk's SVS printed at 'deaddrop-svs init'.\n"
@@ -173,17 +174,16 @@ def _list(instance: _Instance, args: argparse.Namespace, out: Output) -> int:
 
 def _rename(instance: _Instance, args: argparse.Namespace, out: Output) -> int:
     row = instance.desk(args.name)
-    new = _name(args.new_name)
-    instance.run(dq.rename_desk, row["id"], new)
-    instance.events.emit("admin.desk.renamed", target=new, detail=f"was {row['name']}")
+    change = instance.run(desk_admin.rename, row, args.new_name)
+    instance.emit(change)
+    new = change.fields["target"]
     out.result({"renamed": row["name"], "name": new}, f"renamed desk {row['name']} to {new}")
     return 0
 
 
 def _remove(instance: _Instance, args: argparse.Namespace, out: Output) -> int:
     row = instance.desk(args.name)
-    instance.run(dq.remove_desk, row["id"])
-    instance.events.emit("admin.desk.removed", target=row["name"])
+    instance.emit(instance.run(desk_admin.remove, row))
     out.result({"removed": row["name"]}, f"removed desk {row['name']}")
     return 0
 
@@ -191,13 +191,7 @@ def _remove(instance: _Instance, args: argparse.Namespace, out: Output) -> int:
 def _members(instance: _Instance, args: argparse.Namespace, out: Output) -> int:
     row = instance.desk(args.name)
     for username, add in [(u, True) for u in args.add] + [(u, False) for u in args.remove]:
-        account = instance.run(jq.journalist_by_username, username)
-        if account is None:
-            raise AdminError(f"no journalist named {username!r} (see 'deaddrop-admin journalist list')")
-        changed = instance.run(dq.add_member if add else dq.remove_member, row["id"], account["id"])
-        if changed:
-            instance.events.emit("admin.desk.member_added" if add else "admin.desk.member_removed",
-                                 target=account["username"], detail=f"desk {row['name']}")
+        instance.emit(instance.run(desk_admin.member, row, username, add))
     members = instance.run(dq.member_names, row["id"])
     out.result({"desk": row["name"], "members": members},
                f"{row['name']}: " + (", ".join(members) if members else "no members (nobody reads it)"))
@@ -207,24 +201,16 @@ def _members(instance: _Instance, args: argparse.Namespace, out: Output) -> int:
 def _key(instance: _Instance, args: argparse.Namespace, out: Output) -> int:
     row = instance.desk(args.name)
     if row["is_default"]:
-        raise AdminError(f"{row['name']!r} is the default desk: its key is the instance's submission key; start the "
-                         "server with --submission-key NEW.asc --replace-submission-key to replace it")
+        raise AdminError(_said(DeskRefused("default_key", desk=row["name"])))
     armored, fingerprint = read_desk_key(args.key)
-    if fingerprint == row["key_fingerprint"]:
+    instance.key_path = args.key
+    change = instance.run(desk_admin.key, row, armored, fingerprint, args.replace_key)
+    if change is None:
         out.result({"desk": row["name"], "fingerprint": fingerprint}, f"{row['name']} already has key {fingerprint}")
         return 0
-    _key_in_use(instance, fingerprint, row["id"])
-    if row["key_fingerprint"] and not args.replace_key:
-        raise AdminError(f"{args.key} is key {fingerprint}, but desk {row['name']!r} has key {row['key_fingerprint']}: "
-                         "refusing to replace it, or every new submission to the desk would be readable by whoever "
-                         "holds the other key. If the desk's SVS key really changed, add --replace-key "
-                         "(logged as a security event)")
-    instance.run(dq.set_key, row["id"], fingerprint, armored)
-    if row["key_fingerprint"]:
-        instance.events.emit("admin.desk.key_replaced", target=row["name"], fingerprint=fingerprint,
-                             detail=f"replaced {row['key_fingerprint']} (--replace-key)")
-    else:
-        instance.events.emit("admin.desk.key_set", target=row["name"], fingerprint=fingerprint)
+    if change.event == "admin.desk.key_replaced":
+        change.fields["detail"] += " (--replace-key)"
+    instance.emit(change)
     out.result({"desk": row["name"], "fingerprint": fingerprint, "previous": row["key_fingerprint"]},
                f"desk {row['name']} now encrypts to key {fingerprint}"
                + (f" (was {row['key_fingerprint']}; what was sent before stays readable only by the old key)"
@@ -234,42 +220,18 @@ def _key(instance: _Instance, args: argparse.Namespace, out: Output) -> int:
 
 def _describe(instance: _Instance, args: argparse.Namespace, out: Output) -> int:
     row = instance.desk(args.name)
-    if args.lang not in SOURCE_LANGUAGES:
-        raise AdminError(f"--lang {args.lang}: not a source language ({', '.join(sorted(SOURCE_LANGUAGES))})")
-    texts = dq.texts_of(row)
-    entry = dict(texts.get(args.lang, {}))
-    for key, value in (("name", args.title), ("description", args.description)):
-        if value is None:
-            continue
-        value = value.strip()
-        if len(value) > (MAX_NAME if key == "name" else MAX_DESCRIPTION):
-            raise AdminError(f"the {key} is too long")
-        if value:
-            entry[key] = value
-        else:
-            entry.pop(key, None)
-    texts[args.lang] = entry
-    if not entry:
-        del texts[args.lang]
-    instance.run(dq.set_texts, row["id"], texts)
-    instance.events.emit("admin.desk.described", target=row["name"], detail=f"language {args.lang}")
+    change, texts = instance.run(desk_admin.describe, row, args.lang, args.title, args.description)
+    instance.emit(change)
+    entry = texts.get(args.lang, {})
     out.result({"desk": row["name"], "texts": texts}, f"{row['name']} ({args.lang}): {entry or 'no text'}")
     return 0
 
 
 def _set(instance: _Instance, args: argparse.Namespace, out: Output) -> int:
     row = instance.desk(args.name)
-    if args.show_members is not None:
-        instance.run(dq.set_show_members, row["id"], args.show_members == "on")
+    show = None if args.show_members is None else args.show_members == "on"
+    retention: int | None | str = "unchanged"
     if args.retention_days is not None:
-        days = None
-        if args.retention_days != "off":
-            try:
-                days = int(args.retention_days)
-            except ValueError:
-                raise AdminError("--retention-days takes a number of days or off") from None
-            if not 1 <= days <= 36500:
-                raise AdminError("--retention-days must be between 1 and 36500")
-        instance.run(dq.set_retention, row["id"], days)
-    instance.events.emit("admin.desk.changed", target=row["name"])
+        retention = instance.run(lambda conn: desk_admin.retention_days(args.retention_days))
+    instance.emit(instance.run(desk_admin.configure, row, show, retention))
     return _list(instance, args, out)

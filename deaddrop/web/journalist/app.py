@@ -35,7 +35,7 @@ from deaddrop.web._common.session_cookie import SessionCookie
 from deaddrop.web.sessions import Session, SessionStore
 from deaddrop.web._common.site import BodyPolicy, DeadDropSite, log_failure_safely
 from deaddrop.web._common.static import JOURNALIST as JOURNALIST_STATIC, serve_static
-from deaddrop.web.journalist import (account, auth, downloads, i18n, key_codes, key_login, keys, pages, settings,
+from deaddrop.web.journalist import (account, auth, desks, downloads, i18n, key_codes, key_login, keys, pages, settings,
                                      source_texts, sources, users)
 from deaddrop.web.journalist.i18n import N_
 from deaddrop.web.journalist._login import JournalistLogin
@@ -189,7 +189,7 @@ class JournalistInterface(HtmlResponses):
         )
 
 
-for _feature in (auth, key_login, key_codes, sources, downloads, account, keys, users, settings, source_texts):
+for _feature in (auth, key_login, key_codes, sources, downloads, account, keys, users, settings, source_texts, desks):
     _feature.register(JournalistInterface)
 
 

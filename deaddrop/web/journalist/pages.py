@@ -53,7 +53,8 @@ def _page(site_name: str, title: str, body: list[Any], session: Session | None,
     if journalist is not None and session is not None:
         nav = [tags.a(_("Sources"), href="/sources"), tags.a(_("Account"), href="/account")]
         if journalist.is_admin:
-            nav += [tags.a(_("Users"), href="/admin/users"), tags.a(_("Settings"), href="/admin/settings")]
+            nav += [tags.a(_("Users"), href="/admin/users"), tags.a(_("Desks"), href="/admin/desks"),
+                    tags.a(_("Settings"), href="/admin/settings")]
         nav.append(tags.form(method="post", action="/logout")(
             csrf_field(session), tags.button(_("Log out ({name})", name=journalist.username), type="submit",
                                              class_="secondary")))
