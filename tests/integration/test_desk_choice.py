@@ -3,13 +3,14 @@ desks before its first submission, its choice follows it on every later page ins
 panel, it may add a desk and never remove one; with one desk, nothing changes."""
 from __future__ import annotations
 
+import os
 import re
 
 from twisted.internet.defer import inlineCallbacks
 from twisted.internet.threads import deferToThread
 from twisted.trial import unittest
 
-from tests._support import Browser, start_server
+from tests._support import Browser, multipart_body, start_server
 from tests.integration.test_admin_cli import run_cli as run_admin
 from tests.integration.test_desks import TwoDesks, db_rows
 
@@ -104,6 +105,46 @@ class DeskChoiceTests(TwoDesks):
         response, html = yield self.browser.submit("for both")
         self.assertEqual(sorted(db_rows(self.server, "SELECT desk_id FROM submission_desks")),
                          sorted([(self.desk_a.id,), (self.desk_a.id,), (self.desk_b.id,)]))
+
+    @inlineCallbacks
+    def test_a_submission_before_the_choice_leads_to_it_and_its_message_waits_in_its_form(self):
+        """DeskNotChosen through /submit's table: a form shown before a second desk existed, or
+        posted straight; with files (refused at their first byte) and without."""
+        response, html = yield new_codename(self.browser)
+        for files in ([], [("plan.pdf", b"PDF-BYTES" * 1000)]):
+            fields = [("csrf_token", self.browser.csrf(html)), ("msg", "TYPED-BEFORE-CHOOSING")]
+            body, content_type = multipart_body(fields, files or [("", b"")])
+            response, html = yield self.browser.post("/submit", data=body, headers={
+                "User-Agent": self.browser.USER_AGENT, "Content-Type": content_type})
+            self.assertEqual(response.code, 409 if files else 200)
+            self.assertIn("<h1>Choose who reads your messages</h1>", html)
+            self.assertIn("Your message has not been sent yet: first choose who reads it.", html)
+            self.assertEqual(db_rows(self.server, "SELECT COUNT(*) FROM submissions"), [(0,)])
+        self.assertEqual(os.listdir(self.newsroom.store.tmp), [])  # no file byte kept
+        response, html = yield self.choose(html, self.desk_b)
+        self.assertIn("Your choice is saved. Your message is in the form below: press Send to send it.", html)
+        self.assertIn(">TYPED-BEFORE-CHOOSING</textarea>", html)
+        fields = [("csrf_token", self.browser.csrf(html)), ("msg", "TYPED-BEFORE-CHOOSING"),
+                  ("form_token", re.search(r'name="form_token" value="([^"]+)"', html).group(1))]
+        body, content_type = multipart_body(fields, [("", b"")])
+        response, html = yield self.browser.post("/submit", data=body, headers={
+            "User-Agent": self.browser.USER_AGENT, "Content-Type": content_type})
+        self.assertEqual(response.code, 200)
+        self.assertEqual(db_rows(self.server, "SELECT desk_id FROM submission_desks"), [(self.desk_b.id,)])
+
+    @inlineCallbacks
+    def test_a_message_carried_through_the_login_page_waits_for_the_choice_too(self):
+        response, html = yield self.browser.get("/generate")
+        codename = _CODENAME.search(html).group(1)
+        yield self.browser.post("/create", data={"codename": codename, "csrf_token": self.browser.csrf(html)})
+        yield self.browser.get("/logout")
+        response, html = yield self.browser.get("/login")
+        response, html = yield self.browser.post("/login", data={
+            "codename": codename, "msg": "CARRIED-BEFORE-CHOOSING", "csrf_token": self.browser.csrf(html)})
+        self.assertIn("Your message has not been sent yet: first choose who reads it.", html)
+        response, html = yield self.choose(html, self.desk_a)
+        self.assertIn(">CARRIED-BEFORE-CHOOSING</textarea>", html)
+        self.assertEqual(db_rows(self.server, "SELECT COUNT(*) FROM submissions"), [(0,)])
 
     @inlineCallbacks
     def test_the_desks_are_described_in_the_source_s_language(self):

@@ -20,6 +20,12 @@ class SessionCookie:
     secure: bool | None = None
 
     def token(self, request: Any) -> str | None:
+        """The request's session token; once this response sets the cookie (a login, a logout),
+        the one it sets: what is sealed for the session later in the same request (a message
+        carried through the login page, kept as a draft) opens with the cookie the browser keeps."""
+        set_now = getattr(request, "_session_token_set", None)
+        if set_now is not None:
+            return set_now or None
         raw = request.getCookie(self.name.encode())
         try:
             return raw.decode("ascii") if raw else None
@@ -68,6 +74,7 @@ class SessionCookie:
         self._set(request, b"", max_age=b"0")
 
     def _set(self, request: Any, value: bytes, **extra: Any) -> None:
+        request._session_token_set = value.decode("ascii")
         secure = request.isSecure() if self.secure is None else self.secure
         request.addCookie(self.name.encode(), value, path=b"/", httpOnly=True, secure=secure,
                           sameSite="strict", **extra)

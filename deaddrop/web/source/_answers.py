@@ -16,6 +16,7 @@ from werkzeug.exceptions import HTTPException
 from deaddrop.admission.disk_space import NoRoom
 from deaddrop.admission.queues import BUSY_MESSAGE, BUSY_TITLE, Busy
 from deaddrop.crypto.streaming import EncryptionFailed
+from deaddrop.newsroom.desks import DeskNotChosen
 from deaddrop.newsroom.identity import SourceNotFound
 from deaddrop.newsroom.submissions import StorageFailed, Stored, is_disk_full
 from deaddrop.web._common.forms import same_origin
@@ -27,8 +28,9 @@ from deaddrop.web._common.upload import (
 from deaddrop.web.source import messages as msgs, pages
 from deaddrop.web.source._in_flight import CLOSED
 from deaddrop.web.source._login import SourceLogin
-from deaddrop.web.source._received import received, received_page
+from deaddrop.web.source._received import received, received_page, still_logged_in
 from deaddrop.web.source._submission_forms import RECEIVED, SENDING, Receipt, SubmissionForm, SubmissionForms
+from deaddrop.web.source.desk_choice import lead_to_choice
 from deaddrop.web.source.i18n import Counted
 from deaddrop.web.source.interface import SourceSite
 from deaddrop.web.source.pages import MAX_FILES, MAX_MESSAGE_CHARS, PageContext
@@ -38,6 +40,7 @@ EXPIRED = "expired"
 NO_ROOM = "no-room"  # the disk cannot take the upload and keep its reserve
 IN_FLIGHT = "in-flight"
 BUSY = "busy"
+DESK_NOT_CHOSEN = "desk-not-chosen"  # several desks, and this source has chosen none yet
 RETRY_AFTER = b"60"  # seconds, on every busy answer
 # A refusal for want of space names the largest file that fits: the body's other parts (the
 # message, the form's fields and boundaries) are allowed this much.
@@ -185,6 +188,20 @@ def _expired(self: SourceSite, request: Any, error: Exception, sent: Sent) -> by
     return render_sync(pages.login(ctx, notice=notice, carried=message[:MAX_MESSAGE_CHARS]))
 
 
+def _desk_not_chosen(self: SourceSite, request: Any, error: Exception, sent: Sent) -> bytes:
+    """Several desks, and the source has chosen none (a form shown before a second desk was
+    added, a message carried through the login page): the choice first, its message waiting in
+    its form (issue 29). Nothing was stored, nor any file byte read."""
+    # The login that sent it (a message carried through the login page: the session it opened).
+    login = still_logged_in(self, request, sent.login) if sent.login is not None else self.current_login(request)
+    if login is None:
+        return _expired(self, request, error, sent)
+    form = self.submission_forms(login.session).adopt(sent.token)
+    if form.state == RECEIVED:
+        return form_again(self, request, sent, 409, msgs.STALE_SUBMIT)  # answered with what arrived
+    return lead_to_choice(self, request, login, form, sent.message(request)[:MAX_MESSAGE_CHARS], early=_early(request))
+
+
 def _form_refused(self: SourceSite, request: Any, refused: FormRefused, sent: Sent) -> bytes:
     return form_again(self, request, sent, refused.status, refused.text, **refused.values)
 
@@ -318,6 +335,8 @@ ANSWERS: tuple[tuple[type | str, ToPage | None, ToPage | None], ...] = (
     (CLOSED,                   _closed,                None),
     (Expired,                  _expired,               None),  # the login page, the message waiting in it
     (EXPIRED,                  _expired,               None),
+    (DeskNotChosen,            _desk_not_chosen,       None),  # several desks: the choice first, the message kept
+    (DESK_NOT_CHOSEN,          _desk_not_chosen,       None),
     (FormRefused,              _form_refused,          None),  # stale, a bot's, too long, empty...
     (REASON_FILES_TOO_LARGE,   _too_large,             None),  # 413, with the limit
     (REASON_TOO_MANY_FILES,    _too_many_files,        None),  # 413, with the limit

@@ -13,10 +13,12 @@ import re
 from typing import Any
 
 from twisted.internet.defer import inlineCallbacks
+from twisted.web.template import Tag
 
 from deaddrop.newsroom.desks import NoSuchDesk
 from deaddrop.web._common.deferreds import shield
 from deaddrop.web._common.guards import login_route
+from deaddrop.web._common.pages import render_sync, set_html
 from deaddrop.web._common.routes import Routed, Routes
 from deaddrop.web.source import messages as msgs, pages
 from deaddrop.web.source._login import SourceLogin
@@ -67,13 +69,19 @@ def needs_choice(self: SourceSite, login: SourceLogin) -> bool:
     return self.newsroom.desks.several and not login.identity.desks
 
 
-def lead_to_choice(self: SourceSite, request: Any, login: SourceLogin, form: SubmissionForm, message: str) -> bytes:
+def lead_to_choice(self: SourceSite, request: Any, login: SourceLogin, form: SubmissionForm, message: str,
+                   early: bool = False) -> bytes:
     """A submission refused because the source has chosen no desk: its message kept in its form
-    (sealed in the session, as any refused form's is), and the choice page, which says so. Files
-    cannot be kept: none was read (the refusal comes before a file's first byte)."""
+    (sealed in the session, as any refused form's is), and the choice page, which says so: a
+    redirect to it (post/redirect/get), or, ``early`` (files still arriving, and a browser still
+    sending does not follow a redirect), the page itself, 409. Files cannot be kept: none was
+    read (the refusal comes before a file's first byte)."""
     SubmissionForms.reopened(form)
     self.keep_draft(request, login.session, form, message)
     login.session.data[_WAITING_FORM] = form.token
+    if early:
+        set_html(request, 409)
+        return render_sync(_choice(self, request, login))
     return self.redirect(request, "/desks")
 
 
@@ -100,13 +108,17 @@ def _picked(request: Any, at_most: int) -> list[str]:
 
 
 def _page(self: SourceSite, request: Any, login: SourceLogin, error: str | None = None, status: int = 200):
+    return self.html(request, _choice(self, request, login, error), status)
+
+
+def _choice(self: SourceSite, request: Any, login: SourceLogin, error: str | None = None) -> Tag:
     ctx = self.page_ctx(request, login.session, logged_in=True)
     options = [pages.DeskOption(d.uuid, d.text(ctx.lang.code, "name"), d.text(ctx.lang.code, "description"),
                                 d.members, d.member_names, d.id in login.identity.desks)
                for d in self.newsroom.desks.all() if d.key_file]
     waiting = login.session.data.get(_WAITING_FORM)
     notice = ctx._(msgs.DESK_FIRST) if waiting and not login.identity.desks else None
-    return self.html(request, pages.desk_choice(ctx, options, ctx._(error) if error else None, notice), status)
+    return pages.desk_choice(ctx, options, ctx._(error) if error else None, notice)
 
 
 def register(cls: type[Routed]) -> None:

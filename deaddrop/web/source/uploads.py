@@ -16,11 +16,14 @@ from deaddrop.transport.circuits import circuit_of
 from deaddrop.web._common.site import DeadDropRequest
 from deaddrop.web._common.upload import REASON_FILES_TOO_LARGE, MultipartUpload, UploadError, UploadLimits
 from deaddrop.web.source import pages
-from deaddrop.web.source._answers import BUSY, EXPIRED, IN_FLIGHT, NO_ROOM, Sent, answer
+from deaddrop.newsroom.desks import DeskNotChosen
+from deaddrop.web.source._answers import BUSY, DESK_NOT_CHOSEN, EXPIRED, IN_FLIGHT, NO_ROOM, Sent, answer
+from deaddrop.web.source.desk_choice import needs_choice
 from deaddrop.web.source.pages import MAX_FILES, MAX_MESSAGE_CHARS
 from deaddrop.web.source.interface import SourceSite
 
 STILL_RECEIVING = "Another submission from you is still being received. Please wait for it to finish."
+CHOOSE_FIRST = "Choose who reads your messages first."
 
 
 def multipart_limit(settings: InstanceSettings) -> int:
@@ -55,6 +58,8 @@ def start_upload(self: SourceSite, request: DeadDropRequest, boundary: bytes, le
         files_refused = UploadError(429, STILL_RECEIVING, IN_FLIGHT)
     elif length is not None and length > multipart_limit(self.settings):
         files_refused = UploadError(413, "That upload is too large.", REASON_FILES_TOO_LARGE)
+    elif needs_choice(self, login):  # several desks, none chosen: to whom would its files go?
+        files_refused = UploadError(409, CHOOSE_FIRST, DESK_NOT_CHOSEN)
 
     def evict() -> None:  # another upload needs the room
         self.defence.flood("upload_ended")
@@ -76,8 +81,12 @@ def start_upload(self: SourceSite, request: DeadDropRequest, boundary: bytes, le
             self.defence.flood("busy")
             raise UploadError(503, BUSY_MESSAGE, BUSY)
         # To the keys of the desks this login's source chose (what it chose when the upload began).
-        return self.newsroom.submissions.encrypt_stream(gzip_name=filename, compress=False, on_pause=pause,
-                                                        on_resume=resume, identity=login.identity if login else None)
+        try:
+            return self.newsroom.submissions.encrypt_stream(
+                gzip_name=filename, compress=False, on_pause=pause, on_resume=resume,
+                identity=login.identity if login else None)
+        except DeskNotChosen:  # (checked at the headers; a desk removed meanwhile)
+            raise UploadError(409, CHOOSE_FIRST, DESK_NOT_CHOSEN) from None
 
     def answer_now(error: UploadError) -> None:
         # Not a word more is read: the page goes out now, with what was typed.
