@@ -92,9 +92,9 @@ def text_chunks(html: str) -> tuple[str | None, list[str]]:
     return parser.page_lang, parser.chunks
 
 
-def _english_messages() -> list[str]:
+def _english_messages(locale_dir: str) -> list[str]:
     out = []
-    for message in catalogs.template():
+    for message in catalogs.template(locale_dir):
         if message.id:
             out += list(message.id) if isinstance(message.id, tuple) else [message.id]
     return out
@@ -106,14 +106,15 @@ def _fragments(message: str) -> list[str]:
 
 
 class EnglishFinder:
-    """What on a page in language ``code`` is English (see the module's docstring)."""
+    """What on a page in language ``code`` is English (see the module's docstring); the messages
+    are those of the catalogue under ``locale_dir`` (the source pages' unless said)."""
 
-    def __init__(self, code: str) -> None:
+    def __init__(self, code: str, locale_dir: str = catalogs.LOCALE_DIR) -> None:
         self.code = code
-        english = _english_messages()
+        english = _english_messages(locale_dir)
         translations: list[str] = []
         if code != "en":
-            for message in catalogs.read(catalogs.po_path(code), code):
+            for message in catalogs.read(catalogs.po_path(code, locale_dir), code):
                 if message.id:
                     translations += list(message.string) if isinstance(message.string, tuple) else [message.string]
         said = "\n".join(translations)

@@ -128,3 +128,17 @@ class JournalistCatalogueTests(unittest.TestCase):
                 'tags.td("★ ", **{"aria-label": "select it"})\nself.error(request, 404, "Not found", N_("x"))\n'
                 'tags.button("Star" if a else _("Unstar"))\ntags.input(type="hidden", value="1")\n')
         self.assertEqual([line for line, _text in visible_literals(code)], [1, 3, 4, 5, 6])
+
+
+class MissingCertificatePageTests(unittest.TestCase):
+    def test_the_page_without_a_certificate_speaks_the_browser_s_language(self):
+        from twisted.web.http_headers import Headers
+
+        from deaddrop.web.journalist import gate
+
+        page = gate.missing_cert_page(i18n.browser_language(Headers({b"accept-language": [b"ar-EG,en;q=0.5"]})))
+        self.assertIn('<html lang="ar" dir="rtl">', page.decode())
+        self.assertIn("يلزم شهادة غرفة الأخبار", page.decode())
+        self.assertIn("<code>.p12</code>", page.decode())
+        self.assertEqual(gate.missing_cert_page("en"), gate.MISSING_CERT_PAGE)
+        self.assertIn("Newsroom certificate needed", gate.MISSING_CERT_PAGE.decode())

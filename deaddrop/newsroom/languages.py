@@ -47,6 +47,6 @@ INCOMPLETE: frozenset[str] = frozenset()
 # The languages of the journalist interface and its digest mail (a catalogue of its own, under
 # deaddrop/web/journalist/locales): each account chooses one on its account page. Names and
 # directions are those of ``LANGUAGES``; the order is the menu's.
-JOURNALIST_LANGUAGES: tuple[str, ...] = ("en",)
+JOURNALIST_LANGUAGES: tuple[str, ...] = ("en", "es", "fr", "de", "pt", "tr", "ru", "ar", "fa")
 # As ``INCOMPLETE``, for the journalist catalogue.
 JOURNALIST_INCOMPLETE: frozenset[str] = frozenset()

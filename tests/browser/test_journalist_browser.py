@@ -317,7 +317,7 @@ class JournalistBrowserTests(unittest.TestCase):
         text = self._page(driver, "reply-sent")
         self.assertIn("Reply sent.", _text(driver, ".flashes"))
         [reply] = driver.find_elements(By.CSS_SELECTOR, "main ul li")
-        self.assertRegex(reply.text, r"^3-[a-z]+_[a-z]+_[a-z]+-reply\.gpg \(by alice, \d{4}-\d\d-\d\d\)$")
+        self.assertRegex(reply.text, r"^3-[a-z]+_[a-z]+_[a-z]+-reply\.gpg \(by alice, [A-Z][a-z]+ \d{1,2}, \d{4}\)$")
         self.assertEqual(_css(driver, "#reply").get_attribute("value"), "")
         self.assertNotIn("REPLY-MARKER", text)
 
@@ -349,7 +349,7 @@ class JournalistBrowserTests(unittest.TestCase):
                           for tr in driver.find_elements(By.CSS_SELECTOR, "main tbody tr")], ["alice admin", "bob"])
         # Everyone but oneself can be deleted, after a confirmation (issue 22).
         self.assertEqual(len(driver.find_elements(By.CSS_SELECTOR, "main tbody .danger")), 1)
-        self.assertRegex(text, r"alice admin\s.*\svalid until \d{4}-\d\d-\d\d")
+        self.assertRegex(text, r"alice admin\s.*\svalid until [A-Z][a-z]+ \d{1,2}, \d{4}")
         follow(driver, "main tbody a.danger")
         self.assertEqual(_text(driver, "h1"), "Delete bob?")
         self._page(driver, "user-delete-confirm")

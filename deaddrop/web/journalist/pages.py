@@ -299,7 +299,8 @@ def confirm_delete_sources(site_name: str, session: Session, journalist: Journal
             *_list_state(only, page),
             *[tags.input(type="hidden", name="source", value=s.uuid) for s in chosen],
             tags.div(class_="actions")(
-                tags.button(say.n_("Yes, delete this source", "Yes, delete these {n} sources", len(chosen)),
+                tags.button(_("Yes, delete this source") if len(chosen) == 1 else
+                            say.n_("Yes, delete these {n} sources", "Yes, delete these {n} sources", len(chosen)),
                             type="submit", name="action", value="delete-confirmed", class_="danger"),
                 tags.a(_("Cancel"), href=list_url(only, page), class_="button secondary"),
             ),
@@ -414,8 +415,7 @@ def _iso_date(ts: float) -> str:
 
 
 def confirm_delete_source(site_name: str, session: Session, journalist: Journalist, source: SourceView) -> Tag:
-    say = i18n.of(session)
-    _ = say._
+    _ = i18n.of(session)._
     return _page(site_name, _("Delete source"), [
         tags.h1(_("Delete {designation}?", designation=source.designation)),
         tags.p(_("This deletes every submission and reply of this source and its encryption key. "
@@ -423,8 +423,7 @@ def confirm_delete_source(site_name: str, session: Session, journalist: Journali
         tags.form(method="post", action=f"/sources/{source.uuid}/delete")(
             csrf_field(session),
             tags.div(class_="actions")(
-                tags.button(say.n_("Yes, delete this source", "Yes, delete these {n} sources", 1), type="submit",
-                            class_="danger"),
+                tags.button(_("Yes, delete this source"), type="submit", class_="danger"),
                 tags.a(_("Cancel"), href=f"/sources/{source.uuid}", class_="button secondary"),
             ),
         ),
@@ -447,7 +446,8 @@ def confirm_delete_selected(site_name: str, session: Session, journalist: Journa
             csrf_field(session),
             *[tags.input(type="hidden", name="submission", value=item.uuid) for item in chosen],
             tags.div(class_="actions")(
-                tags.button(say.n_("Yes, delete this file", "Yes, delete these {n} files", len(chosen)),
+                tags.button(_("Yes, delete this file") if len(chosen) == 1 else
+                            say.n_("Yes, delete these {n} files", "Yes, delete these {n} files", len(chosen)),
                             type="submit", name="action", value="delete-confirmed", class_="danger"),
                 tags.a(_("Cancel"), href=base, class_="button secondary"),
             ),

@@ -96,9 +96,8 @@ def page(site_name: str, session: Any, journalist: Any, texts: Any, error: str |
             fields += [tags.label(_(_LABELS[kind]), for_=field_id),
                        tags.textarea(texts.texts.get((kind, code), ""), name=kind, id=field_id, rows="4",
                                      maxlength=str(MAX_TEXT_CHARS), lang=bcp47(code), dir=direction)]
-        fields.append(tags.div(class_="actions")(tags.button(_("Save these texts"), type="submit",
-                                                             **{"aria-label": _("Save the texts in {language}",
-                                                                                language=name)})))
+        fields.append(tags.div(class_="actions")(tags.button(_("Save the texts in {language}", language=name),
+                                                             type="submit")))
         logo = texts.logos.get(code)
         current = say.n_("Current: {n} byte", "Current: {n} bytes", len(logo)) if logo else _("Current: none")
         logo_form = tags.form(method="post", action=LOGO_PATH.decode(), enctype="multipart/form-data")(

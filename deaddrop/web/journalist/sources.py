@@ -184,7 +184,7 @@ def delete_source(self: JournalistSite, request: Any, login: JournalistLogin, uu
     source = yield self.find_source(request, login, uuid)
     yield shield(self.desk.delete_source(source))
     self.events.emit("journalist.source.deleted", username=login.journalist.username)
-    login.session.flash(i18n.of(login.session)._("{designation} and everything it sent were deleted.",
+    login.session.flash(i18n.of(login.session)._("{designation} and everything they sent were deleted.",
                                                  designation=source.designation), "ok")
     return self.redirect(request, "/sources")
 
