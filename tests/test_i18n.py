@@ -523,6 +523,27 @@ class TranslatorWorkflowTests(unittest.TestCase):
         self.assertEqual(done.returncode, 1)
         self.assertIn("not translated: 'A message added after the translation.'", done.stdout)
 
+    def test_the_guide_starts_checks_and_compiles_a_journalist_catalogue(self):
+        """Its section "The journalist interface": the same commands, the word ``journalist``
+        added to ``init``; the README's second table then counts the new catalogue."""
+        with open(self.GUIDE, encoding="utf-8") as f:
+            guide = f.read()
+        self.assertIn(f"`scripts/i18n init {self.EXAMPLE} journalist`", guide)
+        copy = self._copy_of_the_checkout()
+        po = catalogs.po_path(self.DUMMY, os.path.join(copy, "deaddrop", "web", "journalist", "locales"))
+        self._follow(copy, f"scripts/i18n init {self.EXAMPLE} journalist")
+        self.assertTrue(os.path.exists(po))
+        self.assertFalse(os.path.exists(catalogs.po_path(self.DUMMY, os.path.join(copy, "deaddrop", "web", "source",
+                                                                                   "locales"))))
+        total = self._translate(po)
+        said = self._follow(copy, f"scripts/i18n check {self.EXAMPLE}")
+        self.assertIn(f"journalist {self.DUMMY}: {total} of {total} messages translated (100%), no problems", said)
+        self._follow(copy, "scripts/i18n compile")
+        self.assertTrue(os.path.exists(po[:-2] + "mo"))
+        journalist_table = self._readme(copy).split("**The journalist interface")[1]
+        self.assertIn(f"| `{self.DUMMY}` | {total} of {total} (100%) | not yet | not yet (docs/translating.md, step 5) |",
+                      journalist_table)
+
     def _ship(self, copy: str, entry: str) -> None:
         path = os.path.join(copy, "deaddrop", "newsroom", "languages.py")
         with open(path, encoding="utf-8") as f:

@@ -4,7 +4,9 @@ from __future__ import annotations
 import email
 import os
 import sqlite3
+import subprocess
 
+from twisted.internet.defer import inlineCallbacks
 from twisted.trial import unittest
 
 from deaddrop.digest import mail
@@ -12,6 +14,8 @@ from deaddrop.i18n import journalist
 from deaddrop.newsroom.languages import JOURNALIST_LANGUAGES
 from deaddrop.store import digest_queries as dq
 from deaddrop.store import migrations
+from tests._support import Browser
+from tests.integration import test_digest
 
 SLOT = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 COUNTS = ((0, 0), (1, 1), (2, 3), (21, 5), (10 ** 9, 10 ** 6))
@@ -55,3 +59,31 @@ class DigestLanguageTests(unittest.TestCase):
         self.assertEqual([(r.username, r.language) for r in dq.recipients(conn)], [("alice", "ru"), ("bob", None)])
         self.assertEqual(dq.recipient(conn, 1).language, "ru")
         conn.close()
+
+
+class DigestLanguageDeliveryTests(test_digest._DigestCase):
+    @inlineCallbacks
+    def test_the_server_sends_each_journalist_the_digest_in_their_account_s_language(self):
+        smtp = self.smtp(tls=True)
+        server = yield self.server_with_alice(smtp_server=f"localhost:{smtp.port}", smtp_from="digest@newsroom.example",
+                                              smtp_tls="starttls", smtp_tls_ca=self.cert)
+        yield server.service.accounts.set_language(
+            (yield server.service.accounts.list())[0].id, "ru")  # as the account page does
+        source = Browser(server.source_url)
+        self.addCleanup(source.close)
+        yield source.create_source()
+        yield source.submit("the files are in the usual place")
+        yield server.service.digest.run_slot(test_digest.SLOT)
+        [(raw, _envelope)] = smtp.messages()
+        read = test_digest.ReadDigest(self, raw, self.home)
+        self.assertEqual(read.headers["Subject"], mail.SUBJECT)  # the subject says nothing, not even a language
+        text = email.message_from_bytes(_decrypted(self, read, self.home)).get_payload(decode=True).decode("utf-8")
+        self.assertIn("Сводка DeadDrop, 1 января 2026\u202fг. (UTC)", text)  # CLDR's narrow space before "г."
+        self.assertIn("новых материалов: 1", text)
+
+
+def _decrypted(testcase: unittest.TestCase, read: "test_digest.ReadDigest", home: str) -> bytes:
+    """The inner entity, as bytes (``ReadDigest.text`` reads it as text, which 8-bit UTF-8 is not)."""
+    opened = subprocess.run(["gpg", "--homedir", home, "--batch", "--decrypt"], input=read.armored, capture_output=True)
+    testcase.assertEqual(opened.returncode, 0, opened.stderr)
+    return opened.stdout
