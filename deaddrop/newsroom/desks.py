@@ -78,10 +78,18 @@ class Desks:
         """Every desk, the default first."""
         return self._desks
 
+    def offered(self) -> tuple[DeskInfo, ...]:
+        """The desks a source may choose: those with a key and at least one journalist. A desk
+        nobody reads is not offered: a source that chose it would be writing to no one."""
+        return tuple(d for d in self._desks if d.key_file and d.members > 0)
+
+    def is_offered(self, desk: DeskInfo) -> bool:
+        return desk in self.offered()
+
     @property
     def several(self) -> bool:
-        """Whether sources choose (with one desk, nothing changes on their pages)."""
-        return len(self._desks) > 1
+        """Whether sources choose (with one desk offered, nothing changes on their pages)."""
+        return len(self.offered()) > 1
 
     def by_id(self, desk_id: int) -> DeskInfo | None:
         return next((d for d in self._desks if d.id == desk_id), None)
@@ -98,9 +106,11 @@ class Desks:
         instance with one desk, that desk. Raises ``DeskNotChosen``."""
         desks = tuple(d for d in (self.by_id(i) for i in sorted(set(chosen))) if d is not None and d.key_file)
         if desks:
-            return desks
-        if len(self._desks) == 1 and self._desks[0].key_file:
-            return self._desks
+            return desks  # a desk chosen earlier keeps receiving, even while nobody is on it
+        # No choice to make: the one desk offered (or, before any journalist exists, the one desk).
+        only = self.offered() or tuple(d for d in self._desks if d.key_file)
+        if len(only) == 1:
+            return only
         raise DeskNotChosen()
 
     @inlineCallbacks

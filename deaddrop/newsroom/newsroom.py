@@ -405,7 +405,7 @@ class Newsroom:
         chosen = []
         for uuid in desk_uuids:
             desk = self.desks.by_uuid(uuid)
-            if desk is None or not desk.key_file:
+            if desk is None or not self.desks.is_offered(desk):  # gone, keyless or read by no one
                 raise NoSuchDesk()
             chosen.append(desk.id)
         desks = yield self.db.run(desk_queries.add_source_desks, identity.source_id, chosen)

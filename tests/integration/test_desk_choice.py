@@ -55,9 +55,11 @@ class DeskChoiceTests(TwoDesks):
         response, html = yield new_codename(self.browser)
         self.assertEqual(response.code, 200)
         self.assertIn("<h1>Choose who reads your messages</h1>", html)
-        for shown in ("Newsroom", "Investigations", "Public money and who spends it.", "Local news",
-                      "Read by 1 person.", "Read by 0 people."):
+        for shown in ("Investigations", "Public money and who spends it.", "Local news", "Read by 1 person."):
             self.assertIn(shown, html)
+        # A desk nobody reads is not offered: a source that chose it would write to no one.
+        self.assertNotIn("Newsroom", html)
+        self.assertNotIn("Read by 0 people.", html)
         self.assertNotIn("alice", html)  # how many read a desk, never who (unless it says so)
         self.assertNotIn('id="desks"', html)
         # The submission form waits for the choice: /lookup leads here until one is made.
@@ -101,7 +103,7 @@ class DeskChoiceTests(TwoDesks):
         [panel] = _PANEL.findall(html)
         self.assertIn("Investigations", panel)
         self.assertIn("Local news", panel)
-        self.assertIn("Add a desk", panel)  # the default desk is left
+        self.assertNotIn("Add a desk", panel)  # every desk offered is chosen (the default has no reader)
         response, html = yield self.browser.submit("for both")
         self.assertEqual(sorted(db_rows(self.server, "SELECT desk_id FROM submission_desks")),
                          sorted([(self.desk_a.id,), (self.desk_a.id,), (self.desk_b.id,)]))
@@ -171,3 +173,29 @@ class OneDeskTests(unittest.TestCase):
             response, html = yield browser.get(page)
             self.assertIn("<h1>Send more and read replies</h1>", html)
             self.assertNotIn("desk", html.lower())
+
+
+class UnreadDeskTests(TwoDesks):
+    """A desk with no journalist is not offered; with one desk offered, nothing changes."""
+
+    @inlineCallbacks
+    def test_a_desk_nobody_reads_is_not_offered_and_one_offered_desk_needs_no_choice(self):
+        data = ("--data-dir", self.server.data_dir)
+        code, _, err = yield deferToThread(run_admin, "desk", "members", "B", "--remove", "bob", *data)
+        self.assertEqual(code, 0, err)
+        yield self.newsroom.desks.reload()
+        self.assertEqual([d.name for d in self.newsroom.desks.offered()], ["A"])
+        browser = Browser(self.server.source_url)
+        self.addCleanup(browser.close)
+        response, html = yield new_codename(browser)
+        self.assertNotIn("Choose who reads your messages", html)  # one desk offered: no choice
+        self.assertNotIn('id="desks"', html)
+        response, html = yield browser.submit("to whoever reads")
+        self.assertEqual(response.code, 200)
+        rows = db_rows(self.server, "SELECT d.desk_id FROM submission_desks d JOIN submissions s"
+                                    " ON s.id = d.submission_id")
+        self.assertEqual(rows, [(self.desk_a.id,)])
+        # A desk nobody reads cannot be added either, not even by a hand-made form.
+        identity, _ = yield self.new_source(self.desk_a)
+        from deaddrop.newsroom.desks import NoSuchDesk
+        yield self.assertFailure(self.newsroom.add_desks(identity, [self.desk_b.uuid]), NoSuchDesk)

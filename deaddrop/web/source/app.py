@@ -198,7 +198,7 @@ class SourceInterface(HtmlResponses):
         desks = self.newsroom.desks
         if identity is None or not desks.several:
             return (), False
-        more = any(d.key_file and d.id not in identity.desks for d in desks.all())
+        more = any(d.id not in identity.desks for d in desks.offered())
         return tuple(desks.names_for(identity.desks, language)), more
 
     def error(self, request: Any, status: int, title: str, message: str | Counted, kept: str = "",

@@ -115,7 +115,7 @@ def _choice(self: SourceSite, request: Any, login: SourceLogin, error: str | Non
     ctx = self.page_ctx(request, login.session, logged_in=True)
     options = [pages.DeskOption(d.uuid, d.text(ctx.lang.code, "name"), d.text(ctx.lang.code, "description"),
                                 d.members, d.member_names, d.id in login.identity.desks)
-               for d in self.newsroom.desks.all() if d.key_file]
+               for d in self.newsroom.desks.offered()]
     waiting = login.session.data.get(_WAITING_FORM)
     notice = ctx._(msgs.DESK_FIRST) if waiting and not login.identity.desks else None
     return pages.desk_choice(ctx, options, ctx._(error) if error else None, notice)
