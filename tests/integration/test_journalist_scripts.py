@@ -111,6 +111,7 @@ class EveryRouteScriptTests(unittest.TestCase):
         yield self._call("sources", "GET", "/sources")
         yield self._call("source", "GET", f"/sources/{source_uuid}")
         yield self._call("account", "GET", "/account")
+        yield self._call("choose_language", "POST", "/account/language", {"language": "en"})
         # Register a key (a key in software, answering the page's options as a browser would).
         response, html = yield self._call("enrol_form", "GET", "/account/keys/new")
         options = json.loads(htmllib.unescape(re.search(r'data-options="([^"]*)"', html).group(1)))
@@ -144,6 +145,14 @@ class EveryRouteScriptTests(unittest.TestCase):
         yield self._call("source_texts_form", "GET", "/admin/source-texts")
         yield self._call("save_source_texts", "POST", "/admin/source-texts")
         yield self._call("save_source_logo", "POST", "/admin/source-logo")
+        [(desk_uuid,)] = self._db("SELECT uuid FROM desks")
+        yield self._call("desks", "GET", "/admin/desks")
+        yield self._call("add_desk", "POST", "/admin/desks", {"name": "", "key": ""})  # its error page
+        yield self._call("desk", "GET", f"/admin/desks/{desk_uuid}")
+        yield self._call("change_desk", "POST", f"/admin/desks/{desk_uuid}/rename", {"name": ""})
+        yield self._call("set_desk_key", "POST", f"/admin/desks/{desk_uuid}/key", {"key": "not a key"})
+        yield self._call("confirm_removal", "GET", f"/admin/desks/{desk_uuid}/remove")
+        yield self._call("remove_desk", "POST", f"/admin/desks/{desk_uuid}/remove")  # its confirmation page
         yield self._call("delete_source_confirm", "GET", f"/sources/{source_uuid}/delete")
         yield self._call("delete_source", "POST", f"/sources/{source_uuid}/delete")
         yield self._call("logout", "POST", "/logout")

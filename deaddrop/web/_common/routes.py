@@ -38,6 +38,17 @@ class Routes:
         return add
 
     def register(self, cls: type[Routed]) -> None:
-        """Add every route to ``cls.app`` (a Klein app that is a class attribute)."""
+        """Add every route to ``cls.app`` (a Klein app that is a class attribute). Two different
+        functions with one endpoint name (two feature files each with a ``remove``) are refused:
+        Klein would quietly send both URLs to whichever came last."""
+        owners = _ENDPOINT_OWNERS.setdefault(id(cls.app), {})
         for url, kwargs, f in self._routes:
+            endpoint = kwargs.get("endpoint", f.__name__)
+            if owners.setdefault(endpoint, f) is not f:
+                raise ValueError(f"two routes are named {endpoint!r} ({owners[endpoint].__module__} and "
+                                 f"{f.__module__}): give one another name")
             cls.app.route(url, **kwargs)(f)
+
+
+# Per Klein app (a class attribute, alive as long as the process): endpoint name -> its function.
+_ENDPOINT_OWNERS: dict[int, dict[str, Callable[..., Any]]] = {}

@@ -96,7 +96,7 @@ def change_desk(self: JournalistSite, request: Any, login: JournalistLogin, uuid
 
 
 @admin_route(routes, "/admin/desks/<uuid>/key", "POST")
-def key(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str):
+def set_desk_key(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str):
     """A key for a desk without one is set at once; a different key replaces the desk's only on the
     confirmation page's form (``confirm`` and ``compared``), which shows both fingerprints."""
     view = yield _desk(self, request, uuid)
@@ -131,7 +131,7 @@ def confirm_removal(self: JournalistSite, request: Any, login: JournalistLogin, 
 
 
 @admin_route(routes, "/admin/desks/<uuid>/remove", "POST")
-def remove(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str):
+def remove_desk(self: JournalistSite, request: Any, login: JournalistLogin, uuid: str):
     view = yield _desk(self, request, uuid)
     if form_arg(request, "confirm") != "yes":
         return (yield self.html(request, confirm_remove(self.site_name, login.session, login.journalist, view)))
