@@ -142,3 +142,35 @@ class MissingCertificatePageTests(unittest.TestCase):
         self.assertIn("<code>.p12</code>", page.decode())
         self.assertEqual(gate.missing_cert_page("en"), gate.MISSING_CERT_PAGE)
         self.assertIn("Newsroom certificate needed", gate.MISSING_CERT_PAGE.decode())
+
+
+def _shared_english() -> set[str]:
+    """The English the shared web layer answers with before (or instead of) a journalist route:
+    its early refusals, routing errors and upload refusals, read from its code."""
+    found: set[str] = set()
+    for name in ("site.py", "pages.py", "upload.py"):
+        with open(os.path.join(ROOT, "deaddrop", "web", "_common", name), encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                if called in ("_refuse_early", "render_error_page", "refuse", "UploadError"):
+                    found |= {a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)}
+            elif isinstance(node, ast.FunctionDef) and node.name == "http_error_page_text":
+                found |= {c.value for ret in ast.walk(node) if isinstance(ret, ast.Return)
+                          for c in ast.walk(ret) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+    return {text for text in found if any(ch.isalpha() for ch in text) and not text.startswith("werkzeug")}
+
+
+class SharedRefusalsTests(unittest.TestCase):
+    def test_every_refusal_the_shared_layer_answers_with_is_in_the_journalist_catalogue(self):
+        from deaddrop.web.journalist import messages
+
+        listed = set(messages.EARLY) | set(messages.ROUTING) | set(messages.UPLOAD)
+        shared = _shared_english()
+        self.assertIn("Too many requests", shared)
+        self.assertIn("That action is not available this way.", shared)
+        self.assertIn("Unexpected form field.", shared)
+        self.assertEqual(shared - listed, set(), "add these to deaddrop/web/journalist/messages.py")
+        held = {m.id for m in catalogs.template(JOURNALIST.locale_dir) if m.id}
+        self.assertEqual(listed - held, set())
