@@ -90,14 +90,14 @@ class KeyringTraceTests(unittest.TestCase):
         self.home = os.path.join(short_tempdir(), "g")
         self.addCleanup(kill_gpg_agent, self.home)
 
-    def files(self) -> dict[str, bytes]:
+    def files(self, root: str | None = None) -> dict[str, bytes]:
         found = {}
-        for dirpath, _dirs, names in os.walk(self.home):
+        for dirpath, _dirs, names in os.walk(root or self.home):
             for name in names:
                 path = os.path.join(dirpath, name)
                 if os.path.isfile(path) and not os.path.islink(path):
                     with open(path, "rb") as f:
-                        found[os.path.relpath(path, self.home)] = f.read()
+                        found[os.path.relpath(path, root or self.home)] = f.read()
         return found
 
     @inlineCallbacks
@@ -157,7 +157,8 @@ class KeyringTraceTests(unittest.TestCase):
         binary = binascii.unhexlify(doomed.fingerprint)
         self.assertTrue(any(binary in data for data in self.files().values()))
         yield deferToThread(keyring.delete_key_pair, doomed.fingerprint)
-        for name, data in self.files().items():
+        # Nor the trust database of the folder gpg runs in (in memory, but memory can be swapped).
+        for name, data in list(self.files().items()) + list(self.files(keyring.run_home).items()):
             self.assertNotIn(binary, data, name)
             self.assertNotIn(doomed.fingerprint.encode(), data, name)
         # The others are all still there and usable.

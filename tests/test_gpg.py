@@ -1,5 +1,7 @@
 import os
+import struct
 import subprocess
+import time
 
 from twisted.internet.defer import inlineCallbacks
 from twisted.internet.threads import deferToThread
@@ -7,6 +9,7 @@ from twisted.trial import unittest
 
 from deaddrop.crypto._process_exit import running
 from deaddrop.crypto.gpg import GpgError, Keyring
+from deaddrop.crypto.run_home import RunHomeError
 from tests._support import kill_gpg_agent, short_tempdir, test_svs
 
 
@@ -99,3 +102,89 @@ class ConcurrentDeletionTests(unittest.TestCase):
             keybox = f.read()
         for key in keys[:12]:  # the rewrite dropped every deleted key's packets, not just the last
             self.assertNotIn(bytes.fromhex(key.fingerprint), keybox)
+
+
+def _folder_state(path: str) -> dict[str, tuple[int, int]]:
+    """Each entry under ``path`` (itself too): (mtime, ctime) in nanoseconds."""
+    found = {}
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in [""] + dirnames + filenames:
+            st = os.lstat(os.path.join(dirpath, name))
+            found[os.path.relpath(os.path.join(dirpath, name), path)] = (st.st_mtime_ns, st.st_ctime_ns)
+    return found
+
+
+class RunHomeTests(unittest.TestCase):
+    """gpg runs in a home outside the keyring's folder (``deaddrop/crypto/run_home.py``): what it
+    writes at every start (a lock, a compaction of the keybox, its agent's sockets) never dates a
+    read, such as a source opening a reply, in ``DATA/gnupg``."""
+
+    def setUp(self):
+        self.home = os.path.join(short_tempdir(), "gnupg")
+        self.keyring = Keyring(self.home)
+        self.addCleanup(kill_gpg_agent, self.home)
+
+    @inlineCallbacks
+    def test_a_read_writes_nothing_in_the_keyring_folder_even_when_gpg_would_compact_the_keybox(self):
+        key = yield deferToThread(self.keyring.generate_source_key, "p" * 40)
+        other = yield deferToThread(self.keyring.generate_source_key, "q" * 40)
+        ciphertext = yield deferToThread(self.keyring.encrypt, b"a reply", [key.fingerprint])
+        # gpg only flags a deleted key's blob; its next compaction (three hours after the
+        # keybox's last one, at any gpg start) rewrites the keybox with that second in its header.
+        subprocess.run(["gpg", "--homedir", self.keyring.run_home, "--batch", "--yes", "--no-default-keyring",
+                        "--keyring", self.keyring.keybox, "--delete-secret-and-public-key", other.fingerprint],
+                       capture_output=True, check=True)
+        with open(self.keyring.keybox, "r+b") as f:
+            f.seek(20)  # the header blob's "last maintenance" time
+            f.write(struct.pack(">I", int(time.time()) - 4 * 3600))
+        with open(self.keyring.keybox, "rb") as f:
+            keybox = f.read()
+        before = _folder_state(self.home)
+        time.sleep(0.05)  # file times come from a coarse clock: a change now would show
+
+        plaintext = yield deferToThread(self.keyring.decrypt, ciphertext, "p" * 40)
+        self.assertEqual(plaintext, b"a reply")
+        yield deferToThread(self.keyring.encrypt, b"another", [key.fingerprint])
+        self.assertTrue((yield deferToThread(self.keyring.has_secret_key, key.fingerprint)))
+
+        self.assertEqual(_folder_state(self.home), before)
+        with open(self.keyring.keybox, "rb") as f:
+            self.assertEqual(f.read(), keybox)
+        # Nor did it compact through the run home's link, replacing it with a keybox of its own.
+        self.assertEqual(os.readlink(os.path.join(self.keyring.run_home, "pubring.kbx")), self.keyring.keybox)
+        self.assertNotIn("pubring.kbx~", os.listdir(self.keyring.run_home))
+
+    @inlineCallbacks
+    def test_changes_are_written_in_the_keyring_folder_and_the_run_home_goes_at_close(self):
+        run_home = self.keyring.run_home
+        self.assertFalse(run_home.startswith(os.path.dirname(self.home)))
+        key = yield deferToThread(self.keyring.generate_source_key, "p" * 40)
+        grips = subprocess.run(["gpg", "--homedir", run_home, "--batch", "--with-colons", "--with-keygrip",
+                                "--list-keys", key.fingerprint], capture_output=True, text=True, check=True).stdout
+        for grip in [line.split(":")[9] for line in grips.splitlines() if line.startswith("grp:")]:
+            self.assertTrue(os.path.isfile(os.path.join(self.home, "private-keys-v1.d", f"{grip}.key")))
+        yield deferToThread(self.keyring.delete_key_pair, key.fingerprint)
+        self.assertFalse((yield deferToThread(self.keyring.has_secret_key, key.fingerprint)))
+        # gpg wrote the keybox itself, never through the link (which it would have replaced).
+        self.assertEqual(os.readlink(os.path.join(run_home, "pubring.kbx")), self.keyring.keybox)
+        self.assertFalse(os.path.islink(self.keyring.keybox))
+        self.assertFalse(any(n.startswith("S.gpg-agent") for n in os.listdir(self.home)))
+        pid = yield deferToThread(self.keyring._agent_pid)
+        self.assertIsNotNone(pid)
+        yield deferToThread(self.keyring.close)
+        self.assertFalse(os.path.exists(run_home))
+        self.assertFalse(running(pid))
+
+    def test_a_run_home_left_behind_is_replaced_and_one_anyone_else_can_enter_refused(self):
+        run_home = self.keyring.run_home
+        with open(os.path.join(run_home, "left-by-a-crash"), "w"):
+            pass
+        again = Keyring(self.home)
+        self.assertEqual(again.run_home, run_home)
+        self.assertNotIn("left-by-a-crash", os.listdir(run_home))
+        again.close()
+        os.mkdir(run_home, 0o755)
+        os.chmod(run_home, 0o755)
+        with self.assertRaises(RunHomeError):
+            Keyring(self.home)
+        os.rmdir(run_home)

@@ -2,6 +2,11 @@
 
 All methods block (they run the ``gpg`` binary) and refuse to run on the reactor thread.
 The keyring never holds the submission *secret* key: that lives on the offline SVS.
+
+The keyring's files are in ``DATA/gnupg``; gpg runs in a home of its own outside the data dir
+(``deaddrop.crypto.run_home``), so that what gpg and its agent write at every start (locks,
+sockets, a compaction's temporary file) never dates a read such as a source opening a reply.
+Only the runs that change the keyring write in ``DATA/gnupg``, and they cut its times after.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ import gnupg
 
 from deaddrop.crypto._process_exit import ProcessExit
 from deaddrop.crypto.pool import forbid_reactor_thread
+from deaddrop.crypto.run_home import KEYBOX, SECRET_KEYS, prepare_run_home, remove_run_home
 from deaddrop.day_times import cut_times
 from deaddrop.durable import fsync_directory, fsync_file
 
@@ -91,6 +97,7 @@ def _wipe_all(new: str | None) -> None:
 
 
 def prepare_homedir(homedir: str) -> None:
+    """A GnuPG home for gpg to run in (0700, no revocation certificates, the agent caching nothing)."""
     os.makedirs(homedir, mode=0o700, exist_ok=True)
     os.chmod(homedir, 0o700)
     _block_revocation_certificates(homedir)
@@ -103,6 +110,13 @@ def prepare_homedir(homedir: str) -> None:
         f"/run/user/{os.getuid()}"
     ):
         raise GpgError(f"GnuPG home path is too long for gpg-agent's socket: {homedir}")
+
+
+def _prepare_keyring_folder(homedir: str) -> None:
+    """``DATA/gnupg``: the keyring's files only (gpg runs elsewhere, see ``run_home``)."""
+    os.makedirs(os.path.join(homedir, SECRET_KEYS), mode=0o700, exist_ok=True)
+    os.chmod(homedir, 0o700)
+    _block_revocation_certificates(homedir)  # removes the certificates an older version let gpg write
 
 
 class _ReadWriteLock:
@@ -177,11 +191,20 @@ _AGENT_EXIT_SECONDS = 60.0
 
 class Keyring:
     def __init__(self, homedir: str, gpg_binary: str = "gpg") -> None:
-        prepare_homedir(homedir)
+        """The keyring whose files are in ``homedir``. Makes its run home (``run_home``): call
+        ``close`` when done, which stops its agent and removes it."""
+        _prepare_keyring_folder(homedir)
         self.homedir = homedir
+        self.keybox = os.path.join(os.path.realpath(homedir), KEYBOX)
+        self.run_home = prepare_run_home(homedir, _AGENT_CONF)
         self.gpg_binary = gpg_binary
-        self._gpg = gnupg.GPG(gpgbinary=gpg_binary, gnupghome=homedir, options=["--trust-model", "always", _NO_SEED_FILE])
+        options = ["--trust-model", "always", _NO_SEED_FILE]
+        self._gpg = gnupg.GPG(gpgbinary=gpg_binary, gnupghome=self.run_home, options=options)
         self._gpg.encoding = "utf-8"
+        # Imports write the keybox itself (named), not through the run home's link.
+        self._importer = gnupg.GPG(gpgbinary=gpg_binary, gnupghome=self.run_home, keyring=self.keybox,
+                                   options=options)
+        self._importer.encoding = "utf-8"
         self._lock = _ReadWriteLock()
         self._generation = 0  # bumped by every change of the key set (under the write lock)
         # One keyring rebuild at a time: a rebuild's import runs gpg on this home outside the
@@ -214,9 +237,8 @@ class Keyring:
             )
         if "BEGIN PGP PUBLIC KEY BLOCK" not in armored:
             raise SubmissionKeyError("the submission key file is not an ASCII-armored OpenPGP public key")
-        with self._lock.writing():
-            result = self._gpg.import_keys(armored)
-            self._generation += 1
+        with self._changing():
+            result = self._importer.import_keys(armored)
         fingerprints = sorted(set(result.fingerprints))
         if len(fingerprints) != 1:
             raise SubmissionKeyError(f"the submission key file must hold exactly one key, found {len(fingerprints)}")
@@ -252,17 +274,16 @@ class Keyring:
             os.write(write_end, passphrase.encode("ascii") + b"\n")
             os.close(write_end)
             write_end = -1
-            with self._lock.writing():
+            with self._changing():
                 # gpg's own clock frozen at the fixed date (the keyring's blob times), the
                 # agent's freshly started there (the secret key files' "protected-at").
                 self.stop_agent()
                 proc = subprocess.run(
-                    gpg_base_argv(self.gpg_binary, self.homedir)
+                    self._writing_argv()
                     + ["--faked-system-time", f"{_KEY_CREATION_DATE}!", "--pinentry-mode", "loopback",
                        "--passphrase-fd", str(read_end), "--status-fd", "1", "--gen-key"],
                     input=params.encode("ascii"), pass_fds=(read_end,), capture_output=True,
                 )
-                self._generation += 1
         finally:
             os.close(read_end)
             if write_end != -1:
@@ -278,26 +299,41 @@ class Keyring:
             raise GpgError(f"source key generation failed: {_failure_line(proc.stderr)}")
         if proc.returncode != 0 and not self.has_secret_key(fingerprint):
             raise GpgError("source key generation failed: the new key has no secret half")
-        self._coarsen_key_file_times()
         return KeyInfo(fingerprint, self.export_public_key(fingerprint))
 
-    def _coarsen_key_file_times(self) -> None:
-        """Every key file gets today's midnight (UTC) as its time: a key pair is made at a
-        source's first submission, and an exact mtime would date it on a seized disk. The
-        access time is left ahead (``deaddrop.day_times``): gpg reads the secret key file when
-        the source opens a reply, which ``relatime`` would otherwise date to the second."""
-        now = time.time_ns()
-        secrets_dir = os.path.join(self.homedir, "private-keys-v1.d")
+    @contextmanager
+    def _changing(self) -> Iterator[None]:
+        """The write lock, for a run that changes the key set; its files' times cut after."""
         with self._lock.writing():
             try:
-                names = [os.path.join(secrets_dir, n) for n in os.listdir(secrets_dir)]
+                yield
+            finally:
+                self._generation += 1
+                self._cut_key_file_times()
+
+    def _writing_argv(self) -> list[str]:
+        """A gpg run that writes the keybox: named, so gpg writes it (and its lock and backup)
+        in ``DATA/gnupg``, not through the run home's link, which it would replace."""
+        return gpg_base_argv(self.gpg_binary, self.run_home) + ["--no-default-keyring", "--keyring", self.keybox]
+
+    def _cut_key_file_times(self) -> None:
+        """Every file of the keyring gets today's midnight (UTC) as its time: a key pair is made
+        at a source's first submission, and an exact mtime would date it on a seized disk. The
+        access time is left ahead (``deaddrop.day_times``): every gpg run reads the keybox and a
+        source opening a reply the secret key file, which ``relatime`` would otherwise date to
+        the second (a keybox gpg rewrote is a new file: its access time is its creation's).
+        Call with the write lock held."""
+        now = time.time_ns()
+        secrets_dir = os.path.join(self.homedir, SECRET_KEYS)
+        try:
+            names = [os.path.join(secrets_dir, n) for n in os.listdir(secrets_dir)]
+        except FileNotFoundError:
+            names = []
+        for path in names + [secrets_dir, self.keybox, self.keybox + "~"]:
+            try:
+                cut_times(path, now)
             except FileNotFoundError:
-                names = []
-            for path in names + [secrets_dir, os.path.join(self.homedir, "pubring.kbx")]:
-                try:
-                    cut_times(path, now)
-                except FileNotFoundError:
-                    pass
+                pass
 
     def export_public_key(self, fingerprint: str) -> str:
         forbid_reactor_thread("gpg")
@@ -317,21 +353,21 @@ class Keyring:
         forbid_reactor_thread("gpg")
         # python-gnupg insists on a passphrase for secret deletion; with --batch --yes and a
         # full fingerprint, gpg 2.2 deletes without one, so call it directly.
-        argv = gpg_base_argv(self.gpg_binary, self.homedir) + ["--delete-secret-and-public-key", fingerprint]
-        with self._lock.writing():
+        argv = self._writing_argv() + ["--delete-secret-and-public-key", fingerprint]
+        with self._changing():
             proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True)
             if proc.returncode != 0 and self._gpg.list_keys(keys=[fingerprint]):
                 raise GpgError("could not delete a source key")
-            self._generation += 1
         self._rewrite_keyring()
 
     def _rewrite_keyring(self) -> None:
         """Rebuild ``pubring.kbx`` from the keys still in it; drop the trust database.
 
         gpg only marks a deleted key's blob as free: its packets (and fingerprint) stay in
-        ``pubring.kbx`` and in the ``pubring.kbx~`` backup, and ``trustdb.gpg`` keeps the
-        fingerprint gpg gave ultimate trust at generation. Every run here uses
-        ``--trust-model always``, so the trust database holds nothing we need.
+        ``pubring.kbx`` and in the ``pubring.kbx~`` backup, and ``trustdb.gpg`` (in the run
+        home; in ``DATA/gnupg`` before) keeps the fingerprint gpg gave ultimate trust at
+        generation. Every run here uses ``--trust-model always``, so the trust database holds
+        nothing we need.
 
         Rebuilding costs ~15 ms per key (gpg imports them one by one), so it is done beside
         the live keyring, blocking nobody; only the final swap takes the write lock, and only
@@ -355,7 +391,7 @@ class Keyring:
             self._swap_keybox(self._build_keybox(self._export_all()))
 
     def _export_all(self) -> bytes:
-        exported = subprocess.run(gpg_base_argv(self.gpg_binary, self.homedir) + ["--export"],
+        exported = subprocess.run(gpg_base_argv(self.gpg_binary, self.run_home) + ["--export"],
                                   stdin=subprocess.DEVNULL, capture_output=True)
         if exported.returncode != 0:
             raise GpgError("could not rewrite the keyring (export failed)")
@@ -366,7 +402,7 @@ class Keyring:
         if not exported:
             return None
         new = os.path.join(self.homedir, f"pubring.kbx.new-{secrets.token_hex(8)}")
-        proc = subprocess.run(gpg_base_argv(self.gpg_binary, self.homedir)
+        proc = subprocess.run(gpg_base_argv(self.gpg_binary, self.run_home)
                               + ["--no-default-keyring", "--keyring", new, "--import"],
                               input=exported, capture_output=True)
         if proc.returncode != 0 or not os.path.exists(new):
@@ -378,7 +414,7 @@ class Keyring:
     def _swap_keybox(self, new: str | None) -> None:
         """Put ``new`` in place of ``pubring.kbx``; remove its backups and the trust database.
         Call with the write lock held."""
-        live = os.path.join(self.homedir, "pubring.kbx")
+        live = self.keybox
         if new is None:  # nothing left at all
             _wipe(live)
         else:
@@ -386,7 +422,9 @@ class Keyring:
             _wipe(new + "~")
         for stale in ("pubring.kbx~", "trustdb.gpg"):
             _wipe(os.path.join(self.homedir, stale))
+        _wipe(os.path.join(self.run_home, "trustdb.gpg"))
         fsync_directory(self.homedir)  # the renames and removals above are durable
+        self._cut_key_file_times()
 
     # -- encryption ----------------------------------------------------------------------
 
@@ -416,7 +454,7 @@ class Keyring:
         forbid_reactor_thread("gpg")
         with self._lock.reading():
             proc = subprocess.run(
-                gpg_base_argv(self.gpg_binary, self.homedir) + ["--list-packets", "--list-only"],
+                gpg_base_argv(self.gpg_binary, self.run_home) + ["--list-packets", "--list-only"],
                 input=armored_message.encode("utf-8"), capture_output=True,
             )
         ids: list[str] = []
@@ -441,8 +479,23 @@ class Keyring:
         key = keys[0]
         return [key["keyid"].upper()] + [sub[0].upper() for sub in key.get("subkeys", [])]
 
+    def start_agent(self) -> None:
+        """Start the run home's gpg-agent now (the server, at start-up, before its first cut of
+        file times): its start chmods the secret key folder, a change no cut can hide, which a
+        source's first reply read would otherwise make."""
+        try:
+            subprocess.run(["gpg-connect-agent", "--homedir", self.run_home, "/bye"],
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=_AGENT_EXIT_SECONDS)
+        except subprocess.TimeoutExpired:
+            pass  # an agent that does not answer: the first run that needs one starts it
+
+    def close(self) -> None:
+        """Stop the agent and remove the run home."""
+        self.stop_agent()
+        remove_run_home(self.run_home)
+
     def stop_agent(self) -> None:
-        """Stop this home's gpg-agent; return once it has exited.
+        """Stop the run home's gpg-agent; return once it has exited.
 
         ``gpgconf --kill`` returns as soon as the agent has acknowledged, and the agent only then
         removes its sockets and exits: on a loaded machine, long enough for the next client (the
@@ -454,7 +507,7 @@ class Keyring:
         gone = ProcessExit(pid) if pid is not None else None
         try:
             subprocess.run(
-                ["gpgconf", "--homedir", self.homedir, "--kill", "gpg-agent"],
+                ["gpgconf", "--homedir", self.run_home, "--kill", "gpg-agent"],
                 stdin=subprocess.DEVNULL, capture_output=True,
             )
             if gone is not None and not gone.wait(_AGENT_EXIT_SECONDS):
@@ -468,7 +521,7 @@ class Keyring:
         """The pid of the agent serving this home, if one answers (none is started)."""
         try:
             proc = subprocess.run(
-                ["gpg-connect-agent", "--homedir", self.homedir, "--no-autostart", "GETINFO pid", "/bye"],
+                ["gpg-connect-agent", "--homedir", self.run_home, "--no-autostart", "GETINFO pid", "/bye"],
                 stdin=subprocess.DEVNULL, capture_output=True, timeout=_AGENT_EXIT_SECONDS,
             )
         except subprocess.TimeoutExpired:

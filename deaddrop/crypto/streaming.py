@@ -62,7 +62,8 @@ class EncryptionTarget:
 
     def argv(self, out_path: str, compress: bool) -> list[str]:
         recipients = [arg for path in self.recipient_files for arg in ("--recipient-file", path)]
-        return gpg_base_argv(self.gpg_binary, self.homedir) + recipients + [
+        # No keyring: the recipients are files, and a keyring would be locked at every start.
+        return gpg_base_argv(self.gpg_binary, self.homedir) + ["--no-default-keyring"] + recipients + [
             "--compress-algo", "zlib" if compress else "none",
             "--output", out_path,
             "--encrypt",

@@ -82,7 +82,7 @@ def check_key(armored: str) -> str:
     except (SubmissionKeyError, GpgError) as e:
         raise DeskRefused("not_a_key", problem=str(e)) from None
     finally:
-        keyring.stop_agent()
+        keyring.close()
         shutil.rmtree(home, ignore_errors=True)
 
 

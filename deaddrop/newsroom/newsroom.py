@@ -224,6 +224,7 @@ class Newsroom:
             db=self.db, store=self.store, keyring=self.keyring, crypto_pool=self.crypto_pool, io_pool=self.io_pool,
             desks=self.desks, activity=self.activity,
             keygen=self.queues.keygen, decrypt=self.queues.decrypt, clock=self.clock, placing=self._placing)
+        self.on_source_deleted(self.replies.read_marks.forget)
         self.submissions = Submissions(
             db=self.db, store=self.store, encrypting=self.encrypting, io_pool=self.io_pool,
             uploads=self.queues.uploads, disk=self.disk, activity=self.activity, replies=self.replies,

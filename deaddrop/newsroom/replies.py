@@ -21,6 +21,7 @@ from deaddrop.crypto.pool import WorkerPool, forbid_reactor_thread
 from deaddrop.newsroom.daily_report import SourceActivity
 from deaddrop.durable import write_new_file
 from deaddrop.newsroom.identity import KeyNotReady, SourceIdentity, SourceNotFound
+from deaddrop.newsroom.read_marks import ReadMarks
 from deaddrop.store import desk_queries, queries
 from deaddrop.store.db import Database
 from deaddrop.store.files import Store
@@ -54,6 +55,8 @@ class SourceReplies:
     # The newsroom's names committed but not yet in the store (``Newsroom.is_placed``): a reply
     # is one of them while it is moved in, and a source is not shown it until it is.
     placing: set[str]
+    # Replies shown to their source since the last midnight UTC, written then (see read_marks).
+    read_marks: ReadMarks = field(default_factory=ReadMarks)
     _keygen: dict[int, Deferred] = field(default_factory=dict)
 
     # -- source key pairs ----------------------------------------------------------------
@@ -129,16 +132,18 @@ class SourceReplies:
             return []
         texts = yield self.decrypt.run(identity.source_id, self._read_replies, identity.filesystem_id,
                                               [row["filename"] for row in placed], passphrase)
-        return [Reply(row["filename"], text, row["created_at"], not row["read_by_source"], row["n"])
+        marks = self.read_marks
+        return [Reply(row["filename"], text, row["created_at"],
+                      not (row["read_by_source"] or marks.shown(identity.source_id, row["filename"])), row["n"])
                 for row, text in zip(placed, texts)]
 
     def _read_replies(self, filesystem_id: str, filenames: list[str], passphrase: str) -> list[str | None]:
         return [self._read_reply(filesystem_id, name, passphrase) for name in filenames]
 
-    def mark_read(self, identity: SourceIdentity, replies: list[Reply]) -> Deferred:
-        """After the source was shown ``replies``: they are no longer counted as new."""
-        return self.db.run(queries.mark_replies_read_by_source, identity.source_id,
-                           [r.filename for r in replies if r.new])
+    def mark_read(self, identity: SourceIdentity, replies: list[Reply]) -> None:
+        """After the source was shown ``replies``: they are no longer counted as new. Nothing is
+        written now (a write would date the reading): the marks wait for midnight (``read_marks``)."""
+        self.read_marks.add(identity.source_id, [r.filename for r in replies if r.new])
 
     def _read_reply(self, filesystem_id: str, filename: str, passphrase: str) -> str | None:
         forbid_reactor_thread("gpg")

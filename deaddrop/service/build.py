@@ -57,7 +57,8 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
     top.closers.append(events.close)
 
     keyring = Keyring(config.path("gnupg"), config.gpg_binary)
-    top.closers.append(keyring.stop_agent)
+    top.closers.append(keyring.close)
+    keyring.start_agent()  # before the start-up cut of file times (see Keyring.start_agent)
     try:
         submission_armored, fingerprint, replaced = use_submission_key(config, keyring, events)
     except BaseException:
@@ -109,7 +110,7 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
         crypto_pool=crypto_pool,
         stream_pool=stream_pool,
         io_pool=io_pool,
-        encryption=EncryptionTarget(config.gpg_binary, keyring.homedir, key_copy),
+        encryption=EncryptionTarget(config.gpg_binary, keyring.run_home, key_copy),
         submission_fingerprint=fingerprint,
         events=events,
         queues=queues,
@@ -149,7 +150,16 @@ def build_service(config: Config, reactor: Any = None) -> DeadDropService:
     _add_digest(top, config, reactor)
     _add_status_file(top, config, reactor, io_pool, fingerprint)
     _add_file_times(top, config, reactor, io_pool)
+    _add_read_marks(top, reactor)
     return top
+
+
+def _add_read_marks(top: DeadDropService, reactor: Any) -> None:
+    """The replies sources were shown today, written after midnight UTC (see ``read_marks``)."""
+    from deaddrop.delayed_calls import AfterEveryMidnight
+
+    marks, db = top.newsroom.replies.read_marks, top.db
+    AfterEveryMidnight(reactor, lambda: marks.write(db), "writing the replies read").setServiceParent(top)
 
 
 def _add_file_times(top: DeadDropService, config: Config, reactor: Any, io_pool: WorkerPool) -> None:

@@ -150,7 +150,19 @@ def transaction(conn: sqlite3.Connection, fn: Callable[..., T], *args: Any, **kw
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+    _leave_read_mark(conn)
     return result
+
+
+def _leave_read_mark(conn: sqlite3.Connection) -> None:
+    """A read now, so that the next read (a source's login, perhaps) writes nothing.
+
+    A reader needs one of the WAL index's read marks to name the WAL's last commit; when none
+    does (after every write) it writes one, in ``-shm``, which SQLite maps shared. ext4 dates
+    a file written through such a mapping at the first write after the kernel wrote its pages
+    out: a new mtime and ctime (which no cut can hide) at the second of that read. Taken here,
+    the mark is written with the commit's own pages, at the moment the write is dated anyway."""
+    conn.execute("SELECT 1 FROM sqlite_schema LIMIT 1").fetchall()
 
 
 class Database:

@@ -116,6 +116,5 @@ def _lookup_page(self: SourceSite, request: Any, login: SourceLogin, *, status: 
     page = pages.lookup(ctx, shown, message=message, error=error, codename=codename, form_token=form.token,
                         replies_deleted=bool(login.session.data.get(_REPLIES_DELETED)))
     html = yield self.html(request, page, status)
-    if any(r.new for r in replies):
-        yield self.newsroom.replies.mark_read(login.identity, replies)
+    self.newsroom.replies.mark_read(login.identity, replies)
     return html
