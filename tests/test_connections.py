@@ -412,10 +412,31 @@ class RequestRateTests(unittest.TestCase):
         self.assertEqual(self.refused, [])
 
     def test_buckets_are_bounded(self):
-        rate = CircuitRequestRate(rate=1.0, burst=2.0, clock=lambda: 0.0, max_circuits=100)
+        now = [0.0]
+        rate = CircuitRequestRate(rate=1.0, burst=2.0, clock=lambda: now[0], max_circuits=100)
         for i in range(1000):
             self.assertTrue(rate.allow(Circuit(i + 1)))
+            now[0] += 0.01
+        # Only circuits whose buckets are not yet full again are kept beyond the cap: those of the
+        # last second here (burst - 1 tokens at 1 a second).
+        self.assertLessEqual(rate.tracked(), 101)
+        now[0] += 1.0
+        rate.allow(Circuit(5000))
         self.assertEqual(rate.tracked(), 100)
+
+    def test_a_circuit_cannot_tell_from_its_own_bucket_that_others_came(self):
+        """Adversary review (shared stores): a full table forgot its least recently seen circuit
+        whatever its bucket held; a flooder keeping every bucket of its own empty saw its oldest
+        circuit allowed again the moment anyone else's circuit made a first request."""
+        def oldest_allowed(victim_comes: bool) -> bool:
+            rate = CircuitRequestRate(rate=10.0, burst=30.0, clock=lambda: self.now, max_circuits=4)
+            for c in range(1, 5):  # the flooder's circuits, every bucket emptied
+                for _ in range(30):
+                    rate.allow(Circuit(0x30000 + c))
+            if victim_comes:
+                self.assertTrue(rate.allow(Circuit(0x40000)))
+            return rate.allow(Circuit(0x30001))
+        self.assertEqual(oldest_allowed(victim_comes=True), oldest_allowed(victim_comes=False))
 
 
 class FairShareTests(unittest.TestCase):

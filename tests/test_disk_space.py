@@ -11,7 +11,9 @@ from twisted.python import usage
 from twisted.trial import unittest
 
 from deaddrop.config import Config, ConfigError
-from deaddrop.admission.disk_space import ALLOWANCE, HORIZON, TEXT_ROOM, DiskReserve, DiskSpace, NoRoom
+from deaddrop.admission.disk_space import (
+    ALLOWANCE, HORIZON, TEXT_ROOM, DiskReserve, DiskSpace, NoRoom, round_down_coarsely,
+)
 from deaddrop.tap import Options
 from tests._support import test_svs
 
@@ -147,3 +149,29 @@ class AdmissionTests(unittest.TestCase):
         trickle.pace = None  # a body complete (or unproven again) holds all it may still write
         self.assertGreater(space.holds()[trickle], 2 * GB)
 
+
+
+class WhatMayBeSaidTests(unittest.TestCase):
+    """The size a refusal names (and the disk watch logs): what fits with no upload in flight,
+    rounded down coarsely, so another source's upload as it comes moves neither (an adversary
+    review watched it drop from 404 to 373 MB within 0.1 s of another source starting 30 MB)."""
+
+    def test_uploads_in_flight_move_neither_by_what_they_hold_nor_by_what_they_have_written(self):
+        fs = FakeFs(free=1 * GB + TEXT_ROOM + 404 * MB)
+        space = DiskSpace("/data/tmp", DiskReserve.parse("1GB"), statvfs=fs)
+        before = space.largest_upload_alone()
+        self.assertGreater(before, 400 * MB)
+        written = Written()
+        space.admit(30 * MB, written)  # another source starts a 30 MB upload
+        self.assertLess(space.largest_upload(), before - 29 * MB)  # admission counts it, as it must
+        self.assertEqual(space.largest_upload_alone(), before)
+        for total in (1 * MB, 8 * MB, 20 * MB, 30 * MB):  # its bytes land on disk as they come
+            written.total = total
+            fs.free = 1 * GB + TEXT_ROOM + 404 * MB - total
+            self.assertEqual(round_down_coarsely(space.largest_upload_alone()), round_down_coarsely(before))
+
+    def test_sizes_are_rounded_down_to_one_two_or_five_times_a_power_of_ten(self):
+        for n, shown in ((0, 0), (-5, 0), (1, 1), (99_999, 50_000), (100_000, 100_000), (199_999, 100_000),
+                         (404 * MB, 200 * MB), (373 * MB, 200 * MB), (999 * MB, 500 * MB), (5 * GB, 5 * GB),
+                         (13_400_000, 10 * MB), (2 * GB - 1, 1 * GB)):
+            self.assertEqual(round_down_coarsely(n), shown, n)

@@ -224,3 +224,32 @@ class FormTokenTests(unittest.TestCase):
         self.clock.advance(200)  # the key rotated at 600; the token is good until 1100
         self.tokens.issue("login", "b")
         self.assertEqual(self.tokens.open(token, "create", "b"), "x y z")
+
+
+class NoSessionPushedOutTests(unittest.TestCase):
+    """Adversary review (shared stores): a full table pushed out its least recently seen session
+    to make room, so an attacker keeping it full with sessions of its own codenames (and all but
+    its oldest seen) learned from that oldest one's end that someone else had just logged in. The
+    cap now follows what logins can make in a session's lifetime: it is never reached."""
+
+    def test_logins_at_the_fastest_pace_for_a_whole_lifetime_push_out_nobody(self):
+        clock = Clock()
+        # Two hours, Argon2id timed at 0.25 s on a 4-core machine: 16 logins a second (115,200 in
+        # a lifetime), more than the 100,000 sessions the table used to hold.
+        store = SessionStore("c", 7200.0, 7200.0, clock=clock.seconds)
+        run, parallel = 0.25, 4
+        store.make_room_for_logins(run, parallel)
+        tokens = []
+        for n in range(int(7200.0 * parallel / run)):  # the attacker, as fast as logins go
+            token, session = store.create()
+            store.bind(session, n // 8)  # codenames of its own, 8 sessions each
+            tokens.append(token)
+            clock.advance(run / parallel)
+        _, victim = store.create()  # someone else logs in
+        store.bind(victim, "victim")
+        self.assertIsNotNone(store.lookup(tokens[0]))  # the attacker's oldest is still there
+        self.assertEqual(len(store), len(tokens) + 1)
+
+    def test_the_cap_never_shrinks(self):
+        store = SessionStore("c", 600.0, 600.0)
+        self.assertEqual(store.make_room_for_logins(1.0, 1), 100_000)  # already more than 2 x 660

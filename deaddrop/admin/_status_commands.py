@@ -22,6 +22,7 @@ from deaddrop.admin import _file_checks, _tor_commands
 from deaddrop.admin._atime_check import access_time_check
 from deaddrop.admin._datadir import initialised_data_dir
 from deaddrop.admin._output import Output
+from deaddrop.admission.disk_space import DiskReserve, DiskSpace
 from deaddrop.transport.certificates import (
     CERT_EXPIRY_WARNING, STATE_FILE, certificate_expiry, crl_expires_soon, crl_next_update, read_issued_list,
 )
@@ -133,6 +134,34 @@ def disk(data_dir: str) -> dict[str, int]:
     return {"free_bytes": usage.free, "total_bytes": usage.total}
 
 
+def upload_room(data_dir: str, reported: dict[str, Any]) -> dict[str, Any] | None:
+    """The largest upload the disk takes above ``--disk-reserve`` (and the room kept for text),
+    with no upload in flight, beside the instance's largest; None if the server does not say."""
+    uploads = reported.get("uploads")
+    if not isinstance(uploads, dict) or not uploads.get("allow_uploads"):
+        return None
+    try:
+        reserve = DiskReserve.parse(uploads["disk_reserve"])
+        largest = int(uploads["max_upload_size"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return {"largest_that_fits": DiskSpace(data_dir, reserve).largest_upload_alone(), "max_upload_size": largest}
+
+
+def _upload_room_check(room: dict[str, Any]) -> dict[str, Any]:
+    """Failing while an upload of the instance's largest size would be refused for room: then
+    whether an upload near the edge is taken tells anyone online whether other sources are
+    uploading at that moment (docs/threat-model.md, "Shared stores")."""
+    fits, largest = room["largest_that_fits"], room["max_upload_size"]
+    if fits >= largest:
+        return {"name": "upload_room", "ok": True, "detail": f"uploads of {_mb(largest)} fit above --disk-reserve"}
+    return {"name": "upload_room", "ok": False, "detail": (
+        f"only {_mb(fits)} fit above --disk-reserve, less than the largest upload ({_mb(largest)}): larger "
+        "uploads are refused, and whether one near that size is taken tells a prober whether other sources are "
+        "uploading (docs/threat-model.md, \"Shared stores\"); free space, enlarge the disk, or lower the largest "
+        "upload or --disk-reserve")}
+
+
 def key_fingerprint(armored_path: str) -> str | None:
     """The primary key fingerprint of an armored public key file (no keyring touched)."""
     if not os.path.isfile(armored_path):
@@ -227,6 +256,9 @@ def instance_status(data_dir: str) -> dict[str, Any]:
     status["counts"] = counts(data_dir)
     status["desks"] = desks(data_dir)
     status["disk"] = disk(data_dir)
+    status["upload_room"] = upload_room(data_dir, reported) if server["running"] else None
+    if status["upload_room"] is not None:
+        status["checks"].append(_upload_room_check(status["upload_room"]))
     status["submission_key_fingerprint"] = reported.get("submission_key_fingerprint") or key_fingerprint(
         os.path.join(data_dir, "submission-key.asc"))
     try:
@@ -267,6 +299,10 @@ def instance_status(data_dir: str) -> dict[str, Any]:
 
 def _gib(n: int) -> str:
     return f"{n / 1024 ** 3:.1f} GiB"
+
+
+def _mb(n: int) -> str:
+    return f"{n / 10 ** 6:,.0f} MB"
 
 
 def _duration(seconds: int) -> str:

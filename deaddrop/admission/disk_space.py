@@ -6,8 +6,8 @@ and a file that fails at 90% after an hour over Tor is an hour of a source's ner
 before the first file byte is encrypted, the body's ``Content-Length`` (an upper bound on its
 ciphertext, give or take the small overhead counted below) is compared with the free space of
 the store's file system less ``--disk-reserve`` less what uploads already in flight will still
-write. An upload that does not fit is refused at once, and the refusal names the largest size
-that fits now.
+write. An upload that does not fit is refused at once, and the refusal names a size that fits,
+coarsely and as if no other upload were in flight (``largest_upload_alone``).
 
 Every stored part goes through this check: a file body at its first file byte, a text-only
 message before it is encrypted (its largest ciphertext). When a file would be refused, slow
@@ -63,6 +63,16 @@ DEFAULT_RESERVE = "2GB,5%"
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(|b|k|kb|kib|m|mb|mib|g|gb|gib|t|tb|tib)\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
           "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
+
+
+def round_down_coarsely(n_bytes: int) -> int:
+    """``n_bytes`` rounded down to 1, 2 or 5 times a power of ten (0 stays 0): a size that may
+    be shown or logged, which the stored bytes of one submission rarely move (it changes at
+    three points in each tenfold)."""
+    if n_bytes <= 0:
+        return 0
+    power = 10 ** (len(str(n_bytes)) - 1)
+    return max(step * power for step in (1, 2, 5) if step * power <= n_bytes)
 
 
 class NoRoom(Exception):
@@ -160,15 +170,29 @@ class DiskSpace:
         """Bytes that file uploads (``text``: a text-only message) may still take: free space
         less the reserve, less what uploads in flight have yet to write and, for files, less
         ``TEXT_ROOM`` (may be negative)."""
+        return self._free_above_reserve(text) - sum(r.remaining() for r in self._held)
+
+    def _free_above_reserve(self, text: bool = False) -> int:
         st = self._statvfs(self.path)
         free, total = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
-        keep = self.reserve.bytes_for(total) + (0 if text else TEXT_ROOM)
-        return free - keep - sum(r.remaining() for r in self._held)
+        return free - self.reserve.bytes_for(total) - (0 if text else TEXT_ROOM)
 
     def largest_upload(self) -> int:
         """The largest file body that would be admitted now (0: none)."""
-        room = self.room() - _FIXED_OVERHEAD
-        return max(0, room * _OVERHEAD_DIVISOR // (_OVERHEAD_DIVISOR + 1))
+        return self._largest_for(self.room())
+
+    def largest_upload_alone(self) -> int:
+        """The largest file body that would be admitted were no upload in flight (0: none): what
+        may be said to a source or logged. Uploads in flight move it neither by what they hold
+        nor by what they have written so far (give or take the few MiB not yet on disk), so it
+        follows only what is stored or deleted: a figure that followed other sources' uploads
+        as they came was a clock of them (docs/threat-model.md, "Shared stores")."""
+        written = sum(min(r.need, r._written.total) for r in self._held if r._written is not None)
+        return self._largest_for(self._free_above_reserve() + written)
+
+    @staticmethod
+    def _largest_for(room: int) -> int:
+        return max(0, (room - _FIXED_OVERHEAD) * _OVERHEAD_DIVISOR // (_OVERHEAD_DIVISOR + 1))
 
     def admit(self, body_bytes: int, written: Written | None = None, text: bool = False) -> Reservation:
         """Hold the space a body of ``body_bytes`` needs, or raise ``NoRoom``. ``written``
@@ -198,4 +222,5 @@ class DiskSpace:
         return len(self._held)
 
 
-__all__ = ["DiskReserve", "DiskSpace", "NoRoom", "Reservation", "DEFAULT_RESERVE", "TEXT_ROOM", "HORIZON", "ALLOWANCE"]
+__all__ = ["DiskReserve", "DiskSpace", "NoRoom", "Reservation", "DEFAULT_RESERVE", "TEXT_ROOM", "HORIZON", "ALLOWANCE",
+           "round_down_coarsely"]

@@ -247,6 +247,9 @@ def _add_status_file(top: DeadDropService, config: Config, reactor: Any, io_pool
             journalist_session_minutes=config.journalist_session_minutes,
             demo=config.demo,
             digest=top.digest.describe() if top.digest is not None else {"enabled": False},
+            # What status needs to say whether the disk can take the largest upload.
+            uploads={"max_upload_size": top.settings.max_upload_size, "allow_uploads": top.settings.allow_uploads,
+                     "disk_reserve": config.disk_reserve},
             start_options=list(config.start_options),
         )
 

@@ -19,7 +19,7 @@ from deaddrop.store import queries
 from deaddrop.admission.throttle import FailureThrottle
 from deaddrop.transport.circuits import CircuitCloser
 from deaddrop.transport.listeners import ListenerService
-from deaddrop.web.sessions import SessionStore
+from deaddrop.web.sessions import SWEEP_EVERY, SessionStore
 from deaddrop.web.source.app import SourceInterface
 from deaddrop.web.source.defence import FloodDefence
 
@@ -57,9 +57,10 @@ def add_source_interface(top: DeadDropService, config: Config, reactor: Any, new
     top.source = source
     top.source_listener = ListenerService(reactor, config.source_listen, source.site(reactor, top.source_connections), top.fatal)
     top.source_listener.setServiceParent(top)
-    sweeper = TimerService(60.0, source_sessions.sweep)
-    sweeper.clock = reactor
-    sweeper.setServiceParent(top)
+    for sweep in (source_sessions.sweep, source.received.sweep):
+        sweeper = TimerService(SWEEP_EVERY, sweep)
+        sweeper.clock = reactor
+        sweeper.setServiceParent(top)
     pending_max_age = config.pending_source_hours * 3600.0
     purger = TimerService(min(600.0, pending_max_age / 4), _purge_quietly, newsroom, pending_max_age)
     purger.clock = reactor

@@ -89,10 +89,14 @@ class DeadDropService(MultiService):
         super().startService()
         # Timed Argon2id runs: they set when login and create answers leave (AnswerGrid).
         self.calibrated = self.newsroom.calibrate().addCallbacks(
-            lambda run: _log.info("Argon2id run at start-up: {run:.3f} s; login and create answers leave "
-                                  "{delay:.2f} s after their request", run=run,
-                                  delay=self.newsroom.queues.answers.delay),
-            lambda f: _log.error("Argon2id calibration failed: {e}", e=f.type.__name__))
+            self._calibrated, lambda f: _log.error("Argon2id calibration failed: {e}", e=f.type.__name__))
+
+    def _calibrated(self, run: float) -> None:
+        answers = self.newsroom.queues.answers
+        # Logins cannot make more sessions in a lifetime than this: none is ever pushed out.
+        cap = self.source.sessions.make_room_for_logins(run, answers.parallel)
+        _log.info("Argon2id run at start-up: {run:.3f} s; login and create answers leave {delay:.2f} s after "
+                  "their request; room for {cap} source sessions", run=run, delay=answers.delay, cap=cap)
 
     def stopService(self) -> Any:
         d = super().stopService()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import secrets
 import time
 from collections import OrderedDict
@@ -24,6 +25,10 @@ import nacl.exceptions
 import nacl.secret
 
 _TOKEN_BYTES = 32
+# How often idle sessions are swept (the composition's timer), and how much faster than timed
+# at start-up Argon2id may run before logins could fill the table (``make_room_for_logins``).
+SWEEP_EVERY = 60.0
+REACH_MARGIN = 2.0
 
 
 def _token_hash(token: str) -> bytes:
@@ -102,6 +107,18 @@ class SessionStore:
         self._sessions[session.token_hash] = session
         self._anonymous[session.token_hash] = None
         return token, session
+
+    def make_room_for_logins(self, run_seconds: float, parallel: int) -> int:
+        """Raise the cap above every session logins can make within a session's lifetime, each
+        login (or new codename) an Argon2id run of ``run_seconds`` done ``parallel`` at a time,
+        with a margin of ``REACH_MARGIN`` for runs faster than timed. Sessions then never push
+        out a live one to make room: which one went (the least recently seen) would tell its
+        owner, who can keep all the others seen, that someone else had just logged in
+        (docs/threat-model.md, "Shared stores"). What they hold in all stays bounded by the
+        logins the server can run in a lifetime. -> the cap."""
+        lifetime = max(self.absolute_timeout, self.idle_timeout) + SWEEP_EVERY
+        self._max = max(self._max, math.ceil(REACH_MARGIN * lifetime * max(1, parallel) / max(run_seconds, 1e-3)))
+        return self._max
 
     def _evict_one(self) -> None:
         # ``bind`` and ``destroy`` keep ``_anonymous`` exact: its first entry is the one to go.

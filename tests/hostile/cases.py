@@ -235,7 +235,7 @@ def cookie_cases() -> list[Case]:
 def csrf_cases() -> list[Case]:
     up = lambda sess, token: (lambda c: submit(sess(c), multipart(fields(token(c), b"replayed token")))) # noqa: E731
     return [
-        Case("csrf", "logged-out session and its token", up(lambda c: c.stale_cookie, lambda c: c.stale_csrf), (303,), location="/login"),  # the message waits at the login page (PRG)
+        Case("csrf", "logged-out session and its token", up(lambda c: c.stale_cookie, lambda c: c.stale_csrf), (403,), says="your message is kept below"),  # in the login page answered (nothing kept on the server)
         Case("csrf", "another source's token", up(lambda c: c.cookie, lambda c: c.other_csrf), (403,), says="Nothing was stored"),
         Case("csrf", "the token of the same source's logged-out session", up(lambda c: c.cookie, lambda c: c.stale_csrf), (403,), says="Nothing was stored"),
         Case("csrf", "a not-logged-in session's token", up(lambda c: c.cookie, lambda c: c.anon_csrf), (403,), says="Nothing was stored"),
@@ -327,8 +327,8 @@ def multipart_cases() -> list[Case]:
         # temp file left behind from the encryptions the request was waiting for.
         Case("multipart", "client leaves right after a complete upload", lambda c: submit(c.cookie, multipart(fields(c.csrf, b"left early", [(b"left.bin", os.urandom(3_000_000))]))), (None, 303), half_close=True, stores=2, stores_unanswered=2),
         Case("multipart", "chunked upload without its last chunk", lambda c: submit(c.cookie, chunked(multipart(fields(c.csrf, b"", [(b"gone.bin", os.urandom(200_000))])), 8000, last=False), length=False).replace(b"\r\n\r\n", b"\r\nTransfer-Encoding: chunked\r\n\r\n", 1), (None,), half_close=True),
-        # A whole body without a session: post/redirect/get to the login page, the message waiting there.
-        Case("multipart", "not logged in", lambda c: submit(c.anon_cookie, multipart(fields(c.anon_csrf, b"anon"))), (303,), location="/login"),
+        # A whole body without a session: the login page, the message in it (kept nowhere else).
+        Case("multipart", "not logged in", lambda c: submit(c.anon_cookie, multipart(fields(c.anon_csrf, b"anon"))), (403,), says="your message is kept below"),
         Case("multipart", "no cookie at all", lambda c: submit(None, multipart(fields("x", b"anon", [(b"a.bin", os.urandom(100_000))]))), (403,), says="Nothing was stored"),
     ]
 

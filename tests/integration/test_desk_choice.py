@@ -3,6 +3,7 @@ desks before its first submission, its choice follows it on every later page ins
 panel, it may add a desk and never remove one; with one desk, nothing changes."""
 from __future__ import annotations
 
+import html as htmllib
 import os
 import re
 
@@ -47,7 +48,13 @@ class DeskChoiceTests(TwoDesks):
         self.addCleanup(self.browser.close)
 
     def choose(self, html: str, *desks):
+        """Post the choice page's form as a browser does: the desks ticked, and a message it
+        carries (refused for want of a choice) with its form's token."""
         fields = [("csrf_token", self.browser.csrf(html))] + [("desk", d.uuid) for d in desks]
+        kept = re.search(r'<textarea name="msg"[^>]*>([^<]*)</textarea>', html)
+        if kept:
+            token = re.search(r'name="form_token" value="([^"]+)"', html).group(1)
+            fields += [("form_token", token), ("msg", htmllib.unescape(kept.group(1)))]
         return self.browser.post("/desks", data=fields)
 
     @inlineCallbacks
@@ -118,7 +125,8 @@ class DeskChoiceTests(TwoDesks):
             body, content_type = multipart_body(fields, files or [("", b"")])
             response, html = yield self.browser.post("/submit", data=body, headers={
                 "User-Agent": self.browser.USER_AGENT, "Content-Type": content_type})
-            self.assertEqual(response.code, 409 if files else 200)
+            self.assertEqual(response.code, 409)  # the choice page, answered now, the message in its form
+            self.assertIn(">TYPED-BEFORE-CHOOSING</textarea>", html)
             self.assertIn("<h1>Choose who reads your messages</h1>", html)
             self.assertIn("Your message has not been sent yet: first choose who reads it.", html)
             self.assertEqual(db_rows(self.server, "SELECT COUNT(*) FROM submissions"), [(0,)])
@@ -147,6 +155,29 @@ class DeskChoiceTests(TwoDesks):
         response, html = yield self.choose(html, self.desk_a)
         self.assertIn(">CARRIED-BEFORE-CHOOSING</textarea>", html)
         self.assertEqual(db_rows(self.server, "SELECT COUNT(*) FROM submissions"), [(0,)])
+
+    @inlineCallbacks
+    def test_the_choice_page_carries_the_message_across_its_language_menu_and_keeps_it_nowhere(self):
+        """The message refused for want of a choice rides in the choice page's form (a store of
+        drafts shared by all sources was a clock of their activity: docs/threat-model.md,
+        "Shared stores"), so that page's language menu posts it along, like any page with a form."""
+        response, html = yield new_codename(self.browser)
+        body, content_type = multipart_body([("csrf_token", self.browser.csrf(html)), ("msg", "KEPT-ACROSS-9b1e")],
+                                            [("", b"")])
+        response, html = yield self.browser.post("/submit", data=body, headers={
+            "User-Agent": self.browser.USER_AGENT, "Content-Type": content_type})
+        self.assertIn('form="desk-form" formaction="/language/es?next=/desks" formmethod="post"', html)
+        sessions = self.server.service.source.sessions.where(lambda s: True)
+        self.assertEqual(sorted(name for s in sessions for name in s.sealed), ["codename", "passphrase"])
+        token = re.search(r'name="form_token" value="([^"]+)"', html).group(1)
+        response, html = yield self.browser.post("/language/es?next=/desks", data={
+            "csrf_token": self.browser.csrf(html), "form_token": token, "msg": "KEPT-ACROSS-9b1e"})
+        self.assertEqual(response.code, 200)
+        self.assertIn('<html lang="es" dir="ltr">', html)
+        self.assertIn(">KEPT-ACROSS-9b1e</textarea>", html)
+        response, html = yield self.choose(html, self.desk_a)
+        self.assertIn(">KEPT-ACROSS-9b1e</textarea>", html)
+        self.assertEqual(re.search(r'name="form_token" value="([^"]+)"', html).group(1), token)
 
     @inlineCallbacks
     def test_the_desks_are_described_in_the_source_s_language(self):

@@ -39,6 +39,13 @@ def gunzip_with_name(blob: bytes) -> tuple[str, bytes]:
 
 
 
+def _form_token(html: str) -> str:
+    """The one-time token of the page's submission form."""
+    found = re.search(r'name="form_token" value="([^"]+)"', html)
+    assert found, "no submission form"
+    return found.group(1)
+
+
 def _codename_box(html: str) -> str:
     """What the login page's codename box holds."""
     found = re.search(r'<textarea name="codename"[^>]*>([^<]*)</textarea>', html)
@@ -201,33 +208,70 @@ class SourceFlowTests(unittest.TestCase):
             self.assertEqual(files_holding(self.server.data_dir, secret.encode()), [], secret)
 
     @inlineCallbacks
-    def test_a_busy_refusal_is_a_redirect_to_the_form_which_keeps_its_status_and_message(self):
-        """Issue 27 item 7: refused once the body has arrived, a busy server answers with a
-        redirect (Back and Forward never ask to resend); the form's page says 503 with
-        Retry-After, and shows the form and the message even while the replies cannot be read."""
+    def test_a_busy_refusal_answers_with_the_form_and_its_message_and_a_resend_stores_once(self):
+        """Refused once the body has arrived, a busy server answers the POST itself: 503 with
+        Retry-After, the form and the message (even while the replies cannot be read), and
+        nothing of the message kept on the server (a shared store of drafts was a clock of other
+        sources: docs/threat-model.md, "Shared stores"). The same POST sent again (Back, then
+        "resend") is harmless: stored once, then answered with what arrived."""
         from deaddrop.admission.queues import Busy
 
         yield self.browser.create_source()
         newsroom = self.server.service.newsroom
+        encrypt, for_source = newsroom.submissions.encrypt_message, newsroom.replies.for_source
 
         def busy(*args, **kwargs):
             raise Busy()
         response, html = yield self.browser.get("/lookup")
         self.patch(newsroom.submissions, "encrypt_message", busy)
         self.patch(newsroom.replies, "for_source", busy)  # the reply queue is full too
-        body, content_type = multipart_body([("csrf_token", self.browser.csrf(html)), ("msg", "BUSY-MARKER-2e7d")],
+        body, content_type = multipart_body([("csrf_token", self.browser.csrf(html)),
+                                             ("form_token", _form_token(html)), ("msg", "BUSY-MARKER-2e7d")],
                                             [("", b"")])
-        response, _ = yield self.browser.post("/submit", data=body, follow=False, headers={
-            "User-Agent": Browser.USER_AGENT, "Content-Type": content_type})
-        self.assertEqual(response.code, 303)
-        location = response.headers.getRawHeaders(b"location")[0].decode()
-        self.assertRegex(location, r"^/lookup\?form=[\w-]+#send$")
-        response, html = yield self.browser.get(location)
+        headers = {"User-Agent": Browser.USER_AGENT, "Content-Type": content_type}
+        response, html = yield self.browser.post("/submit", data=body, follow=False, headers=headers)
         self.assertEqual(response.code, 503)
         self.assertEqual(response.headers.getRawHeaders(b"retry-after"), [b"60"])
         self.assertIn("The drop box is busy", html)
         self.assertIn("BUSY-MARKER-2e7d</textarea>", html)
         self.assertEqual(stored_files(self.server.data_dir), [])
+        sessions = self.server.service.source.sessions.where(lambda s: True)
+        self.assertEqual(sorted(name for s in sessions for name in s.sealed), ["codename", "passphrase"])
+        self.patch(newsroom.submissions, "encrypt_message", encrypt)
+        self.patch(newsroom.replies, "for_source", for_source)
+        for _resent in range(2):
+            response, html = yield self.browser.post("/submit", data=body, headers=headers)
+            self.assertIn("We received your message", html)
+        self.assertEqual(stored_messages(self.server.data_dir), [b"BUSY-MARKER-2e7d"])
+
+    @inlineCallbacks
+    def test_a_stored_form_sent_again_from_history_after_logging_out_is_stored_once(self):
+        """A refusal is the answer to the POST itself, so the browser's history can send that
+        form again long after it went through, in a later session: it is known as stored."""
+        codename = yield self.browser.create_source()
+        response, html = yield self.browser.get("/lookup")
+        token = _form_token(html)
+        body, content_type = multipart_body([("csrf_token", self.browser.csrf(html)),
+                                             ("form_token", token), ("msg", "ONCE-MARKER-77c1")],
+                                            [("", b"")])
+        headers = {"User-Agent": Browser.USER_AGENT, "Content-Type": content_type}
+        response, html = yield self.browser.post("/submit", data=body, headers=headers)
+        self.assertIn("We received your message", html)
+        yield self.browser.get("/logout")
+        # Sent again logged out: the login page, the message and its form's token in it...
+        response, html = yield self.browser.post("/submit", data=body, headers=headers)
+        self.assertEqual(response.code, 403)
+        self.assertIn("ONCE-MARKER-77c1</textarea>", html)
+        self.assertEqual(_form_token(html), token)
+        # ...and logging in from it says what arrived, without storing it again.
+        response, page = yield self.browser.post("/login", data={
+            "csrf_token": self.browser.csrf(html), "codename": codename, "msg": "ONCE-MARKER-77c1",
+            "form_token": token})
+        self.assertIn("We received your message", page)
+        # Sent again once more, in this new session (its old token is stale): the same.
+        response, page = yield self.browser.post("/submit", data=body, headers=headers)
+        self.assertIn("We received your message", page)
+        self.assertEqual(stored_messages(self.server.data_dir), [b"ONCE-MARKER-77c1"])
 
     @inlineCallbacks
     def test_empty_submission_is_refused_and_stores_nothing(self):

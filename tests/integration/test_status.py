@@ -113,6 +113,28 @@ class StatusTests(unittest.TestCase):
         self.assertIn("server TLS certificate", out)
 
     @inlineCallbacks
+    def test_fails_while_the_disk_cannot_take_the_largest_upload_above_its_reserve(self):
+        """Then whether an upload near that size is taken tells anyone online whether other
+        sources are uploading (docs/threat-model.md, "Shared stores"): the admin is told."""
+        from tests.integration.test_disk_full import tmpfs
+
+        mnt = tmpfs(self, "400m", "dd-status-room-")  # ~340 MB above an 8 MB reserve and the text room
+        server = yield start_journalist_server(self, data_dir=os.path.join(mnt, "data"), disk_reserve="8MB")
+        code, data = yield self.status(server.data_dir)
+        [check] = [c for c in data["checks"] if c["name"] == "upload_room"]
+        self.assertEqual((code, check["ok"]), (1, False), data["checks"])
+        self.assertIn("less than the largest upload (524 MB)", check["detail"])
+        self.assertTrue(300 * 10**6 < data["upload_room"]["largest_that_fits"] < 350 * 10**6, data["upload_room"])
+        code, out, err = yield deferToThread(run_cli, "status", "--data-dir", server.data_dir)
+        self.assertIn("[FAIL] upload_room: only ", out)
+        server.service.settings.max_upload_size = 200 * 10**6  # the admin lowers the largest upload
+        yield server.service.status_file._write()
+        code, data = yield self.status(server.data_dir)
+        self.assertEqual(code, 0, data["checks"])
+        [check] = [c for c in data["checks"] if c["name"] == "upload_room"]
+        self.assertEqual(check, {"name": "upload_room", "ok": True, "detail": "uploads of 200 MB fit above --disk-reserve"})
+
+    @inlineCallbacks
     def test_a_certificate_from_the_ca_in_the_data_dir_is_renewed_at_start_in_its_last_30_days(self):
         server = yield start_journalist_server(self)
         yield server.stop()

@@ -34,8 +34,8 @@ class CircuitRequestRate:
         self.burst = burst
         self._clock = clock
         self._max_circuits = max_circuits
-        # circuit -> [tokens, when counted]; least recently seen first. Forgetting one only
-        # gives it a full bucket again, and reaching the cap takes that many new circuits.
+        # circuit -> [tokens, when counted]; least recently seen first. Only a full bucket is
+        # forgotten (``_forget_full``): forgetting it is then the same as never having seen it.
         self._buckets: collections.OrderedDict[Circuit, list[float]] = collections.OrderedDict()
 
     def allow(self, circuit: Circuit, form_post: bool = False) -> bool:
@@ -50,8 +50,7 @@ class CircuitRequestRate:
         bucket = self._buckets.get(circuit)
         if bucket is None:
             bucket = self._buckets[circuit] = [self.burst, now]
-            while len(self._buckets) > self._max_circuits:
-                self._buckets.popitem(last=False)
+            self._forget_full(now)
         else:
             self._buckets.move_to_end(circuit)
             bucket[0] = min(self.burst, bucket[0] + (now - bucket[1]) * self.rate)
@@ -61,6 +60,20 @@ class CircuitRequestRate:
             return False
         bucket[0] -= 1.0
         return True
+
+    def _forget_full(self, now: float) -> None:
+        """Beyond the cap, forget the least recently seen circuits whose buckets have filled up
+        again. Forgetting a circuit whatever its bucket held told a flooder who kept the table
+        full of circuits with empty buckets when a new circuit came: its oldest one's requests
+        were suddenly allowed again (adversary review, "Shared stores" in docs/threat-model.md).
+        Circuits whose buckets are not yet full stay, however many: only those seen within the
+        last ``2 * burst / rate`` seconds (6 s), so many new circuits so fast is what Tor's proof
+        of work prices, and the table still cannot grow past that."""
+        while len(self._buckets) > self._max_circuits:
+            oldest, (tokens, counted) = next(iter(self._buckets.items()))
+            if tokens + (now - counted) * self.rate < self.burst:
+                return
+            del self._buckets[oldest]
 
     def tracked(self) -> int:
         return len(self._buckets)

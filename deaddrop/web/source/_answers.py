@@ -13,7 +13,7 @@ from typing import Any, Callable
 from twisted.python.failure import Failure
 from werkzeug.exceptions import HTTPException
 
-from deaddrop.admission.disk_space import NoRoom
+from deaddrop.admission.disk_space import NoRoom, round_down_coarsely
 from deaddrop.admission.queues import BUSY_MESSAGE, BUSY_TITLE, Busy
 from deaddrop.crypto.streaming import EncryptionFailed
 from deaddrop.newsroom.desks import DeskNotChosen
@@ -96,8 +96,9 @@ def _stored(self: SourceSite, request: Any, stored: Stored, sent: Sent) -> bytes
     login, form = sent.login, sent.form
     assert login is not None and form is not None
     first = bool(login.session.data.pop("first_visit", False))
-    SubmissionForms.received(form, Receipt(stored.message, stored.documents, first=first))
-    self.drop_draft(login.session, f"draft:{form.token}")
+    receipt = Receipt(stored.message, stored.documents, first=first)
+    SubmissionForms.received(form, receipt)
+    self.received.stored(login.identity.source_id, form.token, receipt)  # beyond this session too
     return received(self, request, login, form)
 
 
@@ -133,17 +134,29 @@ def _out_of_space(self: SourceSite, request: Any, error: NoRoom, sent: Sent) -> 
 
 
 def _no_room(self: SourceSite, request: Any, error: UploadError, sent: Sent) -> bytes:
-    """The disk cannot take these files and keep its reserve: say what size fits now."""
+    """The disk cannot take these files and keep its reserve: say what size fits. The size named
+    is what would fit were no other upload in flight, rounded down to 1, 2 or 5 times a power of
+    ten (``round_down_coarsely``): other sources' uploads do not move it (one that followed them
+    as they came was a clock of them: docs/threat-model.md, "Shared stores"), and a file of that
+    size fits unless others are uploading. A body that would fit but for uploads in flight is
+    told no size, only that there is no room now."""
     disk = self.newsroom.disk
-    largest = min(self.settings.max_upload_size, disk.largest_upload() - _FORM_ALLOWANCE if disk else 0)
-    if largest < 100_000:
+    alone = disk.largest_upload_alone() if disk else 0
+    largest = min(self.settings.max_upload_size, alone - _FORM_ALLOWANCE)
+    declared = _declared_length(request)
+    if largest < 100_000 or (declared is not None and declared <= alone):
         return form_again(self, request, sent, 507, msgs.NO_ROOM_AT_ALL)
-    # Rounded down to what the page shows (tenths of a MB below 10 MB, whole MB above): a
-    # file of the size named must fit.
-    step = 100_000 if largest < 10_000_000 else 1_000_000
-    largest -= largest % step
     return form_again(self, request, sent, 507, msgs.NO_ROOM if "msg" in sent.fields else msgs.NO_ROOM_LOST,
-                      size=largest)
+                      size=round_down_coarsely(largest))
+
+
+def _declared_length(request: Any) -> int | None:
+    """The body's Content-Length, if it has one."""
+    raw = request.getHeader(b"content-length")
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
 
 
 def _not_stored(self: SourceSite, request: Any, e: EncryptionFailed | StorageFailed, sent: Sent) -> bytes:
@@ -155,37 +168,39 @@ def _not_stored(self: SourceSite, request: Any, e: EncryptionFailed | StorageFai
 
 def _closed(self: SourceSite, request: Any, error: Exception, sent: Sent) -> bytes:
     """The newsroom closed this source's conversation while it was sending: said once, the typed
-    message shown to copy, then logged out. After a whole body, a redirect to /lookup, which says
-    it (``SourceInterface._refuse_anonymous``), the message held meanwhile as ``_expired`` does."""
-    message = sent.message(request)
+    message shown to copy (in this answer only), then logged out."""
     session = self.session_of(request)
-    closed = session is not None and session.data.get("closed")
-    token = self.cookie.token(request)
-    if closed and token and not _early(request) and self.carried.keep(token, "", message[:MAX_MESSAGE_CHARS]):
-        return self.redirect(request, "/lookup")
-    if closed:
+    if session is not None and session.data.get("closed"):
         self.cookie.end(request, session)
-    return self.error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED, kept=message)
+    return self.error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED, kept=sent.message(request))
 
 
 def _expired(self: SourceSite, request: Any, error: Exception, sent: Sent) -> bytes:
-    """The session ended before the submission could be taken: the login page, the message waiting
-    in it to be sent with the codename. After a whole body, a redirect to it (post/redirect/get),
-    the message held meanwhile like a text carried across a language switch (``_carried``: in
-    memory, sealed to this browser's cookie, minutes at most). Only for a browser that has a
-    session cookie, as a source whose session ended does: a visitor that never logged in leaves
-    nothing behind. A conversation closed meanwhile says so instead (``_closed``)."""
+    """The session ended before the submission could be taken: the login page, the message in it
+    to be sent with the codename (``login_page_again``). With nothing typed, once the body is in,
+    a redirect to it (post/redirect/get) for a browser whose session ended. A conversation closed
+    meanwhile says so instead (``_closed``)."""
     session = self.session_of(request)
     if session is not None and session.data.get("closed"):
         return _closed(self, request, error, sent)
     message = sent.message(request)
-    token = self.cookie.token(request)
-    if token and not _early(request) and self.carried.keep(token, "", message[:MAX_MESSAGE_CHARS]):
+    if not message.strip() and not _early(request) and self.cookie.token(request):
         return self.redirect(request, "/login?expired=1")
+    return login_page_again(self, request, 403, message=message, form_token=sent.token)
+
+
+def login_page_again(self: SourceSite, request: Any, status: int = 200, codename: str = "", message: str = "",
+                     form_token: str | None = None) -> bytes:
+    """The login page, answered now, with what was typed: the codename in its box, and a message
+    whose session ended before it was sent, which logging in from this page sends (on its own
+    form's token, ``form_token``: that form sent again later is then known as stored). Nothing
+    of it is kept on the server (docs/threat-model.md, "Shared stores"): a reload of this page
+    asks to send its form again."""
     ctx = self.form_ctx(request, "login")
-    set_html(request, 403)
-    notice = ctx._(msgs.EXPIRED_SUBMIT, minutes=self.session_minutes)
-    return render_sync(pages.login(ctx, notice=notice, carried=message[:MAX_MESSAGE_CHARS]))
+    notice = ctx._(msgs.EXPIRED_SUBMIT, minutes=self.session_minutes) if message else None
+    set_html(request, status)
+    return render_sync(pages.login(ctx, notice=notice, carried=message[:MAX_MESSAGE_CHARS], codename=codename,
+                                   form_token=form_token if message else None))
 
 
 def _desk_not_chosen(self: SourceSite, request: Any, error: Exception, sent: Sent) -> bytes:
@@ -196,7 +211,7 @@ def _desk_not_chosen(self: SourceSite, request: Any, error: Exception, sent: Sen
     login = still_logged_in(self, request, sent.login) if sent.login is not None else self.current_login(request)
     if login is None:
         return _expired(self, request, error, sent)
-    form = self.submission_forms(login.session).adopt(sent.token)
+    form = self.form_for(login, sent.token)
     if form.state == RECEIVED:
         return form_again(self, request, sent, 409, msgs.STALE_SUBMIT)  # answered with what arrived
     return lead_to_choice(self, request, login, form, sent.message(request)[:MAX_MESSAGE_CHARS], early=_early(request))
@@ -267,19 +282,25 @@ def _failed(self: SourceSite, request: Any, failure: Failure, sent: Sent | None)
 # -- the form again --------------------------------------------------------------------------------
 
 def form_again(self: SourceSite, request: Any, sent: Sent, status: int, error: str | Counted, **values: Any) -> bytes:
-    """The submission form again, at a GET-able address: a redirect to the form's page
-    (post/redirect/get), which shows ``error`` with ``status`` and the typed message (kept sealed
-    in the session), so Back, Forward or a reload never asks to send a form again. Numbers in
-    ``values`` are formatted in the page's language (``size``: a size in bytes). Nothing is read or
-    decrypted here, so this answers at once, even while the body is still arriving; a form that
-    was stored already answers with what arrived, never with its message as if it were unsent."""
-    message = sent.message(request)
+    """The submission form again, showing ``error`` with ``status``, the typed message in its box.
+    Numbers in ``values`` are formatted in the page's language (``size``: a size in bytes).
+    Nothing is read or decrypted here, so this answers at once, even while the body is still
+    arriving; a form that was stored already (in any session of its source: ``form_for``)
+    answers with what arrived, never with its message as if it were unsent.
+
+    A typed message comes back in this answer, the answer to the POST itself: it is kept
+    nowhere on the server, not even for a redirect (a store of drafts shared by all sources,
+    however bounded, was a clock of other sources' activity: docs/threat-model.md, "Shared
+    stores"). Back or Forward to this page then asks to send the form again, which is harmless:
+    the form's one-time token stores it once. A refusal with nothing typed redirects to the
+    form's own address instead (post/redirect/get), where the form's record (in the session,
+    a few bytes) shows the error."""
+    message = sent.message(request)[:MAX_MESSAGE_CHARS]
     login = self.current_login(request)
     if login is None:
         ctx = self.page_ctx(request, None)
         return self.error(request, status, msgs.T_NOT_STORED, error, **_formatted(ctx, values))
-    forms = self.submission_forms(login.session)
-    form = forms.adopt(sent.token)
+    form = self.form_for(login, sent.token)
     if form.state == RECEIVED:  # sent again (Back, then "resend"), or replayed: stored once already
         if _early(request):
             # 409 (this form was sent already): a browser still sending shows an answer that comes
@@ -288,16 +309,14 @@ def form_again(self: SourceSite, request: Any, sent: Sent, status: int, error: s
             return render_sync(received_page(self, request, login, form))
         return self.to_lookup(request, login.session, form)
     render_error = (lambda ctx: ctx._(error, **_formatted(ctx, values)))
-    if _early(request):
-        # Refused while a file is still arriving (too large, no room, busy, another upload in
-        # flight): a browser still sending does not follow a redirect, it shows this page.
+    if _early(request) or message.strip():
+        # The page itself (a browser still sending a file does not follow a redirect either),
+        # without the replies: what matters now is the form, and reading them can wait.
         SubmissionForms.reopened(form)
         ctx = self.page_ctx(request, login.session, logged_in=True)
         set_html(request, status)
-        return render_sync(pages.lookup(ctx, None, message=message[:MAX_MESSAGE_CHARS], error=render_error(ctx),
-                                        form_token=form.token))
+        return render_sync(pages.lookup(ctx, None, message=message, error=render_error(ctx), form_token=form.token))
     SubmissionForms.refused(form, status, render_error)
-    self.keep_draft(request, login.session, form, message[:MAX_MESSAGE_CHARS])
     return self.to_lookup(request, login.session, form, refused=True)
 
 

@@ -4,12 +4,12 @@ Every submission form carries a token of its own, and the page that shows it liv
 ``/lookup?form=TOKEN``. Once a submission made with that form is stored, the same address shows
 what arrived (the "received" page): Back after sending, a reload, a double click or a replayed
 form all land there, and nothing is stored twice. A form that was refused (too large, busy...)
-keeps the error and, sealed with the session cookie like the key passphrase, the typed message,
-so the form is shown again at that GET-able address: Back never asks to resubmit a POST.
+keeps its error, so a refusal with nothing typed can be shown again at that GET-able address.
+A typed message is never kept here: it comes back in the refusal's own answer (``_refusals``).
 
-Everything lives in the session (memory only). Each session keeps its ``MAX_FORMS`` most recent
-forms; typed messages kept for refused forms share one budget of ``DRAFT_BUDGET_BYTES`` across
-all sessions, the oldest dropped first, so memory stays bounded whatever sources do.
+Everything lives in the session (memory only): each session keeps its ``MAX_FORMS`` most recent
+forms, a few bytes each. Nothing here is shared between sessions, so no source's forms can push
+out, or be seen to push out, another's.
 """
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ from twisted.internet.defer import Deferred
 
 OPEN, SENDING, RECEIVED = "open", "sending", "received"
 MAX_FORMS = 16
-DRAFT_BUDGET_BYTES = 64 << 20
 
 
 @dataclass
@@ -41,7 +40,6 @@ class SubmissionForm:
     receipt: Receipt | None = None
     # A refused submission: (HTTP status, a function of the page's language -> the error text).
     error: tuple[int, Callable[[Any], str]] | None = None
-    has_draft: bool = False
     _waiters: list[Deferred] = field(default_factory=list)
 
     def settled(self) -> Deferred:
@@ -115,31 +113,3 @@ class SubmissionForms:
         form.state = OPEN
         form.error = (status, error)
         form._settle()
-
-
-class DraftBudget:
-    """Bytes of typed messages kept for refused forms, across all sessions; oldest out first."""
-
-    def __init__(self, limit: int = DRAFT_BUDGET_BYTES) -> None:
-        self.limit = limit
-        self.used = 0
-        self._held: OrderedDict[tuple[int, str], tuple[Any, int]] = OrderedDict()
-
-    def keep(self, session: Any, name: str, size: int, drop: Callable[[Any, str], None]) -> bool:
-        """Account for a draft of ``size`` bytes; evicts older ones (``drop(session, name)``)."""
-        key = (id(session), name)
-        self.release(session, name)
-        if size > self.limit:
-            return False
-        while self.used + size > self.limit and self._held:
-            (_sid, old_name), (old_session, old_size) = self._held.popitem(last=False)
-            self.used -= old_size
-            drop(old_session, old_name)
-        self._held[key] = (session, size)
-        self.used += size
-        return True
-
-    def release(self, session: Any, name: str) -> None:
-        held = self._held.pop((id(session), name), None)
-        if held is not None:
-            self.used -= held[1]

@@ -45,12 +45,12 @@ from deaddrop.web.source import (
 )
 from deaddrop.web.source._answers import answer
 from deaddrop.web.source._browser import is_tor_browser
-from deaddrop.web.source._carried import CarriedTexts
 from deaddrop.web.source._in_flight import InFlight
 from deaddrop.web.source.defence import CUTS_BEFORE_CLOSING, REFUSALS_BEFORE_CLOSING, FloodDefence
 from deaddrop.web.source._login import SourceLogin
 from deaddrop.web.source._proxies import refuse_proxied
-from deaddrop.web.source._submission_forms import RECEIVED, DraftBudget, SubmissionForm, SubmissionForms
+from deaddrop.web.source._received_forms import ReceivedForms
+from deaddrop.web.source._submission_forms import OPEN, RECEIVED, SubmissionForm, SubmissionForms
 from deaddrop.web.source.i18n import Counted
 from deaddrop.web.source.interface import SourceSite
 from deaddrop.web.source.pages import MAX_MESSAGE_CHARS, CustomTexts, PageContext
@@ -87,17 +87,16 @@ class SourceInterface(HtmlResponses):
     request_rate: CircuitRequestRate = field(default_factory=CircuitRequestRate)
     # Uploads still arriving, per source id: a source the newsroom deletes has them ended.
     in_flight: InFlight = field(default_factory=InFlight)
-    # Typed messages kept for refused forms, across all sessions (see _submission_forms).
-    drafts: DraftBudget = field(default_factory=DraftBudget)
-    # What visitors without a session typed on the login page, across a language switch.
-    carried: CarriedTexts = field(default_factory=CarriedTexts)
 
     cookie: SessionCookie = field(init=False)
+    # Which of each source's forms were stored, beyond the session that sent them.
+    received: ReceivedForms = field(init=False)
 
     app = Klein()
 
     def __post_init__(self) -> None:
         self.cookie = SessionCookie(self.sessions, COOKIE)
+        self.received = ReceivedForms(self.sessions.absolute_timeout)
 
     # -- plumbing --------------------------------------------------------------------------
 
@@ -150,15 +149,14 @@ class SourceInterface(HtmlResponses):
             session.data["closed"] = True
             self.sessions.bind(session, None)
         self.in_flight.close(source_id)
+        self.received.forget(source_id)
 
     def refuse_anonymous(self, request: Any, post: bool) -> Any:
         session = self.session_of(request)
         if session is not None and session.data.get("closed"):
             # Said once, calmly, and logged out: the next visit starts afresh (as SecureDrop does).
-            # With the message of a submission refused for it, if that is what led here.
-            kept = (self.carried.take(self.cookie.token(request)) or ("", ""))[1]
             self.cookie.end(request, session)
-            return self.error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED, kept=kept)
+            return self.error(request, 403, msgs.T_CLOSED, msgs.SOURCE_CLOSED)
         # A cookie that no longer opens a session: logged out for inactivity (or a restart).
         expired = bool(_TOKEN_SHAPE.fullmatch(self.cookie.token(request) or ""))
         return self.redirect(request, "/login?expired=1" if expired else "/login")
@@ -215,6 +213,17 @@ class SourceInterface(HtmlResponses):
     def submission_forms(session: Session) -> SubmissionForms:
         return session.data.setdefault("forms", SubmissionForms())
 
+    def form_for(self, login: SourceLogin, token: str | None) -> SubmissionForm:
+        """The form ``token`` names in this login's session (``SubmissionForms.adopt``), known as
+        stored if this source stored it in any session (``ReceivedForms``): a form sent again
+        from a browser's history after its session ended is never stored twice."""
+        form = self.submission_forms(login.session).adopt(token)
+        if form.state == OPEN:
+            receipt = self.received.receipt(login.identity.source_id, form.token)
+            if receipt is not None:
+                SubmissionForms.received(form, dataclasses.replace(receipt, first=False))
+        return form
+
     def to_lookup(self, request: Any, session: Session, form: SubmissionForm | None = None,
                    refused: bool = False) -> bytes:
         """Redirect to the logged-in page, at the address of a form of its own. A refused form's
@@ -228,24 +237,6 @@ class SourceInterface(HtmlResponses):
             self.cookie.touch(request)
             return self.redirect(request, f"/lookup?form={form.token}&received=1")
         return self.redirect(request, f"/lookup?form={form.token}" + ("#send" if refused else ""))
-
-    def keep_draft(self, request: Any, session: Session, form: SubmissionForm, message: str) -> None:
-        """The typed message of a refused form, sealed with the cookie, within the shared budget."""
-        name = f"draft:{form.token}"
-        self.drop_draft(session, name)
-        token = self.cookie.token(request)  # a live session has one
-        if not message or token is None or not self.drafts.keep(session, name, len(message.encode("utf-8")),
-                                                                self.drop_draft):
-            return
-        SessionStore.seal(session, token, name, message)
-        form.has_draft = True
-
-    def drop_draft(self, session: Session, name: str) -> None:
-        session.sealed.pop(name, None)
-        self.drafts.release(session, name)
-        form = self.submission_forms(session).get(name.removeprefix("draft:"))
-        if form is not None:
-            form.has_draft = False
 
     @app.handle_errors(Exception)
     def _errors(self, request: Any, failure: Any) -> bytes:

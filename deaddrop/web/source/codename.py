@@ -105,15 +105,7 @@ def login_form(self: SourceSite, request: Any) -> Any:
     if thanks:
         ctx = dataclasses.replace(ctx, flashes=[("ok", thanks)])
         notice = ctx._(msgs.RECEIVED_AFTER_LOGOUT, minutes=self.session_minutes)
-    # What was typed here before the language menu was used (once, then forgotten).
-    token = self.cookie.token(request)
-    codename, carried = self.carried.take(token) or ("", "")
-    if carried and token:  # (only a browser with a cookie has anything carried)
-        notice = ctx._(msgs.EXPIRED_SUBMIT, minutes=self.session_minutes)
-        # The message waits until it is sent with the codename (or its minutes are up), so a
-        # reload of this page, Back or Forward still show it; a codename is handed back once.
-        self.carried.keep(token, "", carried)
-    return self.html(request, pages.login(ctx, notice=notice, carried=carried, codename=codename))
+    return self.html(request, pages.login(ctx, notice=notice))
 
 
 @routes.route("/login", methods=["POST"])
@@ -126,18 +118,23 @@ def login(self: SourceSite, request: Any):
     # does not mean typing seven again (docs/threat-model.md, "A mistyped codename"): in this
     # answer only (no-store), never kept, logged or put in an address.
     kept = typed[:codenames.MAX_CODENAME_CHARS]
+    carried_form = self.arg(request, pages.FORM_TOKEN_FIELD)  # the form the message was typed in
     if not same_origin(request):
         # Only our own page may carry a message through, or fill the codename box: another
         # site must not plant text that a source would then send under their codename, or a
         # codename of its own for the source to log in with.
         carried = kept = ""
     session = self.session_of(request)  # logging in again from a logged-in page is fine too
-    self.carried.take(self.cookie.token(request))  # a codename carried to this page is used now
     form_ok = (self.form_secret(request, "login") is not None
                or (session is not None and session.check_csrf(self.arg(request, "csrf_token"))))
     ctx = self.form_ctx(request, "login")  # the form again, for every answer that shows it
+
+    def again(error: str, status: int) -> Deferred:
+        return self.html(request, pages.login(ctx, error, carried=carried, codename=kept, form_token=carried_form),
+                         status)
+
     if not form_ok:
-        return self.html(request, pages.login(ctx, ctx._(msgs.STALE_LOGIN), carried=carried, codename=kept), 403)
+        return again(ctx._(msgs.STALE_LOGIN), 403)
     codename = codenames.normalise_codename(typed)
     if codename is None:
         # Malformed codenames cannot match any source: no KDF, and they count nowhere. Words
@@ -146,19 +143,20 @@ def login(self: SourceSite, request: Any):
         error = ctx._(msgs.NOT_RECOGNIZED)
         if unknown:
             error += ctx.lang.space + ctx._(msgs.NOT_IN_LIST, words=", ".join(unknown), count=len(unknown))
-        return self.html(request, pages.login(ctx, error, carried=carried, codename=kept), 403)
+        return again(error, 403)
     try:
         found = yield _argon2id(self, request, lambda circuit: self.newsroom.login(codename, circuit))
     except _Refused as refused:
         said = msgs.THROTTLED if refused.status == 429 else BUSY_MESSAGE
-        return self.html(request, pages.login(ctx, ctx._(said), carried=carried, codename=kept), refused.status)
+        return again(ctx._(said), refused.status)
     if found is None:
         # The same page for every codename that opens nothing, whoever else exists.
-        return self.html(request, pages.login(ctx, ctx._(msgs.NOT_RECOGNIZED), carried=carried, codename=kept), 403)
+        return again(ctx._(msgs.NOT_RECOGNIZED), 403)
     identity, passphrase = found
     fresh = _log_in(self, request, session, identity, passphrase, codename)
     if carried.strip():
-        page = yield carried_submission(self, request, SourceLogin(fresh, identity, passphrase), carried)
+        page = yield carried_submission(self, request, SourceLogin(fresh, identity, passphrase), carried,
+                                        carried_form)
         return page
     return self.to_lookup(request, fresh)
 

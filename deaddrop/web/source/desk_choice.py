@@ -2,7 +2,8 @@
 
 A new source sees the desks before its first submission: /lookup leads a source that has none
 here, and so does a submission refused because none was chosen (``lead_to_choice``: the typed
-message waits in its form). Later a source may add a desk, never remove one: what was sent
+message rides in the choice page's form, never kept on the server, and is back in its own form
+once a desk is chosen). Later a source may add a desk, never remove one: what was sent
 stays where it was sent. Plain forms, no JavaScript. With one desk there is nothing to choose:
 these addresses lead back to /lookup, and no page changes. The routes are added to
 ``SourceInterface`` by ``register``.
@@ -17,12 +18,14 @@ from twisted.web.template import Tag
 
 from deaddrop.newsroom.desks import NoSuchDesk
 from deaddrop.web._common.deferreds import shield
+from deaddrop.web._common.forms import form_arg, same_origin
 from deaddrop.web._common.guards import login_route
 from deaddrop.web._common.pages import render_sync, set_html
 from deaddrop.web._common.routes import Routed, Routes
 from deaddrop.web.source import messages as msgs, pages
 from deaddrop.web.source._login import SourceLogin
-from deaddrop.web.source._submission_forms import SubmissionForm, SubmissionForms
+from deaddrop.web.source._submission_forms import OPEN, RECEIVED, SubmissionForm, SubmissionForms
+from deaddrop.web.source.pages import MAX_MESSAGE_CHARS
 from deaddrop.web.source.interface import SourceSite
 
 # The session's form whose message waits for the choice (``lead_to_choice``).
@@ -49,17 +52,19 @@ def chosen(self: SourceSite, request: Any, login: SourceLogin):
     if not picked and login.identity.desks:  # nothing added: its desks stay as they were
         return self.to_lookup(request, login.session)
     if not picked:
-        return (yield _page(self, request, login, msgs.CHOOSE_A_DESK, 400))
+        return (yield _page(self, request, login, msgs.CHOOSE_A_DESK, 400, *_carried(self, request, login)))
     try:
         identity = yield shield(self.newsroom.add_desks(login.identity, picked))
     except NoSuchDesk:  # removed a moment ago (or not a desk at all): the list as it is now
-        return (yield _page(self, request, login, msgs.CHOOSE_A_DESK, 400))
+        return (yield _page(self, request, login, msgs.CHOOSE_A_DESK, 400, *_carried(self, request, login)))
     login.session.data["source"] = identity
+    login.session.data.pop(_WAITING_FORM, None)
     ctx = self.page_ctx(request, None)
-    waiting = self.submission_forms(login.session).get(login.session.data.pop(_WAITING_FORM, None))
-    if waiting is not None and waiting.has_draft:
+    message, form = _carried(self, request, login)
+    if message:  # its form again, the message in it: this answer, nothing kept
         login.session.flash(ctx._(msgs.CHOICE_SAVED) + ctx.lang.space + ctx._(msgs.SEND_IT_NOW), "ok")
-        return self.to_lookup(request, login.session, waiting, refused=True)
+        ctx = self.page_ctx(request, login.session, logged_in=True)
+        return render_sync(pages.lookup(ctx, None, message=message, form_token=form.token))
     login.session.flash(ctx._(msgs.CHOICE_SAVED), "ok")
     return self.to_lookup(request, login.session)
 
@@ -71,18 +76,35 @@ def needs_choice(self: SourceSite, login: SourceLogin) -> bool:
 
 def lead_to_choice(self: SourceSite, request: Any, login: SourceLogin, form: SubmissionForm, message: str,
                    early: bool = False) -> bytes:
-    """A submission refused because the source has chosen no desk: its message kept in its form
-    (sealed in the session, as any refused form's is), and the choice page, which says so: a
-    redirect to it (post/redirect/get), or, ``early`` (files still arriving, and a browser still
-    sending does not follow a redirect), the page itself, 409. Files cannot be kept: none was
-    read (the refusal comes before a file's first byte)."""
+    """A submission refused because the source has chosen no desk: the choice page, which says
+    so, answered now (409), the typed message in its form (with its submission form's token),
+    to come back in that form once a desk is chosen. It is kept nowhere on the server, not even
+    for a redirect (docs/threat-model.md, "Shared stores"); with nothing typed, and the body in
+    (``early``: files still arriving, a browser still sending does not follow a redirect), a
+    redirect to the choice (post/redirect/get). Files cannot be kept: none was read (the
+    refusal comes before a file's first byte)."""
     SubmissionForms.reopened(form)
-    self.keep_draft(request, login.session, form, message)
-    login.session.data[_WAITING_FORM] = form.token
-    if early:
-        set_html(request, 409)
-        return render_sync(_choice(self, request, login))
-    return self.redirect(request, "/desks")
+    login.session.data[_WAITING_FORM] = form.token  # (the notice: "first choose who reads it")
+    if not message.strip() and not early:
+        return self.redirect(request, "/desks")
+    set_html(request, 409)
+    return render_sync(_choice(self, request, login, carried=message, form_token=form.token))
+
+
+def choice_again(self: SourceSite, request: Any, login: SourceLogin) -> Any:
+    """The choice page again, with the message its form carries (its language menu, posted)."""
+    return _page(self, request, login, None, 200, *_carried(self, request, login))
+
+
+def _carried(self: SourceSite, request: Any, login: SourceLogin) -> tuple[str, SubmissionForm]:
+    """The message the choice page's form carries (from this site's own page only), and its form."""
+    message = (form_arg(request, "msg", MAX_MESSAGE_CHARS) or "")[:MAX_MESSAGE_CHARS] if same_origin(request) else ""
+    form = self.form_for(login, form_arg(request, pages.FORM_TOKEN_FIELD, 64))
+    if form.state == RECEIVED:  # sent meanwhile (another tab): never offered again as unsent
+        message = ""
+    if form.state != OPEN:
+        form = self.submission_forms(login.session).issue()
+    return message, form
 
 
 @inlineCallbacks
@@ -107,18 +129,21 @@ def _picked(request: Any, at_most: int) -> list[str]:
     return found
 
 
-def _page(self: SourceSite, request: Any, login: SourceLogin, error: str | None = None, status: int = 200):
-    return self.html(request, _choice(self, request, login, error), status)
+def _page(self: SourceSite, request: Any, login: SourceLogin, error: str | None = None, status: int = 200,
+          carried: str = "", form: SubmissionForm | None = None):
+    return self.html(request, _choice(self, request, login, error, carried, form.token if form else None), status)
 
 
-def _choice(self: SourceSite, request: Any, login: SourceLogin, error: str | None = None) -> Tag:
+def _choice(self: SourceSite, request: Any, login: SourceLogin, error: str | None = None, carried: str = "",
+            form_token: str | None = None) -> Tag:
     ctx = self.page_ctx(request, login.session, logged_in=True)
     options = [pages.DeskOption(d.uuid, d.text(ctx.lang.code, "name"), d.text(ctx.lang.code, "description"),
                                 d.members, d.member_names, d.id in login.identity.desks)
                for d in self.newsroom.desks.offered()]
     waiting = login.session.data.get(_WAITING_FORM)
     notice = ctx._(msgs.DESK_FIRST) if waiting and not login.identity.desks else None
-    return pages.desk_choice(ctx, options, ctx._(error) if error else None, notice)
+    return pages.desk_choice(ctx, options, ctx._(error) if error else None, notice, carried=carried,
+                             form_token=form_token)
 
 
 def register(cls: type[Routed]) -> None:

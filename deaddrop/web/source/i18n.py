@@ -153,6 +153,11 @@ def from_headers(headers: Any) -> Language:
 
 
 def remember(request: Any, code: str) -> None:
-    """Set the menu's cookie: the language code and nothing else, for this browser session only."""
+    """Set the menu's cookie: the language code and nothing else, for this browser session only.
+    This request's own answer is in that language too (``negotiate``): the language menu of a
+    page with a form answers with the page itself."""
     request.addCookie(COOKIE.encode(), code.encode("ascii"), path=b"/", httpOnly=True,
                       secure=request.isSecure(), sameSite="lax")
+    received = getattr(request, "received_cookies", None)
+    if isinstance(received, dict):
+        received[COOKIE.encode()] = code.encode("ascii")

@@ -17,9 +17,9 @@ from deaddrop.web._common.form_tokens import FormTokens
 from deaddrop.web._common.guards import Guarded
 from deaddrop.web._common.session_cookie import SessionCookie
 from deaddrop.web.sessions import Session, SessionStore
-from deaddrop.web.source._carried import CarriedTexts
 from deaddrop.web.source._in_flight import InFlight
 from deaddrop.web.source._login import SourceLogin
+from deaddrop.web.source._received_forms import ReceivedForms
 from deaddrop.web.source._submission_forms import SubmissionForm, SubmissionForms
 from deaddrop.web.source.defence import FloodDefence
 from deaddrop.web.source.i18n import Counted
@@ -40,7 +40,7 @@ class SourceSite(Guarded, Protocol):
     texts: SourceTexts  # the welcome, instructions and logo an admin set
     forms: FormTokens  # sealed tokens of anonymous forms (log in, create) and receipts
     in_flight: InFlight  # uploads still arriving, per source
-    carried: CarriedTexts  # what a visitor without a session typed, across a language switch
+    received: ReceivedForms  # which of each source's forms were stored, beyond their session
     cookie: SessionCookie
 
     @property
@@ -94,12 +94,9 @@ class SourceSite(Guarded, Protocol):
     def submission_forms(session: Session) -> SubmissionForms:
         """The session's submission forms."""
 
+    def form_for(self, login: SourceLogin, token: str | None) -> SubmissionForm:
+        """The form ``token`` names for this login, known as stored if its source stored it."""
+
     def to_lookup(self, request: Any, session: Session, form: SubmissionForm | None = None,
                   refused: bool = False) -> bytes:
         """A redirect to the logged-in page, at the address of a form of its own."""
-
-    def keep_draft(self, request: Any, session: Session, form: SubmissionForm, message: str) -> None:
-        """The typed message of a refused form, sealed with the cookie, within the shared budget."""
-
-    def drop_draft(self, session: Session, name: str) -> None:
-        """Forget the sealed draft ``name``."""

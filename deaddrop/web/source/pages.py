@@ -35,6 +35,7 @@ RETURN_PATHS = frozenset({"/", "/login", "/lookup", "/safety", "/generate", "/de
 # and the page the menu's POST comes back to (see SourceInterface.carry_language).
 LOGIN_FORM = ("login-form", "/login")
 SUBMISSION_FORM = ("send-form", "/lookup")
+DESK_FORM = ("desk-form", "/desks")
 # The replies part of the page once the source has deleted every reply it had (in this session).
 REPLIES_GONE = N_("You have deleted the replies you received. If our journalists write to you again, their replies "
                   "will appear here.")
@@ -388,9 +389,10 @@ def generate(ctx: PageContext, codename: str, error: str | None = None) -> Tag:
 
 
 def login(ctx: PageContext, error: str | None = None, notice: str | None = None, carried: str = "",
-          codename: str = "") -> Tag:
-    """The login form; ``carried`` is a message typed before the session expired, sent after login;
-    ``codename`` what was typed, shown again after a refused login or a language switch."""
+          codename: str = "", form_token: str | None = None) -> Tag:
+    """The login form; ``carried`` is a message typed before the session expired, sent after login
+    (on its submission form's token, ``form_token``, when it came from one); ``codename`` what was
+    typed, shown again after a refused login or a language switch."""
     _ = ctx._
     form = tags.form(method="post", action="/login", class_="card", id=LOGIN_FORM[0])(
         _csrf(ctx),
@@ -404,6 +406,7 @@ def login(ctx: PageContext, error: str | None = None, notice: str | None = None,
     )
     if carried:
         form(
+            tags.input(type="hidden", name=FORM_TOKEN_FIELD, value=form_token) if form_token else "",
             tags.label(_("Your message, kept for you"), for_="msg"),
             tags.textarea(carried, name="msg", id="msg", maxlength=str(MAX_MESSAGE_CHARS), dir="auto"),
             tags.p(_("It will be sent as soon as you log in. Files cannot be kept: choose them again after "
@@ -549,10 +552,11 @@ _READ_BY = Counted((Np_("Read by {n} person.", "Read by {n} people."), "count"))
 
 
 def desk_choice(ctx: PageContext, options: list[DeskOption], error: str | None = None,
-                notice: str | None = None) -> Tag:
+                notice: str | None = None, carried: str = "", form_token: str | None = None) -> Tag:
     """The desks a source chooses among (issue 29): name, description, and how many read each
     (their names only where the desk shows them). Already chosen ones stay ticked and cannot be
-    unticked: what was sent stays where it was sent."""
+    unticked: what was sent stays where it was sent. ``carried``: a message refused for want of a
+    choice, in the form (on its submission form's token, ``form_token``) to come back after it."""
     _ = ctx._
     items = []
     for i, desk in enumerate(options, 1):
@@ -585,12 +589,22 @@ def desk_choice(ctx: PageContext, options: list[DeskOption], error: str | None =
                  "can read what you send.")),
         tags.p(_("You can add a desk later, but not remove one: what you send stays with the desks it was sent "
                  "to.")),
-        tags.form(method="post", action="/desks", id="desk-form")(
+        tags.form(method="post", action="/desks", id=DESK_FORM[0])(
             _csrf(ctx),
             tags.fieldset(class_="desks")(tags.legend(_("Desks")), *items),
+            *_kept_message(ctx, carried, form_token),
             tags.div(class_="actions")(*actions),
         ),
-    ], desks_panel=False)
+    ], desks_panel=False, carry=DESK_FORM if carried else None)
+
+
+def _kept_message(ctx: PageContext, carried: str, form_token: str | None) -> list[Any]:
+    """A message carried through a form it was not typed in, in a box of that form."""
+    if not carried:
+        return []
+    return [tags.input(type="hidden", name=FORM_TOKEN_FIELD, value=form_token) if form_token else "",
+            tags.label(ctx._("Your message, kept for you"), for_="msg"),
+            tags.textarea(carried, name="msg", id="msg", maxlength=str(MAX_MESSAGE_CHARS), dir="auto")]
 
 
 def logged_out(ctx: PageContext) -> Tag:

@@ -52,15 +52,13 @@ def _lookup(self: SourceSite, request: Any, login: SourceLogin) -> Any:
         return self.html(request, received_page(self, request, login, form))
     if form is None:  # /lookup itself (links, typed address)
         form = forms.issue()
-    status, error, message = 200, None, ""
+    status, error = 200, None
     if form.error is not None:
         ctx = self.page_ctx(request, None)
         status, error = form.error[0], form.error[1](ctx)
         if status == 503:  # busy: as the refusal this page stands for said
             busy_status(request)
-    if form.has_draft:  # a refused form's message, or one carried across a language switch
-        message = SessionStore.unseal(login.session, self.cookie.token(request), f"draft:{form.token}") or ""
-    return _lookup_page(self, request, login, status=status, message=message, error=error, form=form)
+    return lookup_page(self, request, login, status=status, error=error, form=form)
 
 
 @login_route(routes, "/delete", "POST")
@@ -75,7 +73,7 @@ def delete(self: SourceSite, request: Any, login: SourceLogin):
         login.session.data[_REPLIES_DELETED] = True
         login.session.flash(lang.gettext(msgs.REPLY_DELETED), "ok")
         return self.to_lookup(request, login.session)
-    page = yield _lookup_page(self, request, login, status=404, error=lang.gettext(msgs.REPLY_NOT_FOUND))
+    page = yield lookup_page(self, request, login, status=404, error=lang.gettext(msgs.REPLY_NOT_FOUND))
     return page
 
 
@@ -95,16 +93,17 @@ def register(cls: type[Routed]) -> None:
 
 
 @inlineCallbacks
-def _lookup_page(self: SourceSite, request: Any, login: SourceLogin, *, status: int = 200, message: str = "",
+def lookup_page(self: SourceSite, request: Any, login: SourceLogin, *, status: int = 200, message: str = "",
                 error: str | None = None, form: SubmissionForm | None = None):
+    """The logged-in page, its form (``form``, else a new one) holding ``message``, ``error`` by it."""
     self.newsroom.replies.ensure_key(login.identity, login.passphrase)  # heals a key lost to a crash after a first submission
     try:
         replies = yield self.newsroom.replies.for_source(login.identity, login.passphrase)
     except Busy:
         if error is None and not message:
             raise
-        # A refused form's page (a redirect's target, e.g. after "busy"): the form and its
-        # message matter more now than the replies, which are read at the next visit.
+        # A refused form's page (e.g. after "busy"), or a message brought across a language
+        # switch: the form and its message matter more now than the replies, read next visit.
         replies = []
         shown: list[ShownReply] | None = None
     else:

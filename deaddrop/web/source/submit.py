@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from twisted.internet.defer import Deferred, inlineCallbacks
+from twisted.internet.defer import Deferred, inlineCallbacks, succeed
 from twisted.python.failure import Failure
 
 from deaddrop.web._common.deferreds import shield
@@ -94,7 +94,7 @@ def _form_taken(self: SourceSite, request: Any, sent: Sent, with_files: bool):
     elif with_files and not self.settings.allow_uploads:
         refused = FormRefused(400, msgs.NO_FILES)
     else:
-        form = self.submission_forms(login.session).adopt(fields.get(pages.FORM_TOKEN_FIELD))
+        form = self.form_for(login, fields.get(pages.FORM_TOKEN_FIELD))
         while form.state == SENDING:  # the same form, sent twice at once (a double click)
             yield form.settled()
         if form.state == RECEIVED:  # already stored: answered with what arrived, stored once
@@ -114,9 +114,14 @@ def _store(self: SourceSite, sent: Sent, files: list[Any]) -> Deferred:
     return self.newsroom.submissions.submit(login.identity, sent.fields.get("msg", ""), files, login.passphrase)
 
 
-def carried_submission(self: SourceSite, request: Any, login: SourceLogin, message: str) -> Deferred:
-    """A message carried through the login page (its session had ended), sent with a fresh form
-    of ``login``'s: stored and answered as if sent from /submit. -> the page."""
-    sent = Sent({"msg": message}, login, self.submission_forms(login.session).issue())
+def carried_submission(self: SourceSite, request: Any, login: SourceLogin, message: str,
+                       token: str | None = None) -> Deferred:
+    """A message carried through the login page (its session had ended), sent on the token of
+    the form it was typed in (``form_for``: that form, sent again from the browser's history,
+    is then known as stored, and one known as stored already is not stored again): stored and
+    answered as if sent from /submit. -> the page."""
+    sent = Sent({"msg": message}, login, self.form_for(login, token))
+    if sent.form is not None and sent.form.state == RECEIVED:  # its refusal was sent again: once
+        return succeed(answer(self, request, AlreadyReceived(sent.form), sent))
     # Shielded like /submit: a visitor who leaves now still has it stored (or discarded) whole.
     return shield(_store(self, sent, [])).addBoth(lambda outcome: answer(self, request, outcome, sent))
