@@ -34,7 +34,7 @@ PROMPTS = [(re.compile(r"(?i)mail server password"), "smtp password"),
            (re.compile(r"(?i)passphrase"), "passphrase"),
            (re.compile(r"(?i)(one-time|two-factor|six-digit|totp).*code|^code"), "code")]
 FILLED = {"<ALICE-ADDRESS>": "alice@example.org", "<DEADDROP-ADDRESS>": "deaddrop@example.org",
-          "<MAIL-LOGIN>": "deaddrop"}
+          "<MAIL-LOGIN>": "deaddrop", "<JOURNALIST-HOST>": "newsroom.example"}
 
 
 class StepFailed(Exception):
@@ -65,6 +65,7 @@ class Run:
     new_server: bool = False
     restored: bool = False
     new_certificate: str | None = None
+    host_names: set[str] = field(default_factory=set)  # the DNS names the server certificates carry
     guide: str = ""  # the guide's text: what `cert server` may name
     reached: list[str] = field(default_factory=list)
     modes: list[str] = field(default_factory=list)  # per command: how it ran (as written, stood in)
@@ -534,7 +535,15 @@ def admin_command(run: Run, m: re.Match, command: str) -> None:
         unused = sorted({o for o in re.findall(r"(?<![\w-])--[a-z][\w-]*", out) if o not in commands})
         if unused:
             raise StepFailed(f"cert server prints options no command of the guide uses: {', '.join(unused)}\n{out}")
+        names = certificate_host_names(run.path(re.search(r"--out (\S+)", sub).group(1)).read_bytes())
+        if not names:
+            raise StepFailed("the server certificate names no host name, only addresses: journalists' security keys "
+                             "(WebAuthn) refuse an interface opened by an IP address, so none could be registered\n"
+                             f"{out}")
+        run.host_names.update(names)
+        say(f"  the server certificate names {', '.join(names)}: security keys can be registered there")
         run.reach("cert server")
+        run.reach("host name for security keys")
     elif sub.startswith("ca init"):
         run.reach("CA")
     elif sub.startswith("crl"):
@@ -567,6 +576,31 @@ def admin_command(run: Run, m: re.Match, command: str) -> None:
         run.reach("digest registration")
     else:
         say("  done")
+
+
+def certificate_host_names(pem: bytes) -> list[str]:
+    """The DNS names (not addresses) of the first certificate in ``pem``: where a browser can use
+    security keys, as the server's own ``server_names`` sees them."""
+    from cryptography import x509
+
+    try:
+        names = x509.load_pem_x509_certificate(pem).extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    except x509.ExtensionNotFound:
+        return []
+    return names.value.get_values_for_type(x509.DNSName)
+
+
+def workstation_host_name(run: Run, m: re.Match, command: str) -> None:
+    """The workstation resolves a name of the server's certificate to the server's VPN address."""
+    run.as_written(command)
+    name = run.placeholders.get(m.group(1), m.group(1))
+    if name not in run.host_names:
+        raise StepFailed(f"{name} is not a name of the server certificate ({', '.join(sorted(run.host_names))})")
+    hosts = run.path("/etc/hosts").read_text().split("\n")
+    if f"{run.moved('10.8.0.1')} {name}" not in hosts:
+        raise StepFailed(f"the workstation's /etc/hosts does not send {name} to the server:\n" + "\n".join(hosts))
+    say(f"  the workstation reaches the server as {name}, a name of its certificate")
+    run.reach("host name on the workstation")
 
 
 def personal_key_export(run: Run, m: re.Match, command: str) -> None:
@@ -743,6 +777,7 @@ HANDLERS: list[tuple[str, Callable[[Run, re.Match, str], None]]] = [
     (r"(\S*/python) -c '.*getPlugins", plugin_cache),
     (r"\S*/pip wheel .*--wheel-dir (\S+)", pip_wheel),
     (r"gpg --armor --export \S+ > (\S+)$", personal_key_export),
+    (r"echo '10\.8\.0\.1 (\S+)' >> /etc/hosts$", workstation_host_name),
     (r"echo 'DEADDROP_OPTIONS=.*--smtp-server", digest_options),
     (r"\S*deaddrop-admin restore ", lambda run, m, c: restore_on_new_server(run, c)),
     (r"\S*deaddrop-admin (.*)$", admin_command),

@@ -196,6 +196,54 @@ class KeysStayOnTheirStickTests(_Parts):
             "the TLS stick holds more than certificates: ['server.key']"])
 
 
+class HostNameTests(_Parts):
+    """Security keys (WebAuthn) refuse an interface opened by an IP address: the guide's server
+    certificate names a host name, and the workstation sends that name to the server's VPN address."""
+
+    def cert_server(self, *hosts: str) -> str:
+        from deaddrop.transport import ca
+
+        ca_dir, out = self.run_.prefix / "ca", self.run_.prefix / f"server-{len(hosts)}.pem"
+        ca.init_ca(str(ca_dir))
+        self.addCleanup(shutil.rmtree, ca_dir, True)
+        admin = Path(sys.executable).parent / "deaddrop-admin"
+        command = f"{admin} cert server --ca-dir {ca_dir} " + " ".join(f"--host {h}" for h in hosts) + f" --out {out}"
+        self.run_.guide, self.run_.allowed = GUIDE.read_text("utf-8"), {self.run_.moved(command)}
+        self.steps.dispatch(self.run_, command)
+        return command
+
+    def test_a_certificate_for_an_address_only_fails(self):
+        with self.assertRaises(self.steps.StepFailed) as caught:
+            self.cert_server("10.8.0.1")
+        self.assertIn("names no host name, only addresses: journalists' security keys (WebAuthn) refuse",
+                      str(caught.exception))
+        self.assertNotIn("host name for security keys", self.run_.reached)
+
+    def test_a_certificate_with_a_name_reaches_security_keys_and_the_workstation_resolves_it(self):
+        self.cert_server("newsroom.example", "10.8.0.1")
+        self.assertIn("host name for security keys", self.run_.reached)
+        self.assertEqual(self.run_.host_names, {"newsroom.example"})
+        self.run_.machine = "journalist workstation"
+        (self.run_.prefix / "workstation" / "etc").mkdir(parents=True)
+        line = "echo '10.8.0.1 <JOURNALIST-HOST>' >> /etc/hosts"
+        self.assertIn(f"\n{line}\n", GUIDE.read_text("utf-8"))
+        self.run_.allowed = {self.run_.moved(line)}
+        self.steps.dispatch(self.run_, line)
+        self.assertEqual((self.run_.prefix / "workstation" / "etc" / "hosts").read_text(), "127.0.0.1 newsroom.example\n")
+        self.assertIn("host name on the workstation", self.run_.reached)
+        other = "echo '10.8.0.1 intranet.example' >> /etc/hosts"
+        self.run_.allowed = {self.run_.moved(other)}
+        with self.assertRaises(self.steps.StepFailed) as caught:
+            self.steps.dispatch(self.run_, other)
+        self.assertIn("intranet.example is not a name of the server certificate", str(caught.exception))
+
+    def test_the_guide_names_the_host_wherever_it_makes_a_server_certificate(self):
+        lines = [c.text for c in self.steps.guide_commands(GUIDE.read_text("utf-8")) if " cert server " in c.text]
+        self.assertEqual(len(lines), 2)  # the first server's and the restored one's
+        for line in lines:
+            self.assertIn("--host <JOURNALIST-HOST> --host 10.8.0.1 ", line)
+
+
 class PluginCacheTests(unittest.TestCase):
     """Cosmetic item: every start as the service user warned that twistd's plugin cache could not
     be written. The guide's install writes it as root; install-check's probe sees a start that
