@@ -69,6 +69,12 @@ class DemoBannerTests(unittest.TestCase):
         self.assertIn("Source interface:     http://127.0.0.1:9080", text)
         self.assertIn("Journalist interface: https://10.8.0.1:9443", text)
 
+    def test_the_journalist_interface_on_loopback_is_shown_by_name(self):
+        # The demo's certificate names localhost; security keys refuse https://127.0.0.1:8443.
+        text = banner(self.data, "./demo", [])
+        self.assertIn("Journalist interface: https://localhost:8443", text)
+        self.assertNotIn("https://127.0.0.1", text)
+
     def test_the_printed_paths_hold_from_wherever_the_demo_was_started(self):
         # scripts/demo runs from the checkout and passes ./deaddrop-data; its user may have typed
         # deaddrop/scripts/demo from the folder above, where ./deaddrop-demo/demo.p12 is not.

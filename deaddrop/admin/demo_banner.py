@@ -42,6 +42,13 @@ def _url(scheme: str, endpoint: str) -> str:
     return endpoint
 
 
+def _journalist_url(endpoint: str) -> str:
+    """The journalist interface by name where it listens on 127.0.0.1: the demo's certificate
+    names ``localhost``, and security keys (WebAuthn) refuse a page opened by an IP address."""
+    url = _url("https", endpoint)
+    return url.replace("https://127.0.0.1:", "https://localhost:", 1)
+
+
 def _boxed(lines: list[str]) -> list[str]:
     width = max(len(line) for line in lines)
     edge = "*" * (width + 6)
@@ -94,7 +101,7 @@ def banner(data_dir: str, demo_dir: str, argv: Sequence[str]) -> str:
         f"  Source interface:     {_url('http', _option(argv, '--source-listen', 'tcp:8080:interface=127.0.0.1'))}",
         f"  Source onion:         {onion[0]}",
         *(f"{indent}{line}" for line in onion[1:]),
-        f"  Journalist interface: {_url('https', _option(argv, '--journalist-listen', 'tcp:8443:interface=127.0.0.1'))}",
+        f"  Journalist interface: {_journalist_url(_option(argv, '--journalist-listen', 'tcp:8443:interface=127.0.0.1'))}",
         f"{indent}In the browser: import {demo_dir}/demo.p12 as your certificate (password",
         f"{indent}in {demo_dir}/certificate.txt) AND import {data_dir}/ca/ca.pem as an",
         f"{indent}authority trusted to identify websites (without it the browser refuses the",
