@@ -135,3 +135,19 @@ class DescribeTests(unittest.TestCase):
         self.assertEqual(parse_show("  No metadata found in in.txt.\n").kinds, [])
         self.assertFalse(parse_show("").supported)
         self.assertFalse(parse_show("Traceback (most recent call last):\n  File \"x\", line 1: oops\n").supported)
+
+
+class CleaningReportTests(unittest.TestCase):
+    """scrub's line per file never says "no metadata found" beside what mat2 still reports
+    (new-user walkthrough: "b.pdf: no metadata found; mat2 still reports dates")."""
+
+    def test_each_outcome_reads_as_one_true_statement(self) -> None:
+        from deaddrop.svs.scrub import cleaning_report
+
+        kept = ["creation-date", "mod-date"]
+        self.assertEqual(cleaning_report([], []), "no metadata found")
+        self.assertEqual(cleaning_report(["dc:creator"], []), "removed author/creator (dc:creator)")
+        said = cleaning_report([], kept)
+        self.assertNotIn("no metadata found", said)
+        self.assertTrue(said.startswith("mat2 could remove nothing, and still reports dates (creation-date, mod-date)"))
+        self.assertIn("look before publishing", cleaning_report(["dc:creator"], kept))

@@ -137,13 +137,20 @@ class Cleaner:
             raise ItemError(f"{before.problem}: refused, it would leave with its metadata "
                             "(--keep-metadata FILE lets it leave unchanged)")
         cleaned = self.mat2.clean(work, copy, before)
-        if cleaned.removed:
-            line = f"{label}: removed {describe(cleaned.removed)}"
-        else:
-            line = f"{label}: no metadata found"
-        if cleaned.remaining:
-            line += f"; mat2 still reports {describe(cleaned.remaining)}"
-        return Prepared(cleaned.path, line)
+        return Prepared(cleaned.path, f"{label}: {cleaning_report(cleaned.removed, cleaned.remaining)}")
+
+
+def cleaning_report(removed: list[str], remaining: list[str]) -> str:
+    """What mat2 did to one file, in words that never contradict each other: "no metadata
+    found" only when mat2 reports none left either."""
+    if removed and remaining:
+        return f"removed {describe(removed)}; mat2 still reports {describe(remaining)} (look before publishing)"
+    if removed:
+        return f"removed {describe(removed)}"
+    if remaining:
+        return (f"mat2 could remove nothing, and still reports {describe(remaining)} "
+                "(the format keeps them: look before publishing)")
+    return "no metadata found"
 
 
 @dataclass
