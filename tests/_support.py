@@ -26,7 +26,7 @@ from twisted.web.client import Agent, HTTPConnectionPool
 
 from deaddrop.config import Config
 from deaddrop.crypto.kdf import KdfCost
-from deaddrop.crypto.run_home import remove_run_home, run_home_path
+from deaddrop.crypto.run_home import remove_left_behind
 from deaddrop.service import build_service
 
 
@@ -38,7 +38,7 @@ def short_tempdir(prefix: str = "dd-") -> str:
 def kill_gpg_agent(homedir: str) -> None:
     """Stop the agent of ``homedir``, and of the run home of a ``Keyring`` whose files are there."""
     subprocess.run(["gpgconf", "--homedir", homedir, "--kill", "gpg-agent"], capture_output=True)
-    remove_run_home(run_home_path(homedir))
+    remove_left_behind(homedir)
 
 
 @dataclass(frozen=True)

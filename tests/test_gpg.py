@@ -1,4 +1,5 @@
 import os
+import re
 import struct
 import subprocess
 import time
@@ -9,7 +10,6 @@ from twisted.trial import unittest
 
 from deaddrop.crypto._process_exit import running
 from deaddrop.crypto.gpg import GpgError, Keyring
-from deaddrop.crypto.run_home import RunHomeError
 from tests._support import kill_gpg_agent, short_tempdir, test_svs
 
 
@@ -175,16 +175,42 @@ class RunHomeTests(unittest.TestCase):
         self.assertFalse(os.path.exists(run_home))
         self.assertFalse(running(pid))
 
-    def test_a_run_home_left_behind_is_replaced_and_one_anyone_else_can_enter_refused(self):
+    def test_a_run_home_left_behind_is_replaced_and_one_anyone_else_made_is_left_alone(self):
         run_home = self.keyring.run_home
         with open(os.path.join(run_home, "left-by-a-crash"), "w"):
             pass
         again = Keyring(self.home)
-        self.assertEqual(again.run_home, run_home)
-        self.assertNotIn("left-by-a-crash", os.listdir(run_home))
-        again.close()
-        os.mkdir(run_home, 0o755)
-        os.chmod(run_home, 0o755)
-        with self.assertRaises(RunHomeError):
-            Keyring(self.home)
-        os.rmdir(run_home)
+        self.addCleanup(again.close)
+        self.assertNotEqual(again.run_home, run_home)
+        self.assertFalse(os.path.exists(os.path.dirname(run_home)))
+        self.assertEqual(os.listdir(os.path.dirname(again.run_home)), ["home"])
+
+    def test_a_local_user_can_neither_stop_the_start_nor_see_a_read(self):
+        """/dev/shm is every user's. A folder made at the name derived from the data dir (what an
+        older version used, and anyone can work out) stopped the server's start; the run home's
+        own times, which anyone could stat, moved at every gpg run, to the nanosecond."""
+        entry = self.keyring.run_home  # the entry of /dev/shm (anyone's) that holds it
+        while not os.path.basename(entry).startswith("deaddrop-gnupg-"):
+            entry = os.path.dirname(entry)
+        parent = os.path.dirname(entry)
+        derived = re.match(r"deaddrop-gnupg-[0-9a-f]{16}", os.path.basename(entry)).group(0)
+        self.keyring.close()
+        squatted = os.path.join(parent, derived)
+        os.mkdir(squatted)
+        os.chmod(squatted, 0o755)  # (this test's user: one that is not private counts as someone else's)
+        self.addCleanup(os.rmdir, squatted)
+        self.keyring = Keyring(self.home)
+        self.addCleanup(self.keyring.close)
+        self.assertTrue(os.path.isdir(squatted))
+
+        # The entry of /dev/shm anyone can stat is a private folder, whose times a read leaves alone.
+        entry = self.keyring.run_home
+        while os.path.dirname(entry) != parent:
+            entry = os.path.dirname(entry)
+        self.assertEqual(os.lstat(entry).st_mode & 0o777, 0o700)
+        self.keyring._gpg.list_keys()  # (the agent's start, too, is behind it)
+        before = os.lstat(entry)
+        time.sleep(0.05)
+        self.keyring._gpg.list_keys()
+        after = os.lstat(entry)
+        self.assertEqual((after.st_mtime_ns, after.st_ctime_ns), (before.st_mtime_ns, before.st_ctime_ns))

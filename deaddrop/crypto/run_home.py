@@ -22,9 +22,14 @@ the second a source read a reply. Here they land on a tmpfs that no seized disk 
 A run that writes the keyring names it (``--keyring``, see ``Keyring``): gpg then writes the
 keybox itself, with its lock and backup beside it in ``DATA/gnupg``.
 
-The folder's name is derived from the keyring's path (one per data dir; a restart after a crash
-finds and replaces its own), on ``/dev/shm``: memory, gone at power-off. It must be a folder of
-this user that nobody else can enter, or the server refuses to start.
+It is on ``/dev/shm``: memory, gone at power-off, and shared with every user of the host
+(systemd's ``PrivateDevices=yes`` keeps the host's). So the run home is ``home`` inside a private
+folder with a random name (``deaddrop-gnupg-<hash of the keyring's path>-<random>``, 0700): no
+local user can make that folder first (a name derived from the data dir alone could be made by
+anyone, and stopped the server's start), and the only entry they can stat never changes while the
+server runs (the run home's own times moved at every gpg run, to the nanosecond, where anyone
+could read them). A start removes the folders of its keyring a crash left (this user's, private,
+with the keyring's prefix) and leaves everyone else's alone.
 """
 from __future__ import annotations
 
@@ -39,6 +44,7 @@ PARENT = "/dev/shm"
 KEYBOX = "pubring.kbx"
 SECRET_KEYS = "private-keys-v1.d"
 REVOCATIONS = "openpgp-revocs.d"
+HOME = "home"  # the run home, inside its private folder
 # gpg-agent's longest socket name; sun_path holds 107 bytes and a NUL.
 _LONGEST_SOCKET = "S.gpg-agent.browser"
 
@@ -47,24 +53,26 @@ class RunHomeError(Exception):
     pass
 
 
-def run_home_path(keyring_home: str) -> str:
-    """Where the run home of the keyring in ``keyring_home`` is (whether or not it exists)."""
+def _prefix(keyring_home: str) -> str:
+    """The start of the names of the run folders of the keyring in ``keyring_home``."""
     digest = hashlib.blake2b(os.path.realpath(keyring_home).encode("utf-8", "surrogateescape"),
                              digest_size=8, person=b"dd-gpg-run-home").hexdigest()
-    parent = PARENT if os.path.isdir(PARENT) else tempfile.gettempdir()
-    return os.path.join(parent, f"deaddrop-gnupg-{digest}")
+    return f"deaddrop-gnupg-{digest}"
+
+
+def _parent() -> str:
+    return PARENT if os.path.isdir(PARENT) else tempfile.gettempdir()
 
 
 def prepare_run_home(keyring_home: str, agent_conf: str) -> str:
-    """A fresh run home for the keyring in ``keyring_home`` (replacing one a crash left). -> its path."""
-    path = run_home_path(keyring_home)
+    """A fresh run home for the keyring in ``keyring_home`` (removing those a crash left). -> its path."""
+    remove_left_behind(keyring_home)
+    folder = tempfile.mkdtemp(prefix=_prefix(keyring_home) + "-", dir=_parent())  # 0700, a name nobody chose
+    path = os.path.join(folder, HOME)
     if len(os.path.join(path, _LONGEST_SOCKET)) > 107:
+        os.rmdir(folder)
         raise RunHomeError(f"the GnuPG run folder's path is too long for gpg-agent's sockets: {path}")
-    remove_run_home(path)
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:  # made again between the removal and here: not by us
-        raise RunHomeError(f"{path} exists and is not a private folder of this user") from None
+    os.mkdir(path, 0o700)
     home = os.path.realpath(keyring_home)
     os.symlink(os.path.join(home, KEYBOX), os.path.join(path, KEYBOX))
     os.symlink(os.path.join(home, SECRET_KEYS), os.path.join(path, SECRET_KEYS))
@@ -75,15 +83,38 @@ def prepare_run_home(keyring_home: str, agent_conf: str) -> str:
     return path
 
 
+def remove_left_behind(keyring_home: str) -> None:
+    """Remove every run folder of the keyring in ``keyring_home`` (what a crash left, and the one
+    name an older version used), stopping its agent: only folders of this user that nobody else
+    can enter; anything else with such a name (anyone may make one) is left alone."""
+    prefix = _prefix(keyring_home)
+    parent = _parent()
+    for name in os.listdir(parent):
+        if name == prefix or name.startswith(prefix + "-"):
+            folder = os.path.join(parent, name)
+            if _ours(folder):
+                _remove(folder)
+
+
 def remove_run_home(path: str) -> None:
-    """Stop the agent of the run home at ``path`` and remove it; nothing if there is none. Refuses
-    a path that is not a private folder of this user (never follows a link there)."""
+    """Stop the agent of the run home at ``path`` (``prepare_run_home``'s) and remove its folder;
+    nothing if there is none, or if it is not this user's private folder (never follows a link)."""
+    folder = os.path.dirname(path)
+    if os.path.basename(path) == HOME and _ours(folder):
+        _remove(folder)
+
+
+def _ours(folder: str) -> bool:
     try:
-        st = os.lstat(path)
+        st = os.lstat(folder)
     except FileNotFoundError:
-        return
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise RunHomeError(f"{path} exists and is not a private folder of this user")
-    subprocess.run(["gpgconf", "--homedir", path, "--kill", "gpg-agent"],
-                   stdin=subprocess.DEVNULL, capture_output=True)
-    shutil.rmtree(path, ignore_errors=True)
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
+def _remove(folder: str) -> None:
+    for home in (os.path.join(folder, HOME), folder):  # (an older version ran gpg in the folder itself)
+        if os.path.isdir(home):
+            subprocess.run(["gpgconf", "--homedir", home, "--kill", "gpg-agent"],
+                           stdin=subprocess.DEVNULL, capture_output=True)
+    shutil.rmtree(folder, ignore_errors=True)
