@@ -93,10 +93,12 @@ def start(instance: Instance, key: str, tor_args: list[str], log_dir: str) -> No
                                      stderr=subprocess.DEVNULL, start_new_session=True)
 
 
-def published(instance: Instance) -> bool:
+def published(instance: Instance, log_dir: str) -> bool:
     assert instance.proc is not None
     if instance.proc.poll() is not None:
-        raise SystemExit(f"instance {instance.name} exited ({instance.proc.returncode}); see its log")
+        with open(os.path.join(log_dir, f"{instance.name}.log"), errors="replace") as f:
+            tail = f.read()[-3000:]
+        raise SystemExit(f"instance {instance.name} exited ({instance.proc.returncode}):\n{tail}")
     return os.path.exists(os.path.join(instance.data_dir, "source-onion.txt"))
 
 
@@ -164,7 +166,7 @@ def main() -> int:
                 start(i, svs.public_key_path, tor_args, work)
                 instances.append(i)
             deadline = time.monotonic() + 600
-            while not all(published(i) for i in instances):
+            while not all(published(i, work) for i in instances):
                 if time.monotonic() > deadline:
                     raise SystemExit("not every onion was published within 600 s")
                 time.sleep(1)

@@ -197,6 +197,10 @@ class DebianPackageTests(unittest.TestCase):
                          (0o700, "deaddrop"))
         for tool in ("deaddrop-admin", "deaddrop-svs", "deaddrop-journalist"):
             self.assertEqual(root.run(["sh", "-c", f"command -v {tool}"]).stdout.strip(), f"/usr/bin/{tool}")
+        for unit in ("deaddrop.service", "deaddrop@.service"):
+            documentation = re.search(r"^Documentation=file:(\S+)$", root.path(f"/lib/systemd/system/{unit}").read_text(),
+                                      re.M).group(1)
+            self.assertTrue(root.path(documentation).is_file(), documentation)
         policy = root.run(["apt-cache", "policy", "deaddrop"]).stdout
         self.assertIn(f"file:{REPO}/public bookworm/main", policy)
 
