@@ -273,6 +273,25 @@ class SubmitRouteTests(_ServerTestCase):
         self.assertEqual(stored_files(self.server.data_dir), stored)  # stored once
 
     @inlineCallbacks
+    def test_a_message_that_fills_the_box_with_line_breaks_is_stored_and_given_back_whole(self):
+        # The box (maxlength) counts a line break as one character; the browser sends it as CRLF.
+        full_box = ("x" * 99 + "\r\n") * (pages.MAX_MESSAGE_CHARS // 100)
+        self.assertEqual(pages.message_chars(full_box), pages.MAX_MESSAGE_CHARS)
+        response, html = yield self.browser.submit(full_box)
+        self.assertEqual(response.code, 200, html[:500])
+        self.assertIn("Thank you. We received your message", html)
+        # Given back (its session ended meanwhile): every line of it in the login page's box.
+        response, lookup = yield self.browser.get("/lookup")
+        yield self.browser.get("/logout")
+        body, content_type = multipart_body([("csrf_token", self.browser.csrf(lookup)), ("msg", full_box)],
+                                            [("", b"")])
+        response, html = yield self.browser.post("/submit", data=body, headers={
+            "User-Agent": Browser.USER_AGENT, "Content-Type": content_type})
+        self.assertIn("Nothing was stored yet: your message is kept below.", html)
+        self.assertEqual(html.count("x" * 99 + "\n"), pages.MAX_MESSAGE_CHARS // 100)
+        self.assertEqual(len(stored_files(self.server.data_dir)), 1)
+
+    @inlineCallbacks
     def test_a_session_that_ended_while_the_body_arrived_and_a_form_refused(self):
         response, html = yield self.browser.get("/lookup")
         too_long = TYPED + "x" * pages.MAX_MESSAGE_CHARS

@@ -33,7 +33,7 @@ from deaddrop.web.source._submission_forms import RECEIVED, SENDING, Receipt, Su
 from deaddrop.web.source.desk_choice import lead_to_choice
 from deaddrop.web.source.i18n import Counted
 from deaddrop.web.source.interface import SourceSite
-from deaddrop.web.source.pages import MAX_FILES, MAX_MESSAGE_CHARS, PageContext
+from deaddrop.web.source.pages import MAX_FILES, MAX_MESSAGE_CHARS, PageContext, within_limit
 
 # Why an upload was refused before its files were read (UploadError.reason).
 EXPIRED = "expired"
@@ -199,7 +199,7 @@ def login_page_again(self: SourceSite, request: Any, status: int = 200, codename
     ctx = self.form_ctx(request, "login")
     notice = ctx._(msgs.EXPIRED_SUBMIT, minutes=self.session_minutes) if message else None
     set_html(request, status)
-    return render_sync(pages.login(ctx, notice=notice, carried=message[:MAX_MESSAGE_CHARS], codename=codename,
+    return render_sync(pages.login(ctx, notice=notice, carried=within_limit(message), codename=codename,
                                    form_token=form_token if message else None))
 
 
@@ -214,7 +214,7 @@ def _desk_not_chosen(self: SourceSite, request: Any, error: Exception, sent: Sen
     form = self.form_for(login, sent.token)
     if form.state == RECEIVED:
         return form_again(self, request, sent, 409, msgs.STALE_SUBMIT)  # answered with what arrived
-    return lead_to_choice(self, request, login, form, sent.message(request)[:MAX_MESSAGE_CHARS], early=_early(request))
+    return lead_to_choice(self, request, login, form, within_limit(sent.message(request)), early=_early(request))
 
 
 def _form_refused(self: SourceSite, request: Any, refused: FormRefused, sent: Sent) -> bytes:
@@ -295,7 +295,7 @@ def form_again(self: SourceSite, request: Any, sent: Sent, status: int, error: s
     the form's one-time token stores it once. A refusal with nothing typed redirects to the
     form's own address instead (post/redirect/get), where the form's record (in the session,
     a few bytes) shows the error."""
-    message = sent.message(request)[:MAX_MESSAGE_CHARS]
+    message = within_limit(sent.message(request))
     login = self.current_login(request)
     if login is None:
         ctx = self.page_ctx(request, None)

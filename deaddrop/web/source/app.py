@@ -53,7 +53,7 @@ from deaddrop.web.source._received_forms import ReceivedForms
 from deaddrop.web.source._submission_forms import OPEN, RECEIVED, SubmissionForm, SubmissionForms
 from deaddrop.web.source.i18n import Counted
 from deaddrop.web.source.interface import SourceSite
-from deaddrop.web.source.pages import MAX_MESSAGE_CHARS, CustomTexts, PageContext
+from deaddrop.web.source.pages import MAX_MESSAGE_CHARS, CustomTexts, PageContext, within_limit
 
 COOKIE = "dd_source"
 # English texts, kept importable for tests that read pages in English.
@@ -205,7 +205,7 @@ class SourceInterface(HtmlResponses):
         login = self.current_login(request)
         ctx = self.page_ctx(request, login.session if login else None, logged_in=login is not None)
         set_html(request, status)
-        return render_sync(pages.error(ctx, ctx._(title), ctx._(message, **values), kept=kept[:MAX_MESSAGE_CHARS]))
+        return render_sync(pages.error(ctx, ctx._(title), ctx._(message, **values), kept=within_limit(kept)))
 
     # -- one-time submission forms (see _submission_forms) ------------------------------------
 

@@ -22,7 +22,7 @@ from deaddrop.web._common.routes import Routed, Routes
 from deaddrop.web.sessions import Session, SessionStore
 from deaddrop.web.source import i18n, messages as msgs, pages
 from deaddrop.web.source._login import SourceLogin
-from deaddrop.web.source.pages import MAX_MESSAGE_CHARS
+from deaddrop.web.source.pages import MAX_MESSAGE_CHARS, within_limit
 from deaddrop.web.source._answers import busy_status
 from deaddrop.web.source._received import receipt_thanks
 from deaddrop.web.source.submit import carried_submission
@@ -112,7 +112,7 @@ def login_form(self: SourceSite, request: Any) -> Any:
 @inlineCallbacks
 def login(self: SourceSite, request: Any):
     # A message typed before the session expired rides along in the form (see /submit).
-    carried = (form_arg(request, "msg", MAX_MESSAGE_CHARS) or "")[:MAX_MESSAGE_CHARS]
+    carried = within_limit(form_arg(request, "msg", MAX_MESSAGE_CHARS) or "")
     typed = self.arg(request, "codename") or ""
     # Every refusal below shows the form again with what was typed in it, so one mistyped word
     # does not mean typing seven again (docs/threat-model.md, "A mistyped codename"): in this

@@ -25,7 +25,7 @@ from deaddrop.web._common.routes import Routed, Routes
 from deaddrop.web.source import messages as msgs, pages
 from deaddrop.web.source._login import SourceLogin
 from deaddrop.web.source._submission_forms import OPEN, RECEIVED, SubmissionForm, SubmissionForms
-from deaddrop.web.source.pages import MAX_MESSAGE_CHARS
+from deaddrop.web.source.pages import MAX_MESSAGE_CHARS, within_limit
 from deaddrop.web.source.interface import SourceSite
 
 # The session's form whose message waits for the choice (``lead_to_choice``).
@@ -98,7 +98,7 @@ def choice_again(self: SourceSite, request: Any, login: SourceLogin) -> Any:
 
 def _carried(self: SourceSite, request: Any, login: SourceLogin) -> tuple[str, SubmissionForm]:
     """The message the choice page's form carries (from this site's own page only), and its form."""
-    message = (form_arg(request, "msg", MAX_MESSAGE_CHARS) or "")[:MAX_MESSAGE_CHARS] if same_origin(request) else ""
+    message = within_limit(form_arg(request, "msg", MAX_MESSAGE_CHARS) or "") if same_origin(request) else ""
     form = self.form_for(login, form_arg(request, pages.FORM_TOKEN_FIELD, 64))
     if form.state == RECEIVED:  # sent meanwhile (another tab): never offered again as unsent
         message = ""

@@ -14,7 +14,7 @@ from deaddrop.web._common.routes import Routed, Routes
 from deaddrop.web.source import i18n, messages as msgs, pages
 from deaddrop.web.source._answers import login_page_again
 from deaddrop.web.source._submission_forms import OPEN, RECEIVED
-from deaddrop.web.source.pages import MAX_MESSAGE_CHARS
+from deaddrop.web.source.pages import MAX_MESSAGE_CHARS, within_limit
 from deaddrop.web.source.desk_choice import choice_again
 from deaddrop.web.source.interface import SourceSite
 from deaddrop.web.source.replies import lookup_page
@@ -49,7 +49,7 @@ def carry_language(self: SourceSite, request: Any, code: str) -> Any:
     if not same_origin(request) or back not in (pages.LOGIN_FORM[1], pages.SUBMISSION_FORM[1], pages.DESK_FORM[1]):
         # Another site's form: the language changes, nothing it sent is shown back.
         return self.redirect(request, back if back in pages.RETURN_PATHS else "/")
-    message = (form_arg(request, "msg", MAX_MESSAGE_CHARS) or "")[:MAX_MESSAGE_CHARS]
+    message = within_limit(form_arg(request, "msg", MAX_MESSAGE_CHARS) or "")
     token = self.arg(request, pages.FORM_TOKEN_FIELD)
     login = self.current_login(request) if back != pages.LOGIN_FORM[1] else None
     if login is not None and back == pages.DESK_FORM[1]:  # the choice of desks, a refused message in it

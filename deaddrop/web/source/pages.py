@@ -22,6 +22,19 @@ HONEYPOT_FIELD = "website"
 # Each submission form's own one-time token (see web/source/_submission_forms.py).
 FORM_TOKEN_FIELD = "form_token"
 MAX_MESSAGE_CHARS = 100_000
+
+
+def message_chars(message: str) -> int:
+    """A message's length as the textarea's ``maxlength`` counted it while the source typed:
+    the browser sends each line break as CRLF, but counted it as one character, so a message
+    that fit in the box must fit here too (and is never refused, or cut, for its line breaks)."""
+    return len(message.replace("\r\n", "\n"))
+
+
+def within_limit(message: str) -> str:
+    """``message`` to give back in a form: line breaks as the box holds them, and no longer than
+    the box takes (a message a browser sent is never cut: ``message_chars``)."""
+    return message.replace("\r\n", "\n")[:MAX_MESSAGE_CHARS]
 # Files in one submission at most. Each is its own gpg run, stored file and database row, and
 # a body's files are encrypted one after another on its one pump slot: the bound keeps one
 # body's work (and the journalist's list) bounded, far above what a source picks from a folder.

@@ -25,7 +25,7 @@ from deaddrop.web.source._login import SourceLogin
 from deaddrop.web.source._received import still_logged_in
 from deaddrop.web.source._submission_forms import RECEIVED, SENDING, SubmissionForms
 from deaddrop.web.source.interface import SourceSite
-from deaddrop.web.source.pages import MAX_MESSAGE_CHARS
+from deaddrop.web.source.pages import MAX_MESSAGE_CHARS, message_chars
 
 routes = Routes()
 
@@ -87,8 +87,8 @@ def _form_taken(self: SourceSite, request: Any, sent: Sent, with_files: bool):
         refused = FormRefused(403, msgs.STALE_SUBMIT)
     elif fields.get(pages.HONEYPOT_FIELD):
         refused = FormRefused(403, msgs.HONEYPOT)  # as SecureDrop: a bot
-    elif len(message) > MAX_MESSAGE_CHARS:
-        refused = FormRefused(413, msgs.TOO_LONG, dict(count=len(message), limit=MAX_MESSAGE_CHARS))
+    elif message_chars(message) > MAX_MESSAGE_CHARS:
+        refused = FormRefused(413, msgs.TOO_LONG, dict(count=message_chars(message), limit=MAX_MESSAGE_CHARS))
     elif not message.strip() and not with_files:
         refused = FormRefused(400, msgs.EMPTY)
     elif with_files and not self.settings.allow_uploads:
