@@ -5,6 +5,7 @@ trial's test.log; every page must stay under 20 KB, load nothing from elsewhere 
 """
 from __future__ import annotations
 
+import html as htmllib
 import re
 import time
 
@@ -14,6 +15,7 @@ from twisted.trial import unittest
 
 from deaddrop.newsroom import png
 from tests._support import Browser, multipart_body, start_server
+from tests.integration.test_source_flow import stored_messages
 
 _log = Logger()
 
@@ -241,6 +243,11 @@ class SourcePagesTests(_SourceServerTest):
         return self.server.service.newsroom.db.run(query)
 
 
+def _textarea(html: str, name: str) -> str:
+    found = re.search(rf'<textarea name="{name}"[^>]*>([^<]*)</textarea>', html)
+    return htmllib.unescape(found.group(1)) if found else ""
+
+
 def _tick():
     from twisted.internet import reactor
     from twisted.internet.task import deferLater
@@ -250,10 +257,19 @@ def _tick():
 class CarriedMessageOriginTests(_SourceServerTest):
     """A message carried through the login form is shown back only to our own pages' posts."""
 
+    def _browser(self) -> Browser:
+        browser = Browser(self.server.source_url)
+        self.addCleanup(browser.close)
+        return browser
+
     @inlineCallbacks
-    def _post_login(self, fetch_site: str):
+    def _post_login(self, fetch_site: str | None, origin: str | None = None):
         yield self.browser.get("/login")
-        headers = {"User-Agent": Browser.USER_AGENT, "Sec-Fetch-Site": fetch_site}
+        headers = {"User-Agent": Browser.USER_AGENT}
+        if fetch_site is not None:
+            headers["Sec-Fetch-Site"] = fetch_site
+        if origin is not None:
+            headers["Origin"] = origin
         response, html = yield self.browser.post(
             "/login", data={"codename": "x", "csrf_token": "stale", "msg": "PLANTED-BY-ANOTHER-SITE"},
             headers=headers)
@@ -270,3 +286,38 @@ class CarriedMessageOriginTests(_SourceServerTest):
         response, html = yield self._post_login("same-origin")
         self.assertEqual(response.code, 403)
         self.assertIn("PLANTED-BY-ANOTHER-SITE", html)
+
+    @inlineCallbacks
+    def test_our_own_page_gets_its_message_back_without_fetch_metadata(self):
+        # A browser without Fetch Metadata says "Origin: null" for our no-referrer pages' posts,
+        # which carry our SameSite=Strict cookie.
+        response, html = yield self._post_login(None, origin="null")
+        self.assertEqual(response.code, 403)
+        self.assertIn("PLANTED-BY-ANOTHER-SITE", html)
+
+    @inlineCallbacks
+    def test_another_sites_no_referrer_page_cannot_plant_a_message_without_fetch_metadata(self):
+        """Another site's page that says Referrer-Policy: no-referrer posts with "Origin: null"
+        too, from a browser that sends no Fetch Metadata (none to a plain-HTTP onion but Tor
+        Browser's): without our cookie, which SameSite=Strict keeps from its posts, nothing it
+        sent is shown back, at any of the four addresses that give a message back, and a source
+        logging in from that answer sends nothing."""
+        browser = self._browser()
+        codename = yield browser.create_source()
+        yield browser.get("/logout")
+        null = {"User-Agent": Browser.USER_AGENT, "Origin": "null"}
+        body, content_type = multipart_body([("csrf_token", "x"), ("msg", "PLANTED-BY-ANOTHER-SITE")], [("", b"")])
+        for path, data, headers in [
+                ("/login", {"codename": codename, "msg": "PLANTED-BY-ANOTHER-SITE"}, null),
+                ("/language/en?next=/login", {"codename": codename, "msg": "PLANTED-BY-ANOTHER-SITE"}, null),
+                ("/language/en?next=/lookup", {"msg": "PLANTED-BY-ANOTHER-SITE"}, null),
+                ("/submit", body, dict(null, **{"Content-Type": content_type}))]:
+            attacker = self._browser()  # the source's browser, as another site's post leaves it: no cookie of ours
+            response, html = yield attacker.post(path, data=data, headers=headers)
+            self.assertNotIn("PLANTED-BY-ANOTHER-SITE", html, path)
+            self.assertNotIn(codename, html, path)
+            # The source logs in from that answer (our page now, with the cookie it set).
+            response, html = yield attacker.post("/login", headers=null, data={
+                "codename": codename, "csrf_token": attacker.csrf(html), "msg": _textarea(html, "msg")})
+            self.assertIn("Send more and read replies", html, path)
+        self.assertEqual(stored_messages(self.server.data_dir), [])

@@ -19,7 +19,6 @@ from deaddrop.crypto.streaming import EncryptionFailed
 from deaddrop.newsroom.desks import DeskNotChosen
 from deaddrop.newsroom.identity import SourceNotFound
 from deaddrop.newsroom.submissions import StorageFailed, Stored, is_disk_full
-from deaddrop.web._common.forms import same_origin
 from deaddrop.web._common.pages import render_sync, set_html
 from deaddrop.web._common.site import describe_failure
 from deaddrop.web._common.upload import (
@@ -28,6 +27,7 @@ from deaddrop.web._common.upload import (
 from deaddrop.web.source import messages as msgs, pages
 from deaddrop.web.source._in_flight import CLOSED
 from deaddrop.web.source._login import SourceLogin
+from deaddrop.web.source._origin import from_our_page
 from deaddrop.web.source._received import received, received_page, still_logged_in
 from deaddrop.web.source._submission_forms import RECEIVED, SENDING, Receipt, SubmissionForm, SubmissionForms
 from deaddrop.web.source.desk_choice import lead_to_choice
@@ -83,7 +83,7 @@ class Sent:
     def message(self, request: Any) -> str:
         """The typed message to give back: only to this site's own page, so another site cannot
         plant a message that a source would then send under their codename."""
-        return self.fields.get("msg", "") if same_origin(request) else ""
+        return self.fields.get("msg", "") if from_our_page(request) else ""
 
     @property
     def token(self) -> str | None:

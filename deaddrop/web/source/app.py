@@ -48,6 +48,7 @@ from deaddrop.web.source._browser import is_tor_browser
 from deaddrop.web.source._in_flight import InFlight
 from deaddrop.web.source.defence import CUTS_BEFORE_CLOSING, REFUSALS_BEFORE_CLOSING, FloodDefence
 from deaddrop.web.source._login import SourceLogin
+from deaddrop.web.source._origin import COOKIE
 from deaddrop.web.source._proxies import refuse_proxied
 from deaddrop.web.source._received_forms import ReceivedForms
 from deaddrop.web.source._submission_forms import OPEN, RECEIVED, SubmissionForm, SubmissionForms
@@ -55,7 +56,6 @@ from deaddrop.web.source.i18n import Counted
 from deaddrop.web.source.interface import SourceSite
 from deaddrop.web.source.pages import MAX_MESSAGE_CHARS, CustomTexts, PageContext, within_limit
 
-COOKIE = "dd_source"
 # English texts, kept importable for tests that read pages in English.
 NOT_RECOGNIZED = msgs.NOT_RECOGNIZED
 THROTTLED = msgs.THROTTLED

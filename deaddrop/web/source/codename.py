@@ -17,11 +17,12 @@ from deaddrop.newsroom import codenames
 from deaddrop.admission.queues import BUSY_MESSAGE, Busy
 from deaddrop.newsroom.newsroom import LoginThrottled, NoFreeDesignation, SourceIdentity
 from deaddrop.transport.circuits import circuit_of
-from deaddrop.web._common.forms import form_arg, same_origin
+from deaddrop.web._common.forms import form_arg
 from deaddrop.web._common.routes import Routed, Routes
 from deaddrop.web.sessions import Session, SessionStore
 from deaddrop.web.source import i18n, messages as msgs, pages
 from deaddrop.web.source._login import SourceLogin
+from deaddrop.web.source._origin import from_our_page
 from deaddrop.web.source.pages import MAX_MESSAGE_CHARS, within_limit
 from deaddrop.web.source._answers import busy_status
 from deaddrop.web.source._received import receipt_thanks
@@ -119,7 +120,7 @@ def login(self: SourceSite, request: Any):
     # answer only (no-store), never kept, logged or put in an address.
     kept = typed[:codenames.MAX_CODENAME_CHARS]
     carried_form = self.arg(request, pages.FORM_TOKEN_FIELD)  # the form the message was typed in
-    if not same_origin(request):
+    if not from_our_page(request):
         # Only our own page may carry a message through, or fill the codename box: another
         # site must not plant text that a source would then send under their codename, or a
         # codename of its own for the source to log in with.

@@ -18,12 +18,13 @@ from twisted.web.template import Tag
 
 from deaddrop.newsroom.desks import NoSuchDesk
 from deaddrop.web._common.deferreds import shield
-from deaddrop.web._common.forms import form_arg, same_origin
+from deaddrop.web._common.forms import form_arg
 from deaddrop.web._common.guards import login_route
 from deaddrop.web._common.pages import render_sync, set_html
 from deaddrop.web._common.routes import Routed, Routes
 from deaddrop.web.source import messages as msgs, pages
 from deaddrop.web.source._login import SourceLogin
+from deaddrop.web.source._origin import from_our_page
 from deaddrop.web.source._submission_forms import OPEN, RECEIVED, SubmissionForm, SubmissionForms
 from deaddrop.web.source.pages import MAX_MESSAGE_CHARS, within_limit
 from deaddrop.web.source.interface import SourceSite
@@ -98,7 +99,7 @@ def choice_again(self: SourceSite, request: Any, login: SourceLogin) -> Any:
 
 def _carried(self: SourceSite, request: Any, login: SourceLogin) -> tuple[str, SubmissionForm]:
     """The message the choice page's form carries (from this site's own page only), and its form."""
-    message = within_limit(form_arg(request, "msg", MAX_MESSAGE_CHARS) or "") if same_origin(request) else ""
+    message = within_limit(form_arg(request, "msg", MAX_MESSAGE_CHARS) or "") if from_our_page(request) else ""
     form = self.form_for(login, form_arg(request, pages.FORM_TOKEN_FIELD, 64))
     if form.state == RECEIVED:  # sent meanwhile (another tab): never offered again as unsent
         message = ""

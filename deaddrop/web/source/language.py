@@ -9,10 +9,11 @@ from typing import Any
 from urllib.parse import quote
 
 from deaddrop.newsroom import codenames
-from deaddrop.web._common.forms import form_arg, same_origin
+from deaddrop.web._common.forms import form_arg
 from deaddrop.web._common.routes import Routed, Routes
 from deaddrop.web.source import i18n, messages as msgs, pages
 from deaddrop.web.source._answers import login_page_again
+from deaddrop.web.source._origin import from_our_page
 from deaddrop.web.source._submission_forms import OPEN, RECEIVED
 from deaddrop.web.source.pages import MAX_MESSAGE_CHARS, within_limit
 from deaddrop.web.source.desk_choice import choice_again
@@ -46,7 +47,7 @@ def carry_language(self: SourceSite, request: Any, code: str) -> Any:
     if code in i18n.LANGUAGES:
         i18n.remember(request, code)
     back = self.arg(request, "next")
-    if not same_origin(request) or back not in (pages.LOGIN_FORM[1], pages.SUBMISSION_FORM[1], pages.DESK_FORM[1]):
+    if not from_our_page(request) or back not in (pages.LOGIN_FORM[1], pages.SUBMISSION_FORM[1], pages.DESK_FORM[1]):
         # Another site's form: the language changes, nothing it sent is shown back.
         return self.redirect(request, back if back in pages.RETURN_PATHS else "/")
     message = within_limit(form_arg(request, "msg", MAX_MESSAGE_CHARS) or "")
