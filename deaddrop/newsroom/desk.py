@@ -70,7 +70,7 @@ class SourceView:
     @classmethod
     def from_row(cls, row: Any, reader: int) -> "SourceView":
         return cls(row["id"], row["uuid"], row["designation"], bool(row["is_starred"]), float(row["last_updated"]),
-                   int(row["unread"]), int(row["documents"]), int(row["messages"]), int(row["next_n"]) - 1,
+                   int(row["unread"]), int(row["documents"]), int(row["messages"]), int(row["last_number"]),
                    row["key_fingerprint"], row["public_key"], reader)
 
     @property

@@ -138,9 +138,20 @@ def purge_expired_tokens(conn: sqlite3.Connection, now: float) -> int:
 
 _SEES_SOURCE = desk_queries.source_visible_to("s", ":reader")
 _SEES_SUBMISSION = desk_queries.item_visible_to("submissions", "x", ":reader")
+_SEES_REPLY = desk_queries.item_visible_to("replies", "x", ":reader")
+
+# The number of the last submission or reply the reader sees (SecureDrop's interaction_count),
+# never the source's own counter: that one counts what the source exchanged with every desk, so a
+# journalist of a desk it shares with another would read, live, how many replies that desk sent
+# it and what it sent there before it chose theirs.
+_LAST_NUMBER_SEEN = (
+    f"MAX(COALESCE((SELECT MAX(x.n) FROM submissions x WHERE x.source_id = s.id AND {_SEES_SUBMISSION}), 0),"
+    f" COALESCE((SELECT MAX(x.n) FROM replies x WHERE x.source_id = s.id AND {_SEES_REPLY}), 0))"
+)
 
 _SOURCE_COLUMNS = (
-    "s.id, s.uuid, s.designation, s.key_fingerprint, s.public_key, s.last_updated, s.is_starred, s.next_n,"
+    "s.id, s.uuid, s.designation, s.key_fingerprint, s.public_key, s.last_updated, s.is_starred,"
+    f" {_LAST_NUMBER_SEEN} AS last_number,"
     f" (SELECT COUNT(*) FROM submissions x WHERE x.source_id = s.id AND x.seen = 0 AND {_SEES_SUBMISSION}) AS unread,"
     f" (SELECT COUNT(*) FROM submissions x WHERE x.source_id = s.id AND x.kind = 'doc' AND {_SEES_SUBMISSION})"
     " AS documents,"

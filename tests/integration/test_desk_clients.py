@@ -100,3 +100,31 @@ class DeskClientTests(TwoDesks):
         ids = yield self.newsroom.crypto_pool.run(self.newsroom.keyring.subkey_ids, default.fingerprint)
         self.assertFalse(set(recipients) & set(ids))
         self.assertEqual(len(recipients), 2)  # the source's key and A's
+
+    @inlineCallbacks
+    def test_a_source_both_desks_read_counts_for_b_only_what_b_sees(self):
+        """The source's own counter counts what it exchanged with every desk: B's journalist, on a
+        desk the source added later, must not read in it how many replies A's sent it privately
+        (SecureDrop's interaction_count is the number of the last item the reader sees)."""
+        for n in range(3):
+            yield self.desk.reply_plaintext((yield self.desk.source(self.alice_id, self.uuid)), f"A's {n}", self.alice_id)
+        yield self.newsroom.add_desks(self.identity, [self.desk_b.uuid])
+        api = self.sdk_as(self.bob)
+        self.assertTrue((yield deferToThread(api.authenticate)))
+
+        def count(reader):
+            if reader == self.bob_id:  # through SecureDrop's SDK
+                return deferToThread(lambda: {s.uuid: s.interaction_count for s in api.get_sources()})
+            return self.desk.sources(reader).addCallback(lambda found: {s.uuid: s.interaction_count for s in found[0]})
+
+        bob, alice = self.bob_id, self.alice_id
+        self.assertEqual((yield count(bob)), {self.uuid: 0})  # listed (it chose B), nothing seen yet
+        self.assertEqual((yield count(alice)), {self.uuid: 5})  # message, file, three replies
+        for n in range(2):
+            yield self.desk.reply_plaintext((yield self.desk.source(self.alice_id, self.uuid)), f"A's {n}", self.alice_id)
+        self.assertEqual((yield count(bob)), {self.uuid: 0})
+        self.assertEqual((yield count(alice)), {self.uuid: 7})
+        # Bob's own reply is the last thing he sees: its number.
+        yield self.desk.reply_plaintext((yield self.desk.source(self.bob_id, self.uuid)), "B's", self.bob_id)
+        self.assertEqual((yield count(bob)), {self.uuid: 8})
+        self.assertEqual((yield count(alice)), {self.uuid: 7})
