@@ -20,6 +20,7 @@ from typing import Any
 
 from deaddrop.admin import _file_checks, _tor_commands
 from deaddrop.admin._atime_check import access_time_check
+from deaddrop.admin._process_privacy import process_privacy
 from deaddrop.admin._datadir import initialised_data_dir
 from deaddrop.admin._output import Output
 from deaddrop.admission.disk_space import DiskReserve, DiskSpace
@@ -256,6 +257,7 @@ def instance_status(data_dir: str) -> dict[str, Any]:
     status["counts"] = counts(data_dir)
     status["desks"] = desks(data_dir)
     status["disk"] = disk(data_dir)
+    status["processes"] = process_privacy()
     status["upload_room"] = upload_room(data_dir, reported) if server["running"] else None
     if status["upload_room"] is not None:
         status["checks"].append(_upload_room_check(status["upload_room"]))
@@ -329,6 +331,7 @@ def format_status(status: dict[str, Any]) -> str:
         f"Unread:           {c['unread_submissions']} submission(s)",
         f"Journalists:      {c['journalists']}",
         f"Free disk:        {_gib(status['disk']['free_bytes'])} of {_gib(status['disk']['total_bytes'])}",
+        *([f"Processes:        {status['processes']['detail']}"] if status.get("processes") else []),
         f"Submission key:   {status['submission_key_fingerprint'] or '(none yet)'}",
         *([f"Key replaced:     {status['submission_key_replacements'][-1]['date']}, was "
             f"{status['submission_key_replacements'][-1]['previous']} (--replace-submission-key; "

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 from twisted.internet.defer import inlineCallbacks
 from twisted.internet.threads import deferToThread
@@ -172,3 +174,34 @@ class StatusTests(unittest.TestCase):
             self.assertIn(option, check["detail"])
         code, out, err = yield deferToThread(run_cli, "status", "--data-dir", data_dir)
         self.assertIn("noatime: no read is recorded", out)
+
+
+class ProcessPrivacyTests(unittest.TestCase):
+    """Adversary review 3 (a local user): without hidepid on /proc, nobody reads the command line of
+    every gpg run the server starts (a submission's time and desks, a source's new key); status says
+    whether the host hides them, here as it is and in a mount namespace whose /proc has hidepid."""
+
+    timeout = 90
+
+    @inlineCallbacks
+    def test_status_says_whether_other_users_see_the_servers_processes(self):
+        server = yield start_journalist_server(self)
+        admin = os.path.join(os.path.dirname(sys.executable), "deaddrop-admin")
+        watch = f"runuser -u nobody -- cat /proc/{os.getpid()}/cmdline >/dev/null 2>&1 && echo seen || echo unseen"
+        status = f"{admin} --json status --data-dir {server.data_dir}"
+        for proc_mount in ("", "mount -t proc -o hidepid=invisible proc /proc && "):
+            script = f"{proc_mount}{watch}; {status}"
+            done = yield deferToThread(subprocess.run, ["unshare", "-m", "sh", "-c", script], capture_output=True,
+                                       text=True)
+            if done.returncode not in (0, 1) or not done.stdout.startswith(("seen", "unseen")):
+                raise unittest.SkipTest(f"PROCESS PRIVACY STATUS TEST NOT RUN: {done.stderr.strip()} (needs root)")
+            seen, out = done.stdout.split("\n", 1)
+            data = json.loads(out)
+            self.assertEqual(data["processes"]["hidden"], seen == "unseen", data["processes"])
+            if proc_mount:
+                self.assertEqual((seen, data["processes"]["detail"]),
+                                 ("unseen", "hidden from other users (/proc hidepid=invisible)"))
+            elif seen == "seen":
+                self.assertIn("hidepid=invisible", data["processes"]["detail"])  # the fix, named
+        code, out, err = yield deferToThread(run_cli, "status", "--data-dir", server.data_dir)
+        self.assertRegex(out, r"\nProcesses: +(hidden from other users|VISIBLE to every user of this host)")
