@@ -143,18 +143,52 @@ class DeskChoiceTests(TwoDesks):
         self.assertEqual(db_rows(self.server, "SELECT desk_id FROM submission_desks"), [(self.desk_b.id,)])
 
     @inlineCallbacks
-    def test_a_message_carried_through_the_login_page_waits_for_the_choice_too(self):
+    def carried_to_the_choice(self, message: str):
+        """A new source, logged out, logs in again with ``message`` carried through the login
+        page: -> the choice page it leads to (response, html)."""
         response, html = yield self.browser.get("/generate")
         codename = _CODENAME.search(html).group(1)
         yield self.browser.post("/create", data={"codename": codename, "csrf_token": self.browser.csrf(html)})
         yield self.browser.get("/logout")
         response, html = yield self.browser.get("/login")
-        response, html = yield self.browser.post("/login", data={
-            "codename": codename, "msg": "CARRIED-BEFORE-CHOOSING", "csrf_token": self.browser.csrf(html)})
+        return (yield self.browser.post("/login", data={
+            "codename": codename, "msg": message, "csrf_token": self.browser.csrf(html)}))
+
+    @inlineCallbacks
+    def test_a_message_carried_through_the_login_page_waits_for_the_choice_too(self):
+        response, html = yield self.carried_to_the_choice("CARRIED-BEFORE-CHOOSING")
         self.assertIn("Your message has not been sent yet: first choose who reads it.", html)
         response, html = yield self.choose(html, self.desk_a)
         self.assertIn(">CARRIED-BEFORE-CHOOSING</textarea>", html)
         self.assertEqual(db_rows(self.server, "SELECT COUNT(*) FROM submissions"), [(0,)])
+
+    @inlineCallbacks
+    def test_a_desk_chosen_while_it_stopped_being_offered_is_never_replaced_by_the_other(self):
+        """The source ticks Local news and sends the choice page; meanwhile Local news lost its last
+        member, which leaves one desk offered: the choice must not be dropped in silence, leaving a
+        source who meant Local news to send to Investigations, nor the message it carried lost
+        (adversary review 3: it was redirected to /lookup, which names no desk with one offered,
+        and its next message went to Investigations)."""
+        response, html = yield self.carried_to_the_choice("FOR-LOCAL-NEWS-ONLY")
+        self.assertIn("<h1>Choose who reads your messages</h1>", html)
+        code, _, err = yield deferToThread(run_admin, "desk", "members", "Local news", "--remove", "bob",
+                                           "--data-dir", self.server.data_dir)
+        self.assertEqual(code, 0, err)
+        yield self.newsroom.desks.reload()
+        response, html = yield self.choose(html, self.desk_b)
+        self.assertEqual(response.code, 400)
+        self.assertIn("<h1>Choose who reads your messages</h1>", html)
+        self.assertIn("Choose at least one desk.", html)
+        self.assertNotIn("Local news", html)  # the desks as they are now: Investigations alone
+        self.assertIn(">FOR-LOCAL-NEWS-ONLY</textarea>", html)
+        self.assertEqual(db_rows(self.server, "SELECT COUNT(*) FROM source_desks"), [(0,)])
+        self.assertEqual(db_rows(self.server, "SELECT COUNT(*) FROM submissions"), [(0,)])
+        # Ticking the one desk offered now is a choice like any other: saved, the message back.
+        response, html = yield self.choose(html, self.desk_a)
+        self.assertEqual(response.code, 200)
+        self.assertIn("Your choice is saved. Your message is in the form below: press Send to send it.", html)
+        self.assertIn(">FOR-LOCAL-NEWS-ONLY</textarea>", html)
+        self.assertEqual(db_rows(self.server, "SELECT desk_id FROM source_desks"), [(self.desk_a.id,)])
 
     @inlineCallbacks
     def test_the_choice_page_carries_the_message_across_its_language_menu_and_keeps_it_nowhere(self):

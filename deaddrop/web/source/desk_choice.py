@@ -46,10 +46,14 @@ def choose(self: SourceSite, request: Any, login: SourceLogin):
 
 @login_route(routes, "/desks", "POST")
 def chosen(self: SourceSite, request: Any, login: SourceLogin):
-    if not self.newsroom.desks.several:
+    picked = _picked(request, len(self.newsroom.desks.all()))
+    # With one desk offered there is nothing to choose; but a desk ticked on a page shown while
+    # there were several is a choice all the same: one that no longer can be made is answered
+    # below (the desks as they are now, the message back), never dropped for the desk that is
+    # left, which would then read what its source meant for another.
+    if not self.newsroom.desks.several and not picked:
         return self.to_lookup(request, login.session)
     login = yield current_desks(self, login)
-    picked = _picked(request, len(self.newsroom.desks.all()))
     if not picked and login.identity.desks:  # nothing added: its desks stay as they were
         return self.to_lookup(request, login.session)
     if not picked:
