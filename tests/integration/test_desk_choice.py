@@ -191,6 +191,23 @@ class DeskChoiceTests(TwoDesks):
         self.assertEqual(db_rows(self.server, "SELECT desk_id FROM source_desks"), [(self.desk_a.id,)])
 
     @inlineCallbacks
+    def test_a_choice_page_sent_with_nothing_ticked_once_no_choice_is_needed_keeps_its_message(self):
+        """The message waiting on the choice page comes back in the submission form when, by the
+        time the page is sent with nothing ticked, there is nothing to choose: one desk is left
+        (it was redirected to /lookup, the message lost)."""
+        response, html = yield self.carried_to_the_choice("WAITING-FOR-A-DESK")
+        code, _, err = yield deferToThread(run_admin, "desk", "members", "Local news", "--remove", "bob",
+                                           "--data-dir", self.server.data_dir)
+        self.assertEqual(code, 0, err)
+        yield self.newsroom.desks.reload()
+        response, html = yield self.choose(html)
+        self.assertEqual(response.code, 200)
+        self.assertIn("<h1>Send more and read replies</h1>", html)
+        self.assertIn("Your message is in the form below: press Send to send it.", html)
+        self.assertIn(">WAITING-FOR-A-DESK</textarea>", html)
+        self.assertEqual(db_rows(self.server, "SELECT COUNT(*) FROM submissions"), [(0,)])
+
+    @inlineCallbacks
     def test_the_choice_page_carries_the_message_across_its_language_menu_and_keeps_it_nowhere(self):
         """The message refused for want of a choice rides in the choice page's form (a store of
         drafts shared by all sources was a clock of their activity: docs/threat-model.md,

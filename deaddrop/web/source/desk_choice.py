@@ -47,15 +47,14 @@ def choose(self: SourceSite, request: Any, login: SourceLogin):
 @login_route(routes, "/desks", "POST")
 def chosen(self: SourceSite, request: Any, login: SourceLogin):
     picked = _picked(request, len(self.newsroom.desks.all()))
-    # With one desk offered there is nothing to choose; but a desk ticked on a page shown while
-    # there were several is a choice all the same: one that no longer can be made is answered
-    # below (the desks as they are now, the message back), never dropped for the desk that is
-    # left, which would then read what its source meant for another.
-    if not self.newsroom.desks.several and not picked:
-        return self.to_lookup(request, login.session)
     login = yield current_desks(self, login)
-    if not picked and login.identity.desks:  # nothing added: its desks stay as they were
-        return self.to_lookup(request, login.session)
+    # Nothing ticked and nothing to choose (its desks stay as they were, or one desk is offered
+    # now): back to its form, with the message this page carried. With one desk offered, a desk
+    # ticked on a page shown while there were several is a choice all the same: one that can no
+    # longer be made is answered below (the desks as they are now, the message back), never
+    # dropped for the desk that is left, which would then read what its source meant for another.
+    if not picked and (login.identity.desks or not self.newsroom.desks.several):
+        return _back_to_its_form(self, request, login, None)
     if not picked:
         return (yield _page(self, request, login, msgs.CHOOSE_A_DESK, 400, *_carried(self, request, login)))
     try:
@@ -64,13 +63,20 @@ def chosen(self: SourceSite, request: Any, login: SourceLogin):
         return (yield _page(self, request, login, msgs.CHOOSE_A_DESK, 400, *_carried(self, request, login)))
     login.session.data["source"] = identity
     login.session.data.pop(_WAITING_FORM, None)
+    return _back_to_its_form(self, request, login, msgs.CHOICE_SAVED)
+
+
+def _back_to_its_form(self: SourceSite, request: Any, login: SourceLogin, said: str | None) -> Any:
+    """The submission form, saying ``said``: with the message the choice page carried, this
+    answer (nothing kept); else a redirect to it."""
     ctx = self.page_ctx(request, None)
     message, form = _carried(self, request, login)
-    if message:  # its form again, the message in it: this answer, nothing kept
-        login.session.flash(ctx._(msgs.CHOICE_SAVED) + ctx.lang.space + ctx._(msgs.SEND_IT_NOW), "ok")
+    if message:  # its form again, the message in it
+        login.session.flash((ctx._(said) + ctx.lang.space if said else "") + ctx._(msgs.SEND_IT_NOW), "ok")
         ctx = self.page_ctx(request, login.session, logged_in=True)
         return render_sync(pages.lookup(ctx, None, message=message, form_token=form.token))
-    login.session.flash(ctx._(msgs.CHOICE_SAVED), "ok")
+    if said:
+        login.session.flash(ctx._(said), "ok")
     return self.to_lookup(request, login.session)
 
 
