@@ -20,8 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-# Runs in the new mount namespace: mount the overlay and what a chroot needs, say so, then wait
-# for stdin to close (the test ending, or dying) to let the namespace go.
+# Runs in the new mount namespace: mount the overlay and what a chroot needs (a /dev/shm of its
+# own: RAM folders are the machine's, not this one's), bind the folders shared with this machine
+# (INSIDE OUTSIDE pairs), say so, then wait for stdin to close (the test ending, or dying) to let
+# the namespace go.
 _HOLD = r"""
 set -e
 top="$1"
@@ -32,14 +34,24 @@ mount -t proc proc "$top/root/proc"
 mount --rbind /sys "$top/root/sys"
 mount --rbind /dev "$top/root/dev"
 mount -t tmpfs -o mode=0755 run "$top/root/run"
+mount -t tmpfs -o mode=1777 shm "$top/root/dev/shm"
+shift
+while [ "$#" -gt 1 ]; do
+    mkdir -p "$top/root$1"
+    mount --bind "$2" "$top/root$1"
+    shift 2
+done
 echo ready
 read _ || true
 """
 
 
 class ThrowawayRoot:
-    def __init__(self, base: str) -> None:
+    def __init__(self, base: str, binds: dict[str, str] | None = None) -> None:
+        """``binds``: folders of this machine seen inside, as {path inside: path here} (a USB
+        stick plugged into several machines)."""
         self.top = Path(base)
+        self.binds = dict(binds or {})
         (self.top / "upper").mkdir(parents=True)
         (self.top / "root").mkdir()
         self._holder: subprocess.Popen | None = None
@@ -60,7 +72,8 @@ class ThrowawayRoot:
 
     def start(self) -> "ThrowawayRoot":
         self._holder = subprocess.Popen(
-            ["unshare", "--mount", "--propagation", "private", "sh", "-c", _HOLD, "sh", str(self.top)],
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", _HOLD, "sh", str(self.top),
+             *[part for inside, outside in self.binds.items() for part in (inside, outside)]],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self._holder.stdout.readline()
         if line.strip() != "ready":
@@ -69,7 +82,9 @@ class ThrowawayRoot:
 
     def _enter(self, argv: list[str]) -> list[str]:
         assert self._holder is not None, "start() first"
-        return ["nsenter", f"--mount=/proc/{self._holder.pid}/ns/mnt", "--", "chroot", str(self.top / "root"), *argv]
+        # By their paths here: the caller's PATH may be one for inside.
+        return [shutil.which("nsenter") or "nsenter", f"--mount=/proc/{self._holder.pid}/ns/mnt", "--",
+                shutil.which("chroot") or "chroot", str(self.top / "root"), *argv]
 
     def run(self, argv: list[str], check: bool = True, timeout: float = 600, **kw: Any) -> subprocess.CompletedProcess:
         """Run ``argv`` as root inside; its output captured as text. ``check``: fail loudly."""
@@ -93,6 +108,11 @@ class ThrowawayRoot:
         """Where this machine sees the file ``inside`` (through the holder's view of its namespace)."""
         assert self._holder is not None, "start() first"
         return Path(f"/proc/{self._holder.pid}/root{self.top / 'root'}{inside}")
+
+    def changed(self) -> Path:
+        """Where this machine sees every file the throwaway root wrote (the overlay's upper layer)."""
+        assert self._holder is not None, "start() first"
+        return Path(f"/proc/{self._holder.pid}/root{self.top / 'upper' / 'u'}")
 
     @staticmethod
     def end(proc: subprocess.Popen, timeout: float = 30) -> None:

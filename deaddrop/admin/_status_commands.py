@@ -55,6 +55,7 @@ def _lock_holder(data_dir: str) -> int | None:
             table = f.read().splitlines()
     except OSError:
         return None
+    holders = []
     for line in table:
         fields = line.split()
         # "1: FLOCK  ADVISORY  WRITE 1234 08:01:131 0 EOF" (blocked waiters carry "->")
@@ -67,7 +68,27 @@ def _lock_holder(data_dir: str) -> int | None:
             continue
         if int(inode) == st.st_ino and os.makedev(int(major, 16), int(minor, 16)) == st.st_dev:
             return pid
-    return None
+        holders.append(pid)
+    # On overlayfs (a container's root file system) the table names the device and inode of the
+    # layer the file is on, not the ones stat sees: then the holder is the one with the file open.
+    return next((pid for pid in holders if _has_open(pid, path)), None)
+
+
+def _has_open(pid: int, path: str) -> bool:
+    """Whether process ``pid`` has ``path`` open (readable for our own processes, and root's)."""
+    folder = f"/proc/{pid}/fd"
+    try:
+        descriptors = os.listdir(folder)
+    except OSError:
+        return False
+    wanted = os.path.realpath(path)
+    for fd in descriptors:
+        try:
+            if os.readlink(os.path.join(folder, fd)) == wanted:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def server_status(data_dir: str, now: float | None = None) -> dict[str, Any]:

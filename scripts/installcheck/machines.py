@@ -1,66 +1,87 @@
-"""The guide's machines inside one scratch prefix.
+"""The guide's machines, each a throwaway root of its own (tests/_throwaway_root.py: an overlay of
+this machine's root, written only in RAM): the server, the offline machine, the journalist
+workstation and the new server of the restore. The USB sticks (/media/keys, /media/tls,
+/media/transfer, /media/export) are folders of this machine bound into every one of them, as a
+stick moves between machines.
 
-Each machine's file system (/opt, /etc, /var/lib, /srv, /root, /dev/shm) is a folder of the prefix: the
-server's is the prefix itself, the offline machine's PREFIX/offline, the workstation's
-PREFIX/workstation (the new server reuses the server's, emptied: see steps.begin_new_server). The
-USB sticks (/media/...) are the same folder for every machine, as a stick moves between them.
-
-Each machine sees only the programs of the Debian packages its own ``apt-get install`` lines
-name (of those the guide's machines differ by): a workstation whose line lacks gnupg has no gpg,
-as on a fresh machine. Its PATH is a folder of links to the programs it may run, in the order of
-a root shell's PATH on Debian.
+Each starts as a fresh Debian 12 without Internet access: no package lists, Debian's sources
+replaced by the stand-in mirror's (repository.py), an empty /root. Each sees only the programs of
+the Debian packages its own ``apt-get install`` lines installed, with their dependencies, of those
+the guide's machines differ by (PACKAGE_PROGRAMS: this machine has them all installed): a
+workstation that installed no gnupg has no gpg, as on a fresh machine. Its PATH is a folder of
+links to the programs it may run, in the order of a root shell's PATH on Debian.
 """
 from __future__ import annotations
 
 import os
 import re
+import subprocess
 from pathlib import Path
 
-SUBFOLDER = {"server": "", "new server": "", "offline machine": "offline", "journalist workstation": "workstation"}
-# Paths of the guide moved under the prefix; /media is shared by every machine.
-_PATH = re.compile(r"(?<![\w.~/-])(/(?:opt|var/lib|etc|media|srv|root|dev/shm)(?:/[^\s'\"<>|;&()]*)?)")
+from tests._throwaway_root import ThrowawayRoot
+
 DEBIAN_ROOT_PATH = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+PROGRAMS = "/run/installcheck/programs"  # inside each machine
 # The programs of the packages a machine may or may not have installed: hidden unless it did.
 PACKAGE_PROGRAMS = {
     "gnupg": re.compile(r"^(gpg(?!v$).*|dirmngr.*|kbxutil|watchgnupg)$"),
+    "gpg": re.compile(r"^gpg$"),
     "mat2": re.compile(r"^mat2$"),
     "bubblewrap": re.compile(r"^bwrap$"),
     "tor": re.compile(r"^tor(-.*)?$"),
     "git": re.compile(r"^git(-.*)?$"),
-    "wireguard": re.compile(r"^wg(-quick)?$"),
-    "nftables": re.compile(r"^nft$"),
 }
 
 
-def root_of(prefix: Path, machine: str, path: str) -> Path:
-    """Where ``path`` of ``machine`` is: a stick is everywhere the same."""
-    sub = SUBFOLDER.get(machine, "")
-    return prefix / sub if sub and not path.startswith("/media") else prefix
+class Machine:
+    def __init__(self, name: str, folder: Path, sticks: dict[str, Path], mirror: str) -> None:
+        self.name = name
+        self.root = ThrowawayRoot(str(folder), binds={f"/media/{s}": str(p) for s, p in sticks.items()}).start()
+        self.packages: set[str] = set()  # what its apt-get lines installed, and their dependencies
+        # An empty /root, but for a Python installed there (pyenv's), which this machine's tools may run on.
+        self.root.run(["sh", "-c", "rm -rf /etc/apt/sources.list /etc/apt/sources.list.d/* /etc/apt/preferences.d/* "
+                                   "/var/lib/apt/lists/* && mkdir -p /var/lib/apt/lists/partial && "
+                                   "find /root -mindepth 1 -maxdepth 1 ! -name .pyenv -exec rm -rf {} +"])
+        self.root.path("/etc/apt/sources.list.d/debian.list").write_text(
+            f"# install-check's stand-in for Debian's mirror (no Internet here)\ndeb [trusted=yes] {mirror}/debian ./\n")
+        self.refresh_programs()
 
+    def path(self, inside: str) -> Path:
+        return self.root.path(inside)
 
-def move_paths(prefix: Path, machine: str, text: str) -> str:
-    return _PATH.sub(lambda m: str(root_of(prefix, machine, m.group(1))) + m.group(1), text)
+    def run(self, argv: list[str], **kw) -> subprocess.CompletedProcess:
+        return self.root.run(argv, **kw)
 
+    def installed(self, names: list[str]) -> None:
+        """The guide installed ``names`` here: they and their dependencies may now run."""
+        found = self.run(["apt-cache", "depends", "--recurse", "--installed", "--no-recommends", "--no-suggests",
+                          "--no-conflicts", "--no-breaks", "--no-replaces", "--no-enhances", *names], check=False)
+        self.packages.update(names)
+        self.packages.update(line.strip() for line in found.stdout.splitlines() if line and not line[0].isspace())
+        self.refresh_programs()
 
-def home_of(prefix: Path, machine: str) -> Path:
-    return root_of(prefix, machine, "/root") / "root"
+    def version(self, package: str) -> str | None:
+        proc = self.run(["dpkg-query", "-W", "-f=${Status} ${Version}", package], check=False)
+        return proc.stdout.split()[-1] if proc.stdout.startswith("install ok installed") else None
 
-
-def program_folder(prefix: Path, machine: str, installed: set[str]) -> Path:
-    """A fresh folder of links to every program on Debian's root PATH but those of the packages
-    in PACKAGE_PROGRAMS that ``installed`` lacks; the machine's PATH is this folder alone."""
-    folder = prefix / "programs" / (SUBFOLDER.get(machine) or "server")
-    folder.mkdir(parents=True, exist_ok=True)
-    for link in folder.iterdir():
-        link.unlink()
-    hidden = [pattern for package, pattern in PACKAGE_PROGRAMS.items() if package not in installed]
-    for directory in DEBIAN_ROOT_PATH:
-        if not os.path.isdir(directory):
-            continue
-        for name in sorted(os.listdir(directory)):
-            path = os.path.join(directory, name)
-            if (folder / name).exists() or (folder / name).is_symlink() or any(p.match(name) for p in hidden):
+    def refresh_programs(self) -> None:
+        """A fresh folder of links to every program on Debian's root PATH but those of the packages
+        in PACKAGE_PROGRAMS this machine did not install."""
+        folder = self.path(PROGRAMS)
+        folder.mkdir(parents=True, exist_ok=True)
+        for link in folder.iterdir():
+            link.unlink()
+        hidden = [pattern for package, pattern in PACKAGE_PROGRAMS.items() if package not in self.packages]
+        for directory in DEBIAN_ROOT_PATH:
+            seen = self.path(directory)
+            if not seen.is_dir() or seen.is_symlink():  # /bin -> usr/bin: the same programs
                 continue
-            if os.path.isfile(path) and os.access(path, os.X_OK):
-                (folder / name).symlink_to(path)
-    return folder
+            for name in sorted(os.listdir(seen)):
+                program = seen / name
+                if (folder / name).is_symlink() or any(p.match(name) for p in hidden):
+                    continue
+                if program.is_file() and os.access(program, os.X_OK):
+                    (folder / name).symlink_to(f"{directory}/{name}")
+
+    def stop(self) -> None:
+        self.root.stop()

@@ -1,6 +1,6 @@
 """The parts the guide leaves to people, played here: a source in a browser without JavaScript
 (Tor Browser in the guide, here plain requests to 127.0.0.1), the photo they send, alice's
-authenticator app and her personal OpenPGP key, the admin's edit of wg0.conf."""
+authenticator app and her personal OpenPGP key."""
 from __future__ import annotations
 
 import base64
@@ -12,11 +12,9 @@ import io
 import re
 import secrets
 import struct
-import subprocess
 import time
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
 # What the photo's EXIF says of whoever took it: none of it may reach the publication folder.
 PHOTO_AUTHOR, PHOTO_CAMERA = "Jane Whistle", "EOS SecretModel"
@@ -65,30 +63,17 @@ def totp_now(secret: str, *, not_this: str | None = None) -> str:
         time.sleep(30 - time.time() % 30 + 0.1)
 
 
-def make_personal_key(gnupg_home: Path, address: str) -> None:
-    """alice's own OpenPGP key, as she has it before the guide asks her to export it."""
-    gnupg_home.mkdir(mode=0o700, parents=True, exist_ok=True)
-    subprocess.run(["gpg", "--homedir", str(gnupg_home), "--batch", "--quiet", "--passphrase", "",
-                    "--quick-gen-key", f"alice <{address}>", "future-default", "default", "never"],
-                   check=True, capture_output=True)
+def make_personal_key(machine, gnupg_home: str, address: str) -> None:
+    """alice's own OpenPGP key, as she has it on her workstation (``machine``) before the guide asks
+    her to export it."""
+    machine.run(["sh", "-c", f"mkdir -p -m 700 {gnupg_home}"])
+    machine.run(["gpg", "--homedir", gnupg_home, "--batch", "--quiet", "--passphrase", "", "--quick-gen-key",
+                 f"alice <{address}>", "future-default", "default", "never"])
 
 
 def wireguard_key() -> str:
-    """A key as ``wg genkey`` makes them (32 random bytes, base64), where wg is not installed."""
+    """A private key as ``wg genkey`` makes them (32 random bytes, base64), where wg is not installed."""
     return base64.b64encode(secrets.token_bytes(32)).decode()
-
-
-def edit_wireguard(conf: Path, private_key: str) -> list[str]:
-    """The admin's edit of wg0.conf: the server's private key in, alice's workstation as the one
-    peer (its public key), the example's other peers deleted. Returns what was done."""
-    text = conf.read_text()
-    text = re.sub(r"^PrivateKey = .*$", f"PrivateKey = {private_key}", text, count=1, flags=re.M)
-    peers = re.split(r"(?=^\[Peer\])", text, flags=re.M)
-    kept = [peers[0]] + [p for p in peers[1:] if "alice" in p]
-    text = re.sub(r"^PublicKey = .*$", f"PublicKey = {wireguard_key()}", "".join(kept), count=1, flags=re.M)
-    conf.write_text(text)
-    return [f"PrivateKey from server.key, alice's workstation as the one [Peer], {len(peers) - len(kept)} "
-            "example peer(s) deleted"]
 
 
 class SourceBrowser:

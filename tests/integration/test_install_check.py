@@ -1,8 +1,9 @@
 """docs/deploy/install.md, executed: ``scripts/install-check`` runs every command of the guide
-exactly as written, in a scratch prefix (what cannot run here is said and its file checked), from
-a fresh machine to a photo published without its metadata, a reply the source reads and a
-restore on a new server; and it fails, naming the step, when a command of the guide is changed
-so that it no longer works (issue 27, items 2, 3, 4, 5, 7, 9 and the cosmetic ones)."""
+exactly as written, each machine in a throwaway root of its own, the Debian packages really
+installed from a signed repository by the guide's own apt commands (issue 32, item 5), from a
+fresh machine to a photo published without its metadata, a reply the source reads and a restore
+on a new server; and it fails, naming the step, when a command of the guide is changed so that it
+no longer works (issue 27)."""
 from __future__ import annotations
 
 import os
@@ -14,14 +15,30 @@ from pathlib import Path
 
 from twisted.trial import unittest
 
+from tests._debian import missing_tools
 from tests._support import short_tempdir
+from tests._throwaway_root import ThrowawayRoot
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "install-check"
 GUIDE = ROOT / "docs" / "deploy" / "install.md"
-CLONE = "git clone https://<YOUR-MIRROR>/deaddrop.git /opt/deaddrop"
-TUNNEL = ["cd /etc/wireguard && umask 077 && wg genkey | tee server.key | wg pubkey > server.pub",
-          "cp /opt/deaddrop/docs/deploy/wg0-server.conf.example /etc/wireguard/wg0.conf"]
+SERVER_TUNNEL = re.compile(r"(cd /etc/wireguard && umask 077 && wg genkey \| tee server\.key .*?\nWG)\n", re.S)
+_built: list[str] = []
+
+
+def debs() -> str:
+    """The packages, built once for this module (CI builds them once for the run: DEADDROP_TEST_DEBS)."""
+    given = os.environ.get("DEADDROP_TEST_DEBS")
+    if given:
+        return given
+    if not _built:
+        out = Path(short_tempdir("dd-debs-"))
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+        proc = subprocess.run(["python3", str(ROOT / "scripts" / "build-deb"), "--quick", "--out", str(out)],
+                              capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        _built.append(str(out))
+    return _built[0]
 
 
 def install_check(*args: str, timeout: float) -> subprocess.CompletedProcess:
@@ -36,73 +53,90 @@ def blocks(*commands: list[str]) -> str:
     return "".join("```sh\n" + "\n".join(block) + "\n```\n\n" for block in commands)
 
 
+def needs_machines() -> None:
+    reason = ThrowawayRoot.unavailable() or missing_tools()
+    if reason:
+        raise unittest.SkipTest(reason)
+
+
 class InstallGuideTests(unittest.TestCase):
-    # A pip install of the package and its dependencies, wheels, three venvs, a server started three times.
+    # The packages built (unless CI built them), four machines, three starts of the server.
     timeout = 1200
 
-    def run_guide(self, text: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    def setUp(self) -> None:
+        needs_machines()
+
+    def run_guide(self, text: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         guide = Path(short_tempdir("dd-guide-"), "install.md")
         self.addCleanup(shutil.rmtree, guide.parent, True)
         guide.write_text(text)
-        return install_check("--guide", str(guide), timeout=timeout)
+        return install_check("--guide", str(guide), *args, timeout=timeout)
 
     def test_the_guide_runs_end_to_end(self):
-        proc = install_check(timeout=1180)
+        proc = install_check("--debs", debs(), timeout=1180)
         self.assertEqual(proc.returncode, 0, proc.stdout[-6000:] + proc.stderr[-4000:])
         out = proc.stdout
-        for said in ["installed (not editable)", "systemd-analyze verify accepts the unit", "exposure 1.2 OK",
-                     "the unit's ExecStart (with DEADDROP_OPTIONS environment", "status: running",
-                     # step 2 checks a commit that exists, and the install writes twistd's plugin cache
-                     "the clone is at", "version 0.1.0", "twistd's plugin cache is complete",
-                     "the offline machine, installed from the stick's wheels alone",
-                     "the journalist workstation, installed from the stick's wheels alone",
-                     # WireGuard starts only after the admin's edit, which the guide asks for between two blocks
-                     "the admin edits /etc/wireguard/wg0.conf", "real keys, no placeholder",
-                     "it flushes the rule set first",
+        for said in ["the admin compares:", "is the README's fingerprint (here the throwaway release key's)",
+                     "installed from the signed repository", "pinned at 500",
+                     "the package made the deaddrop user and /var/lib/deaddrop (0700, its own)",
+                     "unattended-upgrades is on and takes origin=DeadDrop,label=DeadDrop,codename=${distro_codename}",
+                     "on the TRANSFER stick, checked against the signed index: deaddrop-common_",
+                     "on the offline machine, from the stick's files alone: {'deaddrop-common': ",
+                     "each end of the tunnel lists the other's public key", "it flushes the rule set first",
+                     "systemd-analyze verify accepts the unit", "exposure 1.2 OK",
+                     "the unit's ExecStart as its User with its environment", "status: running",
                      "added journalist alice (administrator)",
                      # deaddrop-journalist asks, and is answered at its terminal: no option added
                      "it asked: Import password for alice.p12:; Passphrase:; One-time code",
                      "the SVS decrypted the message and holiday-photo.jpg",
                      "encrypted for alice on the TRANSFER stick", "with no EXIF, author or camera left",
                      "alice's gpg shows the test message", "read: 'Thank you: your message and photo arrived.'",
+                     "keeps its", "ends with the digest's options",
                      "the mail server got it inside TLS after the login, and alice's key opens it",
+                     "the admin does steps 1, 4 again here, as section 8 says",
                      "encrypted again to the new server's restore key",
                      "holds, as the guide left it: tls, tls/server.key, tls/server.pem",
                      "kept this server's own tls/server.key, tls/server.pem",
                      "the digest is on, and the journalist interface presents the certificate installed"]:
             self.assertIn(said, out)
-        summary = re.search(r"install-check: OK in \d+ s; (\d+) commands: (.*)", out)
+        summary = re.search(r"install-check: OK in \d+ s; (\d+) commands \(and (\d+) again on the new server\): (.*)",
+                            out)
         self.assertTrue(summary, out[-2000:])
         # Every command ran as written, or stood in for by a check where this machine cannot run it.
-        modes = dict((mode, int(n)) for n, mode in re.findall(r"(\d+) ([^,]+)", summary.group(2)))
-        self.assertLessEqual(set(modes), {"as written", "stood in", "as written (without -o/-g deaddrop)",
-                                          "as written (without runuser)"})
-        self.assertEqual(sum(modes.values()), int(summary.group(1)))
-        self.assertGreater(modes["as written"], modes["stood in"])
+        modes = dict((mode, int(n)) for n, mode in re.findall(r"(\d+) ([^,]+)", summary.group(3)))
+        self.assertLessEqual(set(modes), {"as written", "stood in"})
+        self.assertEqual(sum(modes.values()), int(summary.group(1)) + int(summary.group(2)))
+        self.assertGreater(modes["as written"], 5 * modes["stood in"])
         # runuser (in Debian's base system), never sudo (missing where root has a password).
         self.assertNotIn("sudo ", GUIDE.read_text("utf-8").split("## 1.", 1)[1])
 
-    def test_a_broken_step_of_the_guide_fails_and_is_named(self):
+    def test_a_guide_installing_a_package_the_repository_lacks_fails_and_is_named(self):
         text = GUIDE.read_text("utf-8")
-        self.assertIn("\nchmod 700 /var/lib/deaddrop\n", text)
-        proc = self.run_guide(text.replace("\nchmod 700 /var/lib/deaddrop\n", "\nchmod 700 /var/lib/deadrop\n"), 120)
+        line = "\napt-get update && apt-get install -y deaddrop\n"
+        self.assertIn(line, text)
+        proc = self.run_guide(text.replace(line, "\napt-get update && apt-get install -y deaddrop-server\n"),
+                              "--debs", debs())
         self.assertEqual(proc.returncode, 1, proc.stdout)
-        self.assertIn("FAILED: step 5 (1. Packages and the service user) failed: chmod 700 /var/lib/deadrop",
-                      proc.stderr)
-        self.assertIn("No such file or directory", proc.stderr)
+        self.assertIn("FAILED: step 6 (1. The server's packages) failed: apt-get update && apt-get install -y "
+                      "deaddrop-server", proc.stderr)
+        self.assertIn("Unable to locate package deaddrop-server", proc.stderr)
 
-    def test_the_tunnel_started_before_its_keys_are_edited_fails(self):
-        # Item 9: pasted as one block, the enable started wg0 with the example's placeholder keys.
+    def test_the_server_s_tunnel_needs_the_workstation_s_key_first(self):
+        # The guide once asked for the workstation's public key before the workstation made one.
         text = GUIDE.read_text("utf-8")
-        for line in TUNNEL + [CLONE, "systemctl enable --now wg-quick@wg0"]:
-            self.assertIn(line, text)
-        one_block = self.run_guide(blocks([CLONE], TUNNEL + ["systemctl enable --now wg-quick@wg0"]))
-        self.assertIn("FAILED: step 4 () failed: systemctl enable --now wg-quick@wg0\nwg-quick@wg0 would start",
-                      one_block.stderr)
-        self.assertIn("PrivateKey is still the example's placeholder <contents of server.key>", one_block.stderr)
-        as_the_guide = self.run_guide(blocks([CLONE], TUNNEL, ["systemctl enable --now wg-quick@wg0"]))
-        self.assertIn("real keys, no placeholder", as_the_guide.stdout)
-        self.assertIn("FAILED: the guide no longer reaches:", as_the_guide.stderr)  # this guide is only a part
+        server = SERVER_TUNNEL.search(text).group(1)
+        self.assertLess(text.index("wg pubkey > /media/transfer/alice-wg.pub"), text.index(server))
+        install = "apt-get update && apt-get install -y wireguard"
+        enable = "systemctl enable --now wg-quick@wg0"
+        before = self.run_guide(blocks([install, *server.split("\n", 1), enable]))
+        self.assertIn(f"failed: {enable}\nwg-quick@wg0 would start with /etc/wireguard/wg0.conf as it is: "
+                      "line 7: PublicKey is not a WireGuard key", before.stderr)
+        workstation = ["# On the journalist workstation", install,
+                       "cd /etc/wireguard && umask 077 && wg genkey | tee deaddrop.key | wg pubkey > "
+                       "/media/transfer/alice-wg.pub"]
+        after = self.run_guide(blocks(workstation, [install, *server.split("\n", 1), enable]))
+        self.assertIn("/etc/wireguard/wg0.conf has a valid structure and real keys", after.stdout)
+        self.assertIn("FAILED: the guide no longer reaches:", after.stderr)  # this guide is only a part
 
     def test_a_firewall_that_does_not_flush_first_fails(self):
         text = GUIDE.read_text("utf-8")
@@ -115,22 +149,20 @@ class InstallGuideTests(unittest.TestCase):
         self.assertIn("it flushes the rule set first", with_it.stdout)
 
     def test_a_workstation_without_gnupg_cannot_hand_over_alices_key(self):
-        # Item 4: each machine runs only the programs of the packages its apt-get line names.
+        # Each machine runs only the programs of the packages its apt-get lines installed.
         export = "gpg --armor --export <ALICE-ADDRESS> > /media/transfer/alice-personal.asc"
         self.assertIn(export, GUIDE.read_text("utf-8"))
-        self.assertIn("# On the journalist workstation\napt-get install -y python3-venv wireguard gnupg\n",
-                      GUIDE.read_text("utf-8"))
-        without = self.run_guide(blocks(["# On the journalist workstation", "apt-get install -y python3-venv wireguard",
+        without = self.run_guide(blocks(["# On the journalist workstation", "apt-get update && apt-get install -y wget",
                                          export]))
         self.assertIn(f"FAILED: step 2 () failed: {export}", without.stderr)
         self.assertIn("gpg: command not found", without.stderr)
         with_it = self.run_guide(blocks(["# On the journalist workstation",
-                                         "apt-get install -y python3-venv wireguard gnupg", export]))
+                                         "apt-get update && apt-get install -y wget gnupg", export]))
         self.assertIn("[2/2]", with_it.stdout)
         self.assertIn("FAILED: the guide no longer reaches:", with_it.stderr)
 
     def test_a_stick_where_it_must_not_go_fails(self):
-        # Item 5: the KEYS stick never leaves the offline machine, the TLS stick never reaches a
+        # The KEYS stick never leaves the offline machine, the TLS stick never reaches a
         # workstation, and there are no other sticks.
         keys = self.run_guide(blocks(["mkdir -p /etc/deaddrop", "cp /media/keys/ca/ca.pem /etc/deaddrop/"]))
         self.assertIn("the KEYS stick on the server: it goes only to the offline machine", keys.stderr)
@@ -141,19 +173,28 @@ class InstallGuideTests(unittest.TestCase):
 
 
 class _Parts(unittest.TestCase):
-    """install-check's parts on their own, on a scratch prefix."""
+    """install-check's parts on their own, on machines of their own."""
 
     def setUp(self) -> None:
+        needs_machines()
         sys.path.insert(0, str(ROOT / "scripts"))
         self.addCleanup(sys.path.remove, str(ROOT / "scripts"))
-        from installcheck import steps
+        from installcheck import machines, steps
         from installcheck.guide import Command
 
         self.steps = steps
         prefix = Path(short_tempdir("dd-ic-"))
+        os.chmod(prefix, 0o755)
         self.addCleanup(shutil.rmtree, prefix, True)
-        (prefix / "root").mkdir()
-        self.run_ = steps.Run(prefix, 1, 2, dict(os.environ), ROOT)
+        (prefix / "media" / "transfer").mkdir(parents=True)
+
+        def make(name: str):
+            machine = machines.Machine(name, prefix / "machines" / name.replace(" ", "-"),
+                                       {"transfer": prefix / "media" / "transfer"}, "http://127.0.0.1:9")
+            self.addCleanup(machine.stop)
+            return machine
+
+        self.run_ = steps.Run(prefix, 1, 2, {"LANG": "C.UTF-8"}, ROOT, make_machine=make)
         self.run_.command = Command("test", "echo as the guide says")
         self.run_.allowed = {"echo as the guide says"}
         self.run_.modes.append("")
@@ -178,21 +219,36 @@ class RunsOnlyTheGuideTests(_Parts):
         self.assertIn("got imported", done.output)
         self.assertEqual(done.prompts, ["Import password for alice.p12:"])
 
+    def test_a_command_runs_on_its_own_machine(self):
+        command = "echo written here > /etc/installcheck-test && cat /etc/installcheck-test"
+        self.run_.allowed = {command}
+        self.assertIn("written here", self.run_.execute(command).output)
+        self.assertFalse(os.path.exists("/etc/installcheck-test"))  # this machine is left as it was
+        self.run_.machine = "journalist workstation"
+        self.assertFalse(self.run_.path("/etc/installcheck-test").exists())  # nor is another machine
 
-class KeysStayOnTheirStickTests(_Parts):
+
+class KeysStayOnTheirStickTests(unittest.TestCase):
     def test_a_secret_of_the_keys_stick_found_elsewhere_is_named(self):
-        # Item 6: the backup key's secret half never reaches an online machine; nor the SVS's.
-        prefix = self.run_.prefix
+        # The backup key's secret half never reaches an online machine; nor the SVS's.
+        sys.path.insert(0, str(ROOT / "scripts"))
+        self.addCleanup(sys.path.remove, str(ROOT / "scripts"))
+        from installcheck.newserver import secrets_out_of_place
+
+        prefix = Path(short_tempdir("dd-ic-"))
+        self.addCleanup(shutil.rmtree, prefix, True)
         grip = "0123456789ABCDEF0123456789ABCDEF01234567.key"
-        for home in ("media/keys/backup-gnupg", "root/restore-gnupg"):
+        for home in ("media/keys/backup-gnupg", "server/root/restore-gnupg", "offline/root/copy"):
             (prefix / home / "private-keys-v1.d").mkdir(parents=True)
             (prefix / home / "private-keys-v1.d" / grip).write_text("(secret)")
         (prefix / "media" / "tls").mkdir()
+        (prefix / "media" / "transfer").mkdir()
         (prefix / "media" / "tls" / "server.key").write_text("-----BEGIN PRIVATE KEY-----")
-        self.assertEqual(self.steps.secrets_out_of_place(prefix), [
-            f"{prefix}/root/restore-gnupg/private-keys-v1.d/{grip} is the secret key "
-            f"{prefix}/media/keys/backup-gnupg/private-keys-v1.d/{grip} of the KEYS stick",
-            f"the TLS stick holds a private key: {prefix}/media/tls/server.key",
+        self.assertEqual(secrets_out_of_place(prefix / "media", {"server": prefix / "server",
+                                                                 "offline machine": prefix / "offline"}), [
+            f"the server's server/root/restore-gnupg/private-keys-v1.d/{grip} is the secret key "
+            f"keys/backup-gnupg/private-keys-v1.d/{grip} of the KEYS stick",
+            "the TLS stick holds a private key: tls/server.key",
             "the TLS stick holds more than certificates: ['server.key']"])
 
 
@@ -224,12 +280,12 @@ class HostNameTests(_Parts):
         self.assertIn("host name for security keys", self.run_.reached)
         self.assertEqual(self.run_.host_names, {"newsroom.example"})
         self.run_.machine = "journalist workstation"
-        (self.run_.prefix / "workstation" / "etc").mkdir(parents=True)
+        hosts = self.run_.path("/etc/hosts").read_text()
         line = "echo '10.8.0.1 <JOURNALIST-HOST>' >> /etc/hosts"
         self.assertIn(f"\n{line}\n", GUIDE.read_text("utf-8"))
         self.run_.allowed = {self.run_.moved(line)}
         self.steps.dispatch(self.run_, line)
-        self.assertEqual((self.run_.prefix / "workstation" / "etc" / "hosts").read_text(), "127.0.0.1 newsroom.example\n")
+        self.assertEqual(self.run_.path("/etc/hosts").read_text(), hosts + "127.0.0.1 newsroom.example\n")
         self.assertIn("host name on the workstation", self.run_.reached)
         other = "echo '10.8.0.1 intranet.example' >> /etc/hosts"
         self.run_.allowed = {self.run_.moved(other)}
@@ -238,33 +294,9 @@ class HostNameTests(_Parts):
         self.assertIn("intranet.example is not a name of the server certificate", str(caught.exception))
 
     def test_the_guide_names_the_host_wherever_it_makes_a_server_certificate(self):
-        lines = [c.text for c in self.steps.guide_commands(GUIDE.read_text("utf-8")) if " cert server " in c.text]
+        from installcheck.guide import guide_commands
+
+        lines = [c.text for c in guide_commands(GUIDE.read_text("utf-8")) if " cert server " in c.text]
         self.assertEqual(len(lines), 2)  # the first server's and the restored one's
         for line in lines:
             self.assertIn("--host <JOURNALIST-HOST> --host 10.8.0.1 ", line)
-
-
-class PluginCacheTests(unittest.TestCase):
-    """Cosmetic item: every start as the service user warned that twistd's plugin cache could not
-    be written. The guide's install writes it as root; install-check's probe sees a start that
-    may not write (as the service user may not) and says what twistd would log."""
-
-    def test_the_guide_s_line_leaves_nothing_for_the_service_user_to_write(self):
-        sys.path.insert(0, str(ROOT / "scripts"))
-        self.addCleanup(sys.path.remove, str(ROOT / "scripts"))
-        from installcheck import steps
-
-        line = re.search(r"^/opt/deaddrop/\.venv/bin/python (-c '.*getPlugins.*')$", GUIDE.read_text("utf-8"), re.M)
-        self.assertTrue(line, "the guide writes twistd's plugin cache after pip install")
-        prefix = Path(short_tempdir("dd-ic-"))
-        self.addCleanup(shutil.rmtree, prefix, True)
-        (prefix / "root").mkdir()
-        plugins = prefix / "more" / "twisted" / "plugins"  # a new plugin folder, as a fresh install has
-        plugins.mkdir(parents=True)
-        (plugins / "a_plugin.py").write_text("")
-        run = steps.Run(prefix, 1, 2, dict(os.environ, PYTHONPATH=str(prefix / "more")), ROOT)
-        python = Path(sys.executable)
-        self.assertIn(f"Unable to write to plugin cache {plugins}/dropin.cache",
-                      steps.plugin_cache_warning(run, python) or "")
-        subprocess.run(f"{python} {line.group(1)}", shell=True, check=True, env=run.env(), cwd=prefix)
-        self.assertIsNone(steps.plugin_cache_warning(run, python))

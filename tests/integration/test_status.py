@@ -205,3 +205,26 @@ class ProcessPrivacyTests(unittest.TestCase):
                 self.assertIn("hidepid=invisible", data["processes"]["detail"])  # the fix, named
         code, out, err = yield deferToThread(run_cli, "status", "--data-dir", server.data_dir)
         self.assertRegex(out, r"\nProcesses: +(hidden from other users|VISIBLE to every user of this host)")
+
+
+class LockHolderOnOverlayTests(unittest.TestCase):
+    """On overlayfs (a container's root, install-check's machines) /proc/locks names the device and
+    inode of the layer the lock file is on, which stat does not see: the holder is then found by the
+    open file, or a running server looked stopped (and `digest test` refused to send)."""
+
+    def test_the_holder_is_found_by_its_open_file_when_the_lock_table_names_another_inode(self):
+        import fcntl
+        from unittest import mock
+
+        from deaddrop.admin import _status_commands
+
+        data_dir = short_tempdir()
+        with open(os.path.join(data_dir, "server.lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self.assertEqual(_status_commands._lock_holder(data_dir), os.getpid())
+            other_layer = f"1: FLOCK  ADVISORY  WRITE {os.getpid()} 00:2a:999999999 0 EOF\n"
+            with mock.patch("builtins.open", mock.mock_open(read_data=other_layer)):
+                self.assertEqual(_status_commands._lock_holder(data_dir), os.getpid())
+            fcntl.flock(lock, fcntl.LOCK_UN)
+        with mock.patch("builtins.open", mock.mock_open(read_data=other_layer)):
+            self.assertIsNone(_status_commands._lock_holder(data_dir))
