@@ -41,7 +41,10 @@ def installed_here(package: str) -> bool:
 
 def in_debian(package: str) -> bool:
     """Whether Debian has ``package`` (this machine's package lists say): a misspelt name gets no
-    stand-in, and apt-get fails on it as it would with Debian's mirror."""
+    stand-in, and apt-get fails on it as it would with Debian's mirror. Without package lists here
+    (no apt-get update yet) there is nothing to check the name against: it gets one."""
+    if not any(Path("/var/lib/apt/lists").glob("*_Packages*")):
+        return True
     return subprocess.run(["apt-cache", "show", "--no-all-versions", package], capture_output=True).returncode == 0
 
 
