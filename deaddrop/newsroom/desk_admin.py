@@ -87,8 +87,9 @@ def check_key(armored: str) -> str:
 
 
 def desk(conn: sqlite3.Connection, *, name: str | None = None, uuid: str | None = None) -> Any:
-    """The desk row named ``name`` (case-insensitively) or with ``uuid``."""
-    row = dq.desk_by_name(conn, name) if name is not None else _by_uuid(conn, uuid or "")
+    """The desk row named ``name`` (case-insensitively; its spaces as ``desk_name`` keeps them, so
+    the name a rename was given finds the desk) or with ``uuid``."""
+    row = dq.desk_by_name(conn, " ".join(name.split())) if name is not None else _by_uuid(conn, uuid or "")
     if row is None:
         raise DeskRefused("no_such_desk", name=name or uuid)
     return row

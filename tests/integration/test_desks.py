@@ -307,6 +307,13 @@ class DeskCommandTests(TwoDesks):
                          ("Investigations", "Investigación", "Para documentos.", "Investigations"))
         code, out, _ = yield self.admin("members", "B", "--add", "alice")
         self.assertEqual(out.strip(), "B: alice, bob")
+        # A name given with a line separator (kept as a space) finds its desk as it was given.
+        code, out, err = yield self.admin("rename", "B", "Local\u2028News")
+        self.assertEqual(code, 0, err)
+        code, out, err = yield self.admin("members", "Local\u2028News")
+        self.assertEqual((code, out.strip()), (0, "Local News: alice, bob"), err)
+        code, out, err = yield self.admin("rename", "Local  News", "B")
+        self.assertEqual(code, 0, err)
         code, _, err = yield self.admin("members", "B", "--add", "nobody")
         self.assertEqual(code, 1)
         events = [e["event"] for e in security_events(self.server)]
