@@ -5,7 +5,8 @@ suite's only when asked (DEMO_TESTS=1), as .ci/run always does (issue 27).
 Run on a copy of the script in a scratch checkout whose .venv's pip, and apt-get and sudo on
 PATH, only record how they were called (the real ones would install); dpkg-query is the real one:
 apt is asked for exactly the packages this machine lacks, and not at all when it lacks none (CI,
-after .ci/run)."""
+after .ci/run). A start while a demo runs from the same checkout is refused before its banner
+(new-user walkthrough)."""
 from __future__ import annotations
 
 import os
@@ -86,6 +87,16 @@ class DemoInstallTests(unittest.TestCase):
             f.write("\n# a new dependency\n")
         self.assertEqual(self.demo(), apt + pip)
         self.assertEqual(self.demo(), apt)
+
+    def test_a_demo_already_running_here_is_named_before_anything_starts(self):
+        self.demo()  # installed
+        (self.checkout / "twistd.pid").write_text(str(os.getpid()))  # a live process: this test's
+        env = dict(os.environ, PATH=f"{self.shims}:/usr/bin:/bin", CALLS=str(self.calls))
+        proc = subprocess.run(["bash", str(self.checkout / "scripts/demo")], capture_output=True, text=True, env=env)
+        self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
+        self.assertIn(f"a demo is already running from this checkout (PID {os.getpid()}", proc.stderr)
+        self.assertNotIn("DEMO INSTANCE", proc.stdout)
+        self.assertFalse((self.checkout / "deaddrop-demo").exists())
 
 
 def _packages(script: Path, name: str = "PACKAGES") -> list[str]:
