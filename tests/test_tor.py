@@ -484,6 +484,29 @@ class LaunchTests(_Base):
         self.assertEqual(h.events.named("tor.onion.published"), [{"onion": address, "detail": "source"}])
         self.assertIn(f"Source onion service published: http://{address}/", h.lines)
 
+    def test_the_log_holds_every_console_line_so_a_server_needs_no_report(self):
+        # The server passes no report (twistd's log is its console): whatever a report would
+        # print must be in the log already, or an admin never sees it; with a report that also
+        # logged, each line was printed twice.
+        from twisted.logger import formatEvent, globalLogPublisher
+
+        logged: list[str] = []
+        observer = lambda event: logged.append(formatEvent(event) or "")  # noqa: E731
+        globalLogPublisher.addObserver(observer)
+        self.addCleanup(globalLogPublisher.removeObserver, observer)
+        h = self.harness(bootstrap=(10, "conn_done", "Connected to a relay"),
+                         tuning=Tuning(retry_initial=1.0, retry_max=60.0))
+        h.launch_ready()
+        h.tor.event('STATUS_CLIENT NOTICE BOOTSTRAP PROGRESS=100 TAG=done SUMMARY="Done"')
+        h.settle()
+        h.uploaded(h.service.onion_address)
+        h.process.exit(sig=9)
+        h.settle()
+        self.assertIn(f"Source onion service published: http://{h.service.onion_address}/", h.lines)
+        self.assertIn("Tor is down; trying again in 1 s", h.lines)
+        for line in h.lines:
+            self.assertIn(line, logged)
+
     def test_key_persisted_0600_and_reused_after_restart(self):
         data_dir = self.shortdir()
         first = self.harness(data_dir=data_dir)

@@ -51,8 +51,9 @@ def add_tor(top: DeadDropService, config: Config, reactor: Any) -> None:
         # A production instance that never reaches the Tor network stops, for its supervisor to
         # restart; a demo keeps serving on 127.0.0.1 and keeps trying (a newcomer offline).
         bootstrap_timeout=None if config.demo else 180.0,
-        # Progress and the published address, for the admin watching the console (twistd -n).
-        report=lambda line: _log.info("{line}", line=line),
+        # No report: the Tor service logs each progress line itself (bootstrap %, the stall
+        # explanation, the published address), and twistd's log is the console; a report
+        # logged here too printed every such line twice.
         # What Tor prints once the onion is up may be about a visitor: counted for the day.
         count_line=top.newsroom.activity.tor_line,
     )

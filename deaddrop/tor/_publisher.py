@@ -235,8 +235,10 @@ class OnionPublisher:
             if not onion.published:
                 onion.published = True
                 self._events.emit("tor.onion.published", onion=public, detail=onion.which)
-                _log.info("{which} onion service published: {address}", which=onion.which, address=onion.key.address)
-                if onion.which == SOURCE:
+                if onion.which != SOURCE:
+                    _log.info("{which} onion service published: {address}", which=onion.which, address=onion.key.address)
+                else:
+                    _log.info("Source onion service published: http://{address}/", address=onion.key.address)
                     self._say(f"Source onion service published: http://{onion.key.address}/")
                     self.source_live = True
                     waiters, self._ready_waiters = self._ready_waiters, []

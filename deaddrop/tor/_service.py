@@ -416,6 +416,7 @@ class TorOnionService(service.Service):
         delay = min(self._tuning.retry_initial * 2 ** (self._failures - 1), self._tuning.retry_max)
         self.state = "restarting"
         self._events.emit("tor.restart", delay=delay, detail="relaunch" if self._mode == "launch" else "reconnect")
+        _log.info("Tor is down; trying again in {delay:g} s", delay=delay)
         self._say(f"Tor is down; trying again in {delay:g} s")
         self._retry_call = self._reactor.callLater(delay, self._start_attempt)
 

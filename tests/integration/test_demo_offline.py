@@ -42,6 +42,10 @@ class DemoTorPolicyTests(unittest.TestCase):
             service = yield deferToThread(build_service, config, reactor)
             try:
                 self.assertEqual(service.tor._bootstrap_timeout, limit, f"demo={demo}")
+                # The Tor service logs its progress lines itself (tests.test_tor's
+                # test_the_log_holds_every_console_line_so_a_server_needs_no_report): a report
+                # that logged them too printed each twice in twistd's output.
+                self.assertIsNone(service.tor._report)
             finally:
                 for close in reversed(service.closers):
                     close()
