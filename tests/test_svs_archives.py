@@ -276,6 +276,21 @@ class SandboxTests(_VictimCase):
         self.assertEqual(sorted(tree(self.publish)), ["photo.jpg"])
         self.assertVictimsUntouched()
 
+    def test_a_bubblewrap_that_cannot_run_is_named_in_its_own_words(self) -> None:
+        # In a chroot bwrap makes its namespaces and then fails: the note said "it needs
+        # unprivileged user namespaces", which were there (new-user walkthrough).
+        fake = os.path.join(short_tempdir(self), "bwrap")
+        with open(fake, "w") as f:
+            f.write("#!/bin/sh\necho 'bwrap: Failed to make / slave: Invalid argument' >&2\nexit 1\n")
+        os.chmod(fake, 0o755)
+        self.patch(_sandbox, "bwrap_binary", lambda: fake)
+        photo = self.put("photo.jpg", jpeg_with_exif())
+        code, out, err = run_cli("--home", self.home, "scrub", photo, "--out", self.publish)
+        self.assertEqual(code, 0, err)
+        self.assertTrue(err.startswith("note: bubblewrap (bwrap) cannot run here (bwrap: Failed to make / slave: "
+                                       "Invalid argument): mat2 runs without its filesystem wall"), err)
+        self.assertEqual(sorted(tree(self.publish)), ["photo.jpg"])
+
     def test_a_nested_archive_named_like_a_data_url_is_checked(self) -> None:
         # On its own "data:,evil.zip" reads as a data: URL (text/plain); mat2 guesses the type
         # of the path it unpacked it to, sees a zip and recurses. Without bubblewrap the member

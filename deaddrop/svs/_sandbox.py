@@ -21,9 +21,9 @@ input and output folders. Every namespace is its own (no network, no other proce
 capability, a new terminal session, an empty environment but for a few fixed variables, and
 mat2 dies with us.
 
-Where bwrap cannot run (not installed, or unprivileged user namespaces are off), mat2 runs
+Where bwrap cannot run (not installed, unprivileged user namespaces off, or in a chroot), mat2 runs
 in a network namespace of its own where the kernel allows one (``unshare``), and the run
-says so.
+says so, in bwrap's own words.
 """
 from __future__ import annotations
 
@@ -67,13 +67,25 @@ def bwrap_binary() -> str | None:
 
 
 def works(command: list[str]) -> bool:
+    return refusal(command) is None
+
+
+def refusal(command: list[str]) -> str | None:
+    """None if ``command`` runs and exits 0, else why not, in one line: its own last line on
+    stderr where it wrote one (bwrap names what it could not do; in a chroot, for one, user
+    namespaces work but "Failed to make / slave")."""
     try:
         probe = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, env=minimal_env("/"), timeout=_PROBE_TIMEOUT,
+                               stderr=subprocess.PIPE, env=minimal_env("/"), timeout=_PROBE_TIMEOUT,
                                check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return probe.returncode == 0
+    except subprocess.TimeoutExpired:
+        return f"it did not answer within {_PROBE_TIMEOUT:g} s"
+    except OSError as e:
+        return e.strerror or str(e)
+    if probe.returncode == 0:
+        return None
+    said = [line.strip() for line in probe.stderr.decode("utf-8", "replace").splitlines() if line.strip()]
+    return said[-1][:200] if said else f"it exited with status {probe.returncode}"
 
 
 _isolation: list[str] | None = None
@@ -129,6 +141,7 @@ def sandbox() -> Sandbox:
     if _sandbox is None:
         found = bwrap_binary()
         walls = None
+        refused = None
         if found is not None:
             # As root, bwrap makes no user namespace unless told: without one, "no capability"
             # would not hold for root's files.
@@ -140,11 +153,13 @@ def sandbox() -> Sandbox:
                 walls = base
             else:
                 hidden = base + ["--ro-bind", "/dev/null", found]
-                if works(hidden + ["--chdir", "/", "--", "/usr/bin/true"]):
+                refused = refusal(hidden + ["--chdir", "/", "--", "/usr/bin/true"])
+                if refused is None:
                     walls = hidden
         if walls is not None:
             _sandbox = Sandbox(walls, [])
         else:
-            why = "not installed" if found is None else "cannot run here (it needs unprivileged user namespaces)"
+            # bwrap's own words: user namespaces turned off are one cause, not the only one.
+            why = "not installed" if found is None else f"cannot run here ({refused})"
             _sandbox = Sandbox(None, network_isolation(), missing=why)
     return _sandbox
