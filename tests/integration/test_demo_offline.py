@@ -124,6 +124,10 @@ class DemoScriptTests(unittest.TestCase):
         self.assertIn("passphrase:", notes)
         self.assertIn(f"issued already (by scripts/demo): {demo}/demo.p12", output)  # shown once, as written
         self.assertIn("password", (demo / "certificate.txt").read_text().lower())
+        # The README and the banner send you back to these files: they keep what they hold.
+        self.assertNotIn("not shown again", notes)
+        self.assertNotIn("not shown again", output)
+        self.assertNotIn("shown once", (demo / "certificate.txt").read_text())
 
 
 def _get_without_certificate(port: int) -> tuple[int, bytes] | None:
