@@ -127,6 +127,7 @@ class DemoScriptTests(unittest.TestCase):
         # The README and the banner send you back to these files: they keep what they hold.
         self.assertNotIn("not shown again", notes)
         self.assertNotIn("not shown again", output)
+        self.assertNotIn("shown once", output)
         self.assertNotIn("shown once", (demo / "certificate.txt").read_text())
 
 
