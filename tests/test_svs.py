@@ -547,7 +547,10 @@ class DecryptTests(_StationCase):
         for number in (3, 4, 5, 6, 7, 8, 10):
             self.assertEqual(sum(f"/{number}-brave_otter-" in line for line in lines), 1, (number, err))
         self.assertIn("integrity", next(line for line in lines if "/3-" in line))
-        self.assertIn("not encrypted to this station", next(line for line in lines if "/6-" in line))
+        stranger = next(line for line in lines if "/6-" in line)
+        self.assertIn("not encrypted to this station", stranger)
+        # Without desks too (a newcomer's second demo, a replaced key): not only "another desk".
+        self.assertIn("another instance, or a key this instance has since replaced", stranger)
         self.assertIn("not an OpenPGP", next(line for line in lines if "/5-" in line))
         self.assertIn("not encrypted", next(line for line in lines if "/10-" in line))
         self.assertIn("missing.gpg", lines[-1])

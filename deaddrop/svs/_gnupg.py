@@ -384,10 +384,12 @@ class DecryptJob:
         if res.has("NO_SECKEY") and not res.has("DECRYPTION_OKAY"):
             # With desks (issue 29) each desk has its own SVS: a file sent to another desk is
             # the usual case, not damage. Name the keys it is for, so the journalist knows which
-            # station opens it.
+            # station opens it. The station cannot tell a desk's key from another instance's or
+            # from one this instance replaced (a newcomer's second demo): all three are said.
             keys = sorted({s[1] for s in res.status if s[0] == "ENC_TO" and len(s) > 1})
-            return ("not encrypted to this station's submission key: it belongs to another desk (encrypted to key "
-                    f"{', '.join(keys) or 'unknown'}); decrypt it on that desk's SVS")
+            return (f"not encrypted to this station's submission key (encrypted to key {', '.join(keys) or 'unknown'}): "
+                    "it belongs to another desk, another instance, or a key this instance has since replaced; "
+                    "decrypt it on the SVS that holds that key")
         if res.has("BADMDC"):
             return "integrity check failed (tampered with or damaged)"
         if own_failures_only:  # (we may have stopped it before it began decrypting)

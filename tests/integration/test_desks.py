@@ -153,7 +153,8 @@ class ChosenDeskTests(TwoDesks):
         plain, err = yield deferToThread(self.b.decrypt, files)
         self.assertEqual(plain, {})
         self.assertEqual(err.count("belongs to another desk"), 2, err)
-        self.assertRegex(err, r"encrypted to key [0-9A-F]{16}\); decrypt it on that desk's SVS")
+        self.assertRegex(err, r"encrypted to key [0-9A-F]{16}\): it belongs to another desk, .*; decrypt it on the "
+                              r"SVS that holds that key")
 
         # B's journalist: no such source, nothing listed, counted or downloadable.
         self.assertIsNone((yield self.desk.source(self.bob_id, uuid)))
