@@ -110,6 +110,10 @@ class JournalistLanguagesBrowserTests(unittest.TestCase):
         audit("settings")
         driver.get(self.url + "/admin/source-texts")
         audit("source-texts")
+        driver.get(self.url + "/admin/desks")
+        audit("desks")
+        driver.get(driver.find_element(By.CSS_SELECTOR, "main a[href^='/admin/desks/']").get_attribute("href"))
+        audit("desk")
         driver.get(self.url + "/account/keys/new")
         audit("key-enrol")
         driver.get(self.url + "/no/such/page")
@@ -121,5 +125,5 @@ class JournalistLanguagesBrowserTests(unittest.TestCase):
         for code in CODES:
             driver = yield self._driver(code)
             yield deferToThread(self._visit, driver, code, found)
-        self.assertEqual(len(found), 12 * len(CODES))
+        self.assertEqual(len(found), 14 * len(CODES))
         self.assertEqual({page: v for page, v in found.items() if v}, {})
