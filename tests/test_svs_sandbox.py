@@ -166,3 +166,13 @@ class LinksLeftBehindTests(_MetadataCase):
         self._hijack("mkfifo")
         code, out, err = self.export(self.report)
         self._assert_nothing_left(code, err, self.exp)
+
+
+class RefusalTests(_MetadataCase):
+    def test_a_refusal_is_told_whole_with_its_link(self) -> None:
+        # Debian's bwrap ends its refusal with a link to its README, past 200 characters.
+        line = "bwrap: setting up uid map: Permission denied " + "x" * 200 + \
+            " See <https://deb.li/bubblewrap> or <file:///usr/share/doc/bubblewrap/README.Debian.gz>."
+        said = _sandbox.refusal(["sh", "-c", f"echo '{line}' >&2; exit 1"])
+        self.assertEqual(said, line)
+        self.assertIsNone(_sandbox.refusal(["true"]))

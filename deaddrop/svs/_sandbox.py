@@ -73,7 +73,8 @@ def works(command: list[str]) -> bool:
 def refusal(command: list[str]) -> str | None:
     """None if ``command`` runs and exits 0, else why not, in one line: its own last line on
     stderr where it wrote one (bwrap names what it could not do; in a chroot, for one, user
-    namespaces work but "Failed to make / slave")."""
+    namespaces work but "Failed to make / slave"), whole up to 600 characters: Debian's bwrap ends
+    its refusal with a link to its README, which a cut at 200 broke)."""
     try:
         probe = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, env=minimal_env("/"), timeout=_PROBE_TIMEOUT,
@@ -85,7 +86,7 @@ def refusal(command: list[str]) -> str | None:
     if probe.returncode == 0:
         return None
     said = [line.strip() for line in probe.stderr.decode("utf-8", "replace").splitlines() if line.strip()]
-    return said[-1][:200] if said else f"it exited with status {probe.returncode}"
+    return said[-1][:600] if said else f"it exited with status {probe.returncode}"
 
 
 _isolation: list[str] | None = None

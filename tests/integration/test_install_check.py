@@ -22,7 +22,7 @@ from tests._throwaway_root import ThrowawayRoot
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "install-check"
 GUIDE = ROOT / "docs" / "deploy" / "install.md"
-SERVER_TUNNEL = re.compile(r"(cd /etc/wireguard && umask 077 && wg genkey \| tee server\.key .*?\nWG)\n", re.S)
+SERVER_TUNNEL = re.compile(r"(\(cd /etc/wireguard && umask 077 && wg genkey \| tee server\.key .*?\nWG)\n", re.S)
 _built: list[str] = []
 
 
@@ -132,8 +132,8 @@ class InstallGuideTests(unittest.TestCase):
         self.assertIn(f"failed: {enable}\nwg-quick@wg0 would start with /etc/wireguard/wg0.conf as it is: "
                       "line 7: PublicKey is not a WireGuard key", before.stderr)
         workstation = ["# On the journalist workstation", install,
-                       "cd /etc/wireguard && umask 077 && wg genkey | tee deaddrop.key | wg pubkey > "
-                       "/media/transfer/alice-wg.pub"]
+                       "(cd /etc/wireguard && umask 077 && wg genkey | tee deaddrop.key | wg pubkey > "
+                       "/media/transfer/alice-wg.pub)"]
         after = self.run_guide(blocks(workstation, [install, *server.split("\n", 1), enable]))
         self.assertIn("/etc/wireguard/wg0.conf has a valid structure and real keys", after.stdout)
         self.assertIn("FAILED: the guide no longer reaches:", after.stderr)  # this guide is only a part
